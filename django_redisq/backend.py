@@ -1,0 +1,152 @@
+"""``RedisQueueBackend``: the Django Tasks backend (enqueue, get_result, checks)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from functools import cached_property
+from typing import Any
+
+from django.core.exceptions import SuspiciousOperation
+from django.tasks import Task, TaskResult, TaskResultStatus
+from django.tasks.backends.base import BaseTaskBackend
+from django.tasks.base import TaskError
+from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+from django.tasks.signals import task_enqueued
+from django.utils import timezone
+from django.utils.crypto import get_random_string
+from django.utils.module_loading import import_string
+
+from .broker import Broker
+from .conf import Options, build_options, check_errors
+from .message import Message, encode_arguments
+from .task import RedisTask, get_registered
+
+# The one table from our task states to Django's statuses.
+STATE_TO_STATUS: dict[str, TaskResultStatus] = {
+    "pending": TaskResultStatus.READY,
+    "scheduled": TaskResultStatus.READY,
+    "running": TaskResultStatus.RUNNING,
+    "finished": TaskResultStatus.SUCCESSFUL,
+    "dead": TaskResultStatus.FAILED,
+}
+
+
+def ms_to_datetime(value: Any) -> datetime | None:
+    if value in (None, "", 0, "0"):
+        return None
+    return datetime.fromtimestamp(int(value) / 1000, tz=UTC)
+
+
+class RedisQueueBackend(BaseTaskBackend):
+    """Tasks stored in Redis and run by ``manage.py runworker``.
+
+    Built per thread at import time by Django: ``__init__`` does no I/O;
+    options and the connection are resolved on first use.
+    """
+
+    task_class = RedisTask
+    supports_defer = True
+    supports_async_task = True
+    supports_get_result = True
+    supports_priority = False  # one FIFO per queue; use separate queues for urgency
+
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        super().__init__(alias, params)
+        self.params = params
+
+    @cached_property
+    def conf(self) -> Options:
+        return build_options(self.alias, self.params)
+
+    @cached_property
+    def broker(self) -> Broker:
+        return Broker(self.conf)
+
+    def check(self, **kwargs: Any) -> list[Any]:
+        return check_errors(self.alias, self.params, obj=f"TASKS[{self.alias!r}]")
+
+    # -- enqueue ---------------------------------------------------------
+
+    def _prepare(self, task: Task, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[TaskResult, tuple[str, str, str, int, str]]:
+        args, kwargs, _ = encode_arguments(args, kwargs, self.conf.max_message_bytes)
+        task_id = get_random_string(32)
+        delay_ms = 0
+        if task.run_after is not None:
+            # a relative delay: the due time itself is computed from Redis TIME
+            delay_ms = max(0, int((task.run_after - timezone.now()).total_seconds() * 1000))
+        idem = task.key_for(args, kwargs) if isinstance(task, RedisTask) else ""
+        msg = Message(task.module_path, args, kwargs, task.queue_name, self.alias, task.priority).encode()
+        result = TaskResult(
+            task=task, id=task_id, status=TaskResultStatus.READY, enqueued_at=timezone.now(),
+            started_at=None, last_attempted_at=None, finished_at=None,
+            args=args, kwargs=kwargs, backend=self.alias, errors=[], worker_ids=[],
+        )
+        return result, (task_id, msg, task.module_path, delay_ms, idem)
+
+    def enqueue(self, task: Task, args: Sequence[Any], kwargs: dict[str, Any]) -> TaskResult:
+        return self.enqueue_many(task, [(args, kwargs)])[0]
+
+    def enqueue_many(self, task: Task, arg_sets: Iterable[tuple[Sequence[Any], dict[str, Any]]]) -> list[TaskResult]:
+        """Enqueue several calls of one task in a single round trip."""
+        self.validate_task(task)
+        prepared = [self._prepare(task, a, k) for a, k in arg_sets]
+        if not prepared:
+            return []
+        stored = self.broker.enqueue(task.queue_name, [item for _, item in prepared])
+        results = []
+        for (result, _), outcome in zip(prepared, stored):
+            if outcome.duplicate_of:
+                results.append(self.get_result(outcome.duplicate_of))
+            else:
+                task_enqueued.send(type(self), task_result=result)
+                results.append(result)
+        return results
+
+    # -- results ---------------------------------------------------------
+
+    def resolve_task(self, path: str, queue: str) -> Task:
+        """The Task object for a stored path; never anything but a Task."""
+        found: Any = get_registered(path)
+        if found is None:
+            try:
+                found = import_string(path)
+            except ImportError:
+                raise InvalidTask(f"task {path!r} is not importable any more") from None
+        if not isinstance(found, Task):
+            raise SuspiciousOperation(f"{path!r} does not point to a Task")
+        if found.queue_name != queue or found.backend != self.alias:
+            found = found.using(queue_name=queue, backend=self.alias)
+        return found
+
+    def get_result(self, result_id: str) -> TaskResult:
+        if not isinstance(result_id, str) or not 0 < len(result_id) <= 64:
+            raise TaskResultDoesNotExist(result_id)
+        found = self.broker.get_task(result_id, sorted(self.queues))
+        if found is None or "msg" not in found[1]:
+            raise TaskResultDoesNotExist(result_id)
+        return self.build_result(result_id, found[0], found[1])
+
+    def build_result(self, task_id: str, queue: str, data: dict[str, str]) -> TaskResult:
+        """A ``TaskResult`` from a task hash."""
+        msg = json.loads(data["msg"])
+        task = self.resolve_task(data.get("task") or msg.get("task", ""), queue)
+        errors = [
+            TaskError(exception_class_path=e.get("exc", ""), traceback=e.get("tb", ""))
+            for e in json.loads(data.get("errors") or "[]")
+        ]
+        workers = [w for w in (data.get("workers") or "").split(",") if w]
+        status = STATE_TO_STATUS.get(data.get("state", ""), TaskResultStatus.READY)
+        result = TaskResult(
+            task=task, id=task_id, status=status,
+            enqueued_at=ms_to_datetime(data.get("enqueued_at")),
+            started_at=ms_to_datetime(data.get("started_at")),
+            finished_at=ms_to_datetime(data.get("finished_at") or data.get("died_at")),
+            last_attempted_at=ms_to_datetime(data.get("last_attempted_at")),
+            args=msg.get("args", []), kwargs=msg.get("kwargs", {}), backend=self.alias,
+            errors=errors, worker_ids=workers,
+        )
+        if status == TaskResultStatus.SUCCESSFUL and "result" in data:
+            object.__setattr__(result, "_return_value", json.loads(data["result"]))
+        return result

@@ -1,0 +1,249 @@
+"""The only code that talks to Redis about tasks: one method per atomic step.
+
+Each method runs one Lua script (or one plain command) and turns its integer
+codes into return values or exceptions from ``exceptions.py``. Policy (when to
+retry, how long to wait) is decided by the caller; atomicity lives here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from redis.commands.core import Script
+
+from . import scripts
+from .conf import Options
+from .connection import BLOCK_TIMEOUT, get_client
+from .exceptions import LeaseLost
+from .keys import QueueKeys
+
+RUN, DONE, BUSY, NOMSG = 1, 2, 3, 4
+
+
+@dataclass(slots=True)
+class Delivery:
+    """A task a worker has taken: what fetch.lua returned for one id."""
+
+    id: str
+    queue: str
+    code: int
+    raw: str
+    deliveries: int
+    failures: int
+    workers: str = ""
+    enqueued_at: int = 0
+    started_at: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueued:
+    id: str
+    duplicate_of: str | None  # set when an idempotency key was already held
+
+
+class Broker:
+    """Queue operations for one backend's options. Cheap to build; holds no connection."""
+
+    def __init__(self, options: Options, client: redis.Redis | None = None) -> None:
+        self.options = options
+        self._client = client
+        self._keys: dict[str, QueueKeys] = {}
+        self._scripts: dict[str, Script] = {}
+
+    @property
+    def client(self) -> redis.Redis:
+        if self._client is None:
+            self._client = get_client(self.options)
+        return self._client
+
+    def keys(self, queue: str) -> QueueKeys:
+        k = self._keys.get(queue)
+        if k is None:
+            k = self._keys[queue] = QueueKeys(queue, self.options.key_prefix)
+        return k
+
+    def _script(self, name: str) -> Script:
+        s = self._scripts.get(name)
+        if s is None:
+            s = self._scripts[name] = self.client.register_script(scripts.source(name))
+        return s
+
+    def _ms(self, seconds: float) -> int:
+        return max(1, int(seconds * 1000))
+
+    # -- producing -------------------------------------------------------
+
+    def enqueue(self, queue: str, items: Sequence[tuple[str, str, str, int, str]]) -> list[Enqueued]:
+        """Store tasks ``(id, message, task path, delay ms, idempotency key)`` in one round trip."""
+        k = self.keys(queue)
+        argv: list[Any] = [k.prefix, len(items)]
+        for item in items:
+            argv.extend(item)
+        out = self._script("enqueue")(keys=[k.pending, k.scheduled], args=argv)
+        # '!' means the id exists: only our own earlier try (a retried lost reply) can make it
+        return [Enqueued(item[0], None if code in ("", "!") else code) for item, code in zip(items, out)]
+
+    # -- consuming -------------------------------------------------------
+
+    def fetch(self, queue: str, worker: str, count: int, moved_id: str = "", lease: float | None = None) -> list[Delivery]:
+        """Claim up to ``count`` pending tasks (plus ``moved_id``, already moved by BLMOVE)."""
+        k = self.keys(queue)
+        o = self.options.for_queue(queue)
+        out = self._script("fetch")(
+            keys=[k.pending, k.processing(worker), k.scheduled],
+            args=[k.prefix, count, self._ms(lease or o.worker_timeout), worker, self._ms(o.result_ttl), moved_id],
+        )
+        return [
+            Delivery(out[i], queue, int(out[i + 1]), out[i + 2], int(out[i + 3]), int(out[i + 4]),
+                     out[i + 5], int(out[i + 6] or 0), int(out[i + 7] or 0))
+            for i in range(0, len(out), 8)
+        ]
+
+    def wait(self, queue: str, worker: str, timeout: float = BLOCK_TIMEOUT) -> str | None:
+        """Block until a task is pending, moving its id into our processing list (BLMOVE)."""
+        k = self.keys(queue)
+        return self.client.blmove(k.pending, k.processing(worker), timeout, "RIGHT", "LEFT")
+
+    def ack(self, queue: str, worker: str, task_id: str, result_json: str) -> None:
+        k = self.keys(queue)
+        o = self.options.for_queue(queue)
+        code = self._script("ack")(
+            keys=[k.processing(worker), k.task(task_id), k.status(task_id)],
+            args=[k.prefix, task_id, result_json, self._ms(o.result_ttl), self._ms(o.idempotency_ttl)],
+        )
+        if code == -1:
+            raise LeaseLost(f"task {task_id} was no longer held by worker {worker} at ack")
+
+    def ack_many(self, queue: str, worker: str, results: Iterable[tuple[str, str]]) -> list[str]:
+        """Ack several tasks in one round trip; returns the ids whose lease was lost."""
+        k = self.keys(queue)
+        o = self.options.for_queue(queue)
+        script = self._script("ack")
+        ids = []
+        pipe = self.client.pipeline(transaction=False)
+        for task_id, result_json in results:
+            ids.append(task_id)
+            script(
+                keys=[k.processing(worker), k.task(task_id), k.status(task_id)],
+                args=[k.prefix, task_id, result_json, self._ms(o.result_ttl), self._ms(o.idempotency_ttl)],
+                client=pipe,
+            )
+        return [i for i, code in zip(ids, pipe.execute()) if code == -1]
+
+    def retry(self, queue: str, worker: str, task_id: str, delay_ms: int, error: dict[str, Any]) -> None:
+        k = self.keys(queue)
+        code = self._script("retry")(
+            keys=[k.processing(worker), k.scheduled, k.task(task_id), k.status(task_id)],
+            args=[k.prefix, task_id, max(0, int(delay_ms)), json.dumps(error, separators=(",", ":")), worker],
+        )
+        if code == -1:
+            raise LeaseLost(f"task {task_id} was no longer held by worker {worker} at retry")
+
+    def bury(self, queue: str, worker: str, task_id: str, error: dict[str, Any], reason: str, failed: bool) -> int:
+        """Dead-letter a task; returns how many old dead letters retention removed."""
+        k = self.keys(queue)
+        o = self.options.for_queue(queue)
+        code = self._script("bury")(
+            keys=[k.processing(worker), k.dead, k.task(task_id), k.status(task_id)],
+            args=[
+                k.prefix, task_id, json.dumps(error, separators=(",", ":")), reason,
+                int(o.dead_letter_ttl * 1000), o.dead_letter_max, worker, 1 if failed else 0,
+            ],
+        )
+        if code == -1:
+            raise LeaseLost(f"task {task_id} was no longer held by worker {worker} at bury")
+        return int(code)
+
+    def release(self, queue: str, worker: str, unstarted: Sequence[str] = ()) -> int:
+        """Hand back unstarted tasks; with none given, everything left, and leave the heartbeat set."""
+        k = self.keys(queue)
+        return int(
+            self._script("release")(keys=[k.processing(worker), k.pending, k.workers], args=[k.prefix, worker, *unstarted])
+        )
+
+    # -- background duties ----------------------------------------------
+
+    def promote(self, queue: str, batch: int = 1000) -> tuple[int, int]:
+        """Move due scheduled tasks to pending: (moved, ms until the next one or -1)."""
+        k = self.keys(queue)
+        moved, wait = self._script("promote")(keys=[k.scheduled, k.pending], args=[k.prefix, batch])
+        return int(moved), int(wait)
+
+    def reap(self, queue: str, max_workers: int = 10) -> tuple[int, list[str]]:
+        """Give back the tasks of workers silent for ``WORKER_TIMEOUT``: (tasks, workers)."""
+        k = self.keys(queue)
+        out = self._script("reap")(
+            keys=[k.workers, k.pending], args=[k.prefix, self._ms(self.options.worker_timeout), max_workers]
+        )
+        return int(out[0]), list(out[1:])
+
+    def heartbeat(self, queues: Iterable[str], worker: str, info: dict[str, Any]) -> None:
+        """Refresh this worker's heartbeat and guard leases on every queue, in one round trip."""
+        script = self._script("heartbeat")
+        lease = self._ms(self.options.worker_timeout)
+        text = json.dumps(info, separators=(",", ":"))
+        pipe = self.client.pipeline(transaction=False)
+        for q in queues:
+            k = self.keys(q)
+            script(keys=[k.workers, k.processing(worker)], args=[k.prefix, worker, lease, text], client=pipe)
+        pipe.execute()
+
+    def processing_ids(self, queue: str, worker: str) -> list[str]:
+        return list(self.client.lrange(self.keys(queue).processing(worker), 0, -1))
+
+    # -- operator actions -----------------------------------------------
+
+    def replay(self, queue: str, ids: Sequence[str]) -> int:
+        if not ids:
+            return 0
+        k = self.keys(queue)
+        return int(self._script("replay")(keys=[k.dead, k.pending], args=[k.prefix, *ids]))
+
+    def purge(self, queue: str, ids: Sequence[str]) -> int:
+        if not ids:
+            return 0
+        k = self.keys(queue)
+        return int(self._script("purge")(keys=[k.dead], args=[k.prefix, *ids]))
+
+    def dead_ids(self, queue: str, count: int, newest_first: bool = False) -> list[str]:
+        k = self.keys(queue)
+        if newest_first:
+            return list(self.client.zrevrange(k.dead, 0, count - 1))
+        return list(self.client.zrange(k.dead, 0, count - 1))
+
+    def replay_all(self, queue: str, batch: int = 500) -> int:
+        """Replay every dead letter of a queue, in batches (each batch one atomic step)."""
+        return self._drain_dead(queue, self.replay, batch)
+
+    def purge_all(self, queue: str, batch: int = 500) -> int:
+        return self._drain_dead(queue, self.purge, batch)
+
+    def _drain_dead(self, queue: str, action: Any, batch: int) -> int:
+        total = 0
+        while ids := self.dead_ids(queue, batch):
+            done = action(queue, ids)
+            total += done
+            if done == 0:  # only entries that cannot move remain
+                break
+        return total
+
+    # -- reading ---------------------------------------------------------
+
+    def get_task(self, task_id: str, queues: Iterable[str]) -> tuple[str, dict[str, str]] | None:
+        """The task hash of ``task_id`` and its queue, looking in each queue given."""
+        queues = list(queues)
+        pipe = self.client.pipeline(transaction=False)
+        for q in queues:
+            pipe.hgetall(self.keys(q).task(task_id))
+        for q, data in zip(queues, pipe.execute()):
+            if data:
+                return q, data
+        return None
+
+    def server_time_ms(self) -> int:
+        sec, usec = self.client.time()
+        return int(sec) * 1000 + int(usec) // 1000

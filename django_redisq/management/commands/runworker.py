@@ -1,0 +1,82 @@
+"""``manage.py runworker``: parse options, build a Worker, install signals, run."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils.module_loading import autodiscover_modules
+
+from django_redisq.connection import check_server
+from django_redisq.exceptions import RedisUnavailable
+
+LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
+
+
+def positive(value: str) -> int:
+    import argparse
+
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
+    return n
+
+
+class Command(BaseCommand):
+    help = "Run tasks from django_redisq queues. First SIGTERM/SIGINT: finish running tasks and exit; second: exit now."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("queues", nargs="*", metavar="QUEUE", help="queues to serve, most important first (default: all configured)")
+        parser.add_argument("--backend", default="default", help="the TASKS alias to serve (default: %(default)s)")
+        parser.add_argument("--concurrency", "-c", type=positive, default=1, help="threads running tasks (default: %(default)s)")
+        parser.add_argument("--prefetch", type=positive, default=None, help="tasks held per queue ahead of a free thread (default: the concurrency)")
+        parser.add_argument("--burst", action="store_true", help="run until the queues are empty, then exit")
+        parser.add_argument("--max-tasks", type=positive, default=None, help="exit after settling this many tasks")
+        parser.add_argument("--name", default=None, help="worker name (default: host.pid.random)")
+
+    def handle(self, *args: Any, **opts: Any) -> None:
+        self._configure_logging(opts["verbosity"])
+        autodiscover_modules("tasks")
+        from django_redisq.worker import Worker
+
+        try:
+            worker = Worker(
+                opts["queues"], backend=opts["backend"], concurrency=opts["concurrency"], name=opts["name"],
+                burst=opts["burst"], max_tasks=opts["max_tasks"], prefetch=opts["prefetch"],
+            )
+            check_server(worker.options)
+        except (ImproperlyConfigured, ValueError, RedisUnavailable) as exc:
+            raise CommandError(str(exc)) from None
+        except Exception as exc:
+            if "InvalidTaskBackend" in type(exc).__name__:
+                raise CommandError(f"no task backend {opts['backend']!r} in TASKS") from None
+            raise
+        self._install_signals(worker)
+        worker.run()
+
+    def _configure_logging(self, verbosity: int) -> None:
+        log = logging.getLogger("django_redisq")
+        log.setLevel(LEVELS.get(verbosity, logging.INFO))
+        if not log.handlers and not logging.getLogger().handlers:
+            handler = logging.StreamHandler(sys.stderr)
+            handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+            log.addHandler(handler)
+
+    def _install_signals(self, worker: Any) -> None:
+        def on_signal(signum: int, frame: Any) -> None:
+            if worker._stop.is_set():
+                logging.getLogger("django_redisq").warning("second signal: exiting now; unfinished tasks go to the reaper")
+                os._exit(1)
+            logging.getLogger("django_redisq").warning("%s: finishing running tasks, then exiting", signal.Signals(signum).name)
+            worker.request_stop()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)

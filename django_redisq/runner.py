@@ -1,0 +1,181 @@
+"""Run one delivered task and decide what becomes of it.
+
+This is the replaceable unit of execution: the worker hands a ``Delivery`` to
+``Runner.run`` and settles the returned ``Outcome`` with the broker. A runner
+that executes in a child process (for hard timeouts) needs only to return the
+same ``Outcome``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import close_old_connections
+from django.tasks import Task, TaskContext, TaskResult, TaskResultStatus
+from django.tasks.base import TaskError
+from django.tasks.signals import task_finished, task_started
+from django.utils.json import normalize_json
+
+from .backoff import compute_backoff
+from .broker import Delivery
+from .conf import Options
+from .exceptions import BadMessage, InvalidArguments, RedisQError, Retry, UnknownSchema
+from .message import Message, decode, dumps
+from .task import RedisTask, get_registered
+
+MAX_TRACEBACK = 32 * 1024
+CRASH_ALLOWANCE = 10
+"""Deliveries beyond max_retries + 1 (each a worker dying mid-task) before a task is dead-lettered."""
+
+SUCCESS, RETRY, DEAD = "success", "retry", "dead"
+
+
+@dataclass(slots=True)
+class Outcome:
+    kind: str  # SUCCESS, RETRY or DEAD
+    result_json: str = "null"
+    error: dict[str, Any] = field(default_factory=dict)
+    delay_ms: int = 0
+    reason: str = ""
+    failed: bool = False  # the task ran and raised (counts as a failed attempt)
+    task_name: str = ""
+    duration: float = 0.0
+
+
+def error_dict(exc: BaseException | None, message: str = "", exc_path: str = "") -> dict[str, Any]:
+    if exc is not None:
+        kind = type(exc)
+        exc_path = f"{kind.__module__}.{kind.__qualname__}"
+        message = str(exc)
+        tb = "".join(traceback.format_exception(exc))
+    else:
+        tb = message
+    if len(tb) > MAX_TRACEBACK:
+        tb = tb[: MAX_TRACEBACK // 2] + "\n[... truncated ...]\n" + tb[-MAX_TRACEBACK // 2 :]
+    return {"exc": exc_path, "msg": message[:2000], "tb": tb, "at": int(time.time() * 1000)}
+
+
+class Runner:
+    """Runs tasks in the calling thread."""
+
+    def __init__(self, options: Options, backend_alias: str) -> None:
+        self.options = options
+        self.alias = backend_alias
+        self._tasks: dict[tuple[str, str], Task] = {}
+
+    def resolve(self, message: Message) -> Task:
+        key = (message.task, message.queue)
+        found = self._tasks.get(key)
+        if found is None:
+            registered = get_registered(message.task)
+            if registered is None:
+                raise BadMessage(
+                    "unknown_task",
+                    f"{message.task!r} is not a registered task in this worker "
+                    "(is it in an app's tasks.py, and is the worker's code up to date?)",
+                )
+            found = registered
+            if registered.queue_name != message.queue or registered.backend != self.alias:
+                found = registered.using(queue_name=message.queue, backend=self.alias)
+            self._tasks[key] = found
+        return found
+
+    def run(self, d: Delivery, worker_id: str) -> Outcome:
+        opts = self.options.for_queue(d.queue)
+        try:
+            message = decode(d.raw)
+            task = self.resolve(message)
+            params = inspect.signature(task.func)
+            call_args = [None, *message.args] if task.takes_context else message.args
+            try:
+                params.bind(*call_args, **message.kwargs)
+            except TypeError as exc:
+                raise BadMessage("bad_arguments", f"arguments do not fit {message.task}{params}: {exc}") from None
+        except UnknownSchema as exc:
+            return Outcome(DEAD, error=error_dict(None, str(exc), "django_redisq.exceptions.UnknownSchema"), reason="unknown_schema")
+        except BadMessage as exc:
+            return Outcome(DEAD, error=error_dict(None, exc.detail, "django_redisq.exceptions.BadMessage"), reason=exc.reason)
+        except Exception as exc:  # a task that cannot even be built (settings drift, bad queue)
+            return Outcome(DEAD, error=error_dict(exc), reason="bad_message")
+
+        max_retries = task.max_retries if isinstance(task, RedisTask) and task.max_retries is not None else opts.max_retries
+        if d.deliveries > max_retries + 1 + CRASH_ALLOWANCE:
+            return Outcome(
+                DEAD, reason="too_many_deliveries", task_name=message.task,
+                error=error_dict(None, f"delivered {d.deliveries} times without finishing (does it kill its worker?)",
+                                 "django_redisq.exceptions.TooManyDeliveries"),
+            )
+        from .backend import ms_to_datetime
+
+        workers = d.workers.split(",") if d.workers else [worker_id]
+        result = TaskResult(
+            task=task, id=d.id, status=TaskResultStatus.RUNNING,
+            enqueued_at=ms_to_datetime(d.enqueued_at), started_at=ms_to_datetime(d.started_at),
+            last_attempted_at=ms_to_datetime(int(time.time() * 1000)), finished_at=None,
+            args=message.args, kwargs=message.kwargs, backend=self.alias, errors=[], worker_ids=workers,
+        )
+        sender = type(task.get_backend())
+        start = time.perf_counter()
+        close_old_connections()
+        try:
+            task_started.send(sender=sender, task_result=result)
+            if task.takes_context:
+                value = task.call(TaskContext(task_result=result), *message.args, **message.kwargs)
+            else:
+                value = task.call(*message.args, **message.kwargs)
+            try:
+                result_json = dumps(normalize_json(value))
+            except (TypeError, ValueError) as exc:
+                raise InvalidArguments(f"the return value of {message.task} is not JSON: {exc}") from None
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - a task's failure is data, never a worker crash
+            duration = time.perf_counter() - start
+            outcome = self._failure(task, exc, d, max_retries, opts)
+            outcome.task_name, outcome.duration = message.task, duration
+            object.__setattr__(result, "status", TaskResultStatus.READY if outcome.kind == RETRY else TaskResultStatus.FAILED)
+            object.__setattr__(result, "finished_at", None if outcome.kind == RETRY else ms_to_datetime(int(time.time() * 1000)))
+            result.errors.append(TaskError(exception_class_path=outcome.error["exc"], traceback=outcome.error["tb"]))
+            self._finish(sender, result)
+            return outcome
+        finally:
+            close_old_connections()
+        duration = time.perf_counter() - start
+        object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
+        object.__setattr__(result, "finished_at", ms_to_datetime(int(time.time() * 1000)))
+        object.__setattr__(result, "_return_value", value)
+        self._finish(sender, result)
+        return Outcome(SUCCESS, result_json=result_json, task_name=message.task, duration=duration)
+
+    def _finish(self, sender: type, result: TaskResult) -> None:
+        try:
+            task_finished.send(sender=sender, task_result=result)
+        except Exception:  # a broken receiver must not change the task's fate
+            import logging
+
+            logging.getLogger("django_redisq").exception("a task_finished receiver raised")
+
+    def _failure(self, task: Task, exc: BaseException, d: Delivery, max_retries: int, opts: Options) -> Outcome:
+        error = error_dict(exc)
+        failures = d.failures + 1
+        retryable = isinstance(exc, Retry)
+        if not retryable and isinstance(task, RedisTask):
+            retryable = isinstance(exc, task.retry_on) and not isinstance(exc, task.no_retry_on)
+        elif not retryable:
+            retryable = isinstance(exc, Exception)
+        if isinstance(exc, RedisQError) and not isinstance(exc, Retry):
+            retryable = False  # e.g. a result that is not JSON: retrying cannot help
+        if retryable and failures <= max_retries:
+            if isinstance(exc, Retry) and exc.delay is not None:
+                delay = int(exc.delay * 1000)
+            else:
+                base = task.backoff_base if isinstance(task, RedisTask) and task.backoff_base is not None else opts.backoff_base
+                cap = task.backoff_max if isinstance(task, RedisTask) and task.backoff_max is not None else opts.backoff_max
+                delay = compute_backoff(failures, base, cap)
+            return Outcome(RETRY, error=error, delay_ms=delay, failed=True)
+        reason = "failed" if retryable or failures > max_retries else "not_retryable"
+        return Outcome(DEAD, error=error, reason=reason, failed=True)

