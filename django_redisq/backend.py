@@ -96,7 +96,7 @@ class RedisQueueBackend(BaseTaskBackend):
             return []
         stored = self.broker.enqueue(task.queue_name, [item for _, item in prepared])
         results = []
-        for (result, _), outcome in zip(prepared, stored):
+        for (result, _), outcome in zip(prepared, stored, strict=False):
             if outcome.duplicate_of:
                 results.append(self.get_result(outcome.duplicate_of))
             else:

@@ -85,7 +85,7 @@ class Broker:
             argv.extend(item)
         out = self._script("enqueue")(keys=[k.pending, k.scheduled], args=argv)
         # '!' means the id exists: only our own earlier try (a retried lost reply) can make it
-        return [Enqueued(item[0], None if code in ("", "!") else code) for item, code in zip(items, out)]
+        return [Enqueued(item[0], None if code in ("", "!") else code) for item, code in zip(items, out, strict=False)]
 
     # -- consuming -------------------------------------------------------
 
@@ -132,7 +132,7 @@ class Broker:
                 args=[k.prefix, task_id, result_json, self._ms(o.result_ttl), self._ms(o.idempotency_ttl)],
                 client=pipe,
             )
-        return [i for i, code in zip(ids, pipe.execute()) if code == -1]
+        return [i for i, code in zip(ids, pipe.execute(), strict=False) if code == -1]
 
     def retry(self, queue: str, worker: str, task_id: str, delay_ms: int, error: dict[str, Any]) -> None:
         k = self.keys(queue)
@@ -239,7 +239,7 @@ class Broker:
         pipe = self.client.pipeline(transaction=False)
         for q in queues:
             pipe.hgetall(self.keys(q).task(task_id))
-        for q, data in zip(queues, pipe.execute()):
+        for q, data in zip(queues, pipe.execute(), strict=False):
             if data:
                 return q, data
         return None

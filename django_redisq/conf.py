@@ -97,8 +97,7 @@ def validate(alias: str, params: Any) -> list[tuple[str, str, str]]:
                              "Use 1-100 letters, digits, '_', '-' or '.' (no braces, colons or spaces)."))
     opts = params.get("OPTIONS", {}) if isinstance(params, dict) else None
     if not isinstance(opts, dict):
-        return problems + [("E003", f"{where}['OPTIONS'] must be a dict, got {type(opts).__name__}.",
-                            "See the configuration reference in the README.")]
+        return [*problems, ("E003", f"{where}['OPTIONS'] must be a dict, got {type(opts).__name__}.", "See the configuration reference in the README.")]
     w = f"{where}['OPTIONS']"
     for key in sorted(set(opts) - KNOWN):
         problems.append(("E004", f"{w} has an unknown option {key!r}.",

@@ -46,7 +46,7 @@ STATES = ("pending", "scheduled", "running", "finished", "dead")
 class QueueKeys:
     """Key names of one queue; cheap to build, so callers may cache or not."""
 
-    __slots__ = ("prefix", "pending", "scheduled", "dead", "workers", "queue")
+    __slots__ = ("dead", "pending", "prefix", "queue", "scheduled", "workers")
 
     def __init__(self, queue: str, key_prefix: str = DEFAULT_PREFIX) -> None:
         self.queue = queue

@@ -99,7 +99,7 @@ class Runner:
             return Outcome(DEAD, error=error_dict(None, str(exc), "django_redisq.exceptions.UnknownSchema"), reason="unknown_schema")
         except BadMessage as exc:
             return Outcome(DEAD, error=error_dict(None, exc.detail, "django_redisq.exceptions.BadMessage"), reason=exc.reason)
-        except Exception as exc:  # a task that cannot even be built (settings drift, bad queue)
+        except Exception as exc:  # noqa: BLE001 - a task that cannot even be built (settings drift)
             return Outcome(DEAD, error=error_dict(exc), reason="bad_message")
 
         max_retries = task.max_retries if isinstance(task, RedisTask) and task.max_retries is not None else opts.max_retries

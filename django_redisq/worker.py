@@ -108,6 +108,10 @@ class Worker:
 
     # -- control ---------------------------------------------------------
 
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
     def request_stop(self) -> None:
         """Stop fetching; running tasks finish and are settled (warm shutdown)."""
         self._stop.set()
@@ -125,7 +129,10 @@ class Worker:
         executors = [threading.Thread(target=self._execute_loop, name=f"redisq-exec-{i}", daemon=True) for i in range(self.concurrency)]
         for t in threads + fetchers + executors:
             t.start()
-        logger.info("worker %s serving %s with %d thread(s)", self.name, ", ".join(self.queues), self.concurrency)
+        logger.log(
+            logging.DEBUG if self.burst else logging.INFO,
+            "worker %s serving %s with %d thread(s)", self.name, ", ".join(self.queues), self.concurrency,
+        )
         quiet_rounds, last_reap = 0, 0.0
         try:
             while not self._stop.is_set():
@@ -312,4 +319,4 @@ class Worker:
         if not clean:
             logger.warning("worker %s stopped with %d task(s) unfinished; they return after WORKER_TIMEOUT", self.name, len(self.inflight))
         else:
-            logger.info("worker %s stopped after %d task(s)", self.name, self.processed)
+            logger.log(logging.DEBUG if self.burst else logging.INFO, "worker %s stopped after %d task(s)", self.name, self.processed)

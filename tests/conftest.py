@@ -6,6 +6,7 @@ import copy
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -93,14 +94,18 @@ class WorkerProcess:
     def __init__(self, url: str, *args: str, env: dict[str, str] | None = None) -> None:
         full_env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.worker_settings", "REDISQ_TEST_REDIS_URL": url, **(env or {})}
         full_env["PYTHONPATH"] = str(ROOT) + os.pathsep + full_env.get("PYTHONPATH", "")
+        # a file, not a pipe: a pipe nobody reads fills up and blocks the worker's logging
+        self.log = tempfile.TemporaryFile(mode="w+")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "django", "runworker", *args],
-            cwd=ROOT, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            cwd=ROOT, env=full_env, stdout=self.log, stderr=subprocess.STDOUT, text=True,
         )
 
     def output(self) -> str:
-        out, _ = self.proc.communicate(timeout=60)
-        return out
+        """Wait for the process to end; everything it printed."""
+        self.proc.wait(60)
+        self.log.seek(0)
+        return self.log.read()
 
 
 @pytest.fixture

@@ -91,3 +91,15 @@ def returns_object() -> object:
 @task
 def pid() -> int:
     return os.getpid()
+
+
+@task(queue_name="emails", max_retries=0)
+def work(key: str) -> str:
+    """A short task recording when it started and that it finished (for crash tests)."""
+    client = _effects()
+    sec, usec = client.time()
+    client.hsetnx("test:first_start", key, sec * 1000 + usec // 1000)
+    client.hset("test:last_start", key, sec * 1000 + usec // 1000)
+    time.sleep(0.003)
+    client.hincrby(EFFECTS, key, 1)
+    return key

@@ -72,7 +72,7 @@ class Command(BaseCommand):
 
     def _install_signals(self, worker: Any) -> None:
         def on_signal(signum: int, frame: Any) -> None:
-            if worker._stop.is_set():
+            if worker.stopping:
                 logging.getLogger("django_redisq").warning("second signal: exiting now; unfinished tasks go to the reaper")
                 os._exit(1)
             logging.getLogger("django_redisq").warning("%s: finishing running tasks, then exiting", signal.Signals(signum).name)

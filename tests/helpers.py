@@ -1,0 +1,79 @@
+"""Seed and read helpers: put a task straight into one state, and say where a task is."""
+
+from __future__ import annotations
+
+import json
+
+import redis
+
+from django_redisq.keys import QueueKeys
+
+
+def keys(queue: str = "default") -> QueueKeys:
+    return QueueKeys(queue)
+
+
+def message(task: str = "tests.testapp.tasks.add", args: list | None = None, queue: str = "default") -> str:
+    return json.dumps({"v": 1, "task": task, "args": args if args is not None else [1, 2], "kwargs": {},
+                       "queue": queue, "backend": "default", "priority": 0})
+
+
+def seed_hash(r: redis.Redis, task_id: str, state: str, queue: str = "default", **fields: object) -> None:
+    k = keys(queue)
+    data = {"msg": message(queue=queue), "task": "tests.testapp.tasks.add", "state": state,
+            "enqueued_at": 1, "deliveries": 0, "failures": 0, "idem": ""}
+    data.update(fields)
+    r.hset(k.task(task_id), mapping=data)  # type: ignore[arg-type]
+
+
+def seed_pending(r: redis.Redis, task_id: str, queue: str = "default", **fields: object) -> None:
+    seed_hash(r, task_id, "pending", queue, **fields)
+    r.lpush(keys(queue).pending, task_id)
+
+
+def seed_scheduled(r: redis.Redis, task_id: str, due_in_ms: int, queue: str = "default") -> None:
+    """Due ``due_in_ms`` after Redis's own clock (negative: overdue)."""
+    seed_hash(r, task_id, "scheduled", queue)
+    sec, usec = r.time()
+    r.zadd(keys(queue).scheduled, {task_id: sec * 1000 + usec // 1000 + due_in_ms})
+
+
+def seed_processing(r: redis.Redis, task_id: str, worker: str, queue: str = "default", claim: bool = True) -> None:
+    k = keys(queue)
+    seed_hash(r, task_id, "running", queue, deliveries=1, workers=worker)
+    r.lpush(k.processing(worker), task_id)
+    if claim:
+        r.set(k.status(task_id), f"running:{worker}", px=60_000)
+
+
+def seed_dead(r: redis.Redis, task_id: str, queue: str = "default", died_at: int = 1000) -> None:
+    seed_hash(r, task_id, "dead", queue, died_at=died_at, failures=2,
+              errors=json.dumps([{"exc": "builtins.ValueError", "msg": "boom", "tb": "tb", "at": 1}]))
+    r.zadd(keys(queue).dead, {task_id: died_at})
+
+
+def redis_ms(r: redis.Redis) -> int:
+    sec, usec = r.time()
+    return int(sec) * 1000 + int(usec) // 1000
+
+
+def set_heartbeat_age(r: redis.Redis, worker: str, age_ms: int, queue: str = "default") -> None:
+    r.zadd(keys(queue).workers, {worker: redis_ms(r) - age_ms})
+
+
+def where_is(r: redis.Redis, task_id: str, queue: str = "default") -> list[str]:
+    """Every place the id is found: a correct queue always answers with exactly one."""
+    k = keys(queue)
+    places = []
+    if task_id in r.lrange(k.pending, 0, -1):
+        places.append("pending")
+    if r.zscore(k.scheduled, task_id) is not None:
+        places.append("scheduled")
+    if r.zscore(k.dead, task_id) is not None:
+        places.append("dead")
+    for plist in r.scan_iter(match=f"{k.prefix}processing:*", count=1000):
+        if task_id in r.lrange(plist, 0, -1):
+            places.append("processing:" + plist.rsplit(":", 1)[1])
+    if r.hget(k.task(task_id), "state") == "finished" and not places:
+        places.append("finished")
+    return places

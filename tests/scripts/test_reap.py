@@ -1,0 +1,29 @@
+from tests.helpers import keys, seed_processing, set_heartbeat_age, where_is
+
+
+def test_reap_gives_back_a_silent_workers_tasks(r, broker):
+    seed_processing(r, "t0", "dead-w")
+    seed_processing(r, "t1", "dead-w")
+    seed_processing(r, "t2", "live-w")
+    set_heartbeat_age(r, "dead-w", 60_000)
+    set_heartbeat_age(r, "live-w", 0)
+    tasks, workers = broker.reap("default")
+    assert (tasks, workers) == (2, ["dead-w"])
+    assert where_is(r, "t0") == ["pending"] and where_is(r, "t1") == ["pending"]
+    assert r.hget(keys().task("t0"), "state") == "pending"
+    assert not r.exists(keys().status("t0"))  # the dead worker's guard is released
+    assert where_is(r, "t2") == ["processing:live-w"]
+    assert r.zscore(keys().workers, "dead-w") is None
+
+
+def test_reap_leaves_a_guard_it_does_not_own(r, broker):
+    seed_processing(r, "t0", "dead-w", claim=False)
+    r.set(keys().status("t0"), "success")
+    set_heartbeat_age(r, "dead-w", 60_000)
+    broker.reap("default")
+    assert r.get(keys().status("t0")) == "success"
+
+
+def test_reap_with_nobody_dead(r, broker):
+    set_heartbeat_age(r, "w", 100)
+    assert broker.reap("default") == (0, [])

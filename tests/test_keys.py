@@ -1,0 +1,40 @@
+import re
+from pathlib import Path
+
+from django_redisq.keys import QueueKeys
+
+PKG = Path(__file__).resolve().parent.parent / "django_redisq"
+
+
+def hash_slot_tag(key: str) -> str:
+    """The part of a key Redis Cluster hashes: the first {...}."""
+    m = re.search(r"\{([^}]+)\}", key)
+    assert m, key
+    return m.group(1)
+
+
+def test_every_key_of_a_queue_shares_its_hash_tag():
+    k = QueueKeys("emails")
+    names = [k.pending, k.scheduled, k.dead, k.workers, k.processing("w"), k.worker_info("w"),
+             k.task("id"), k.status("id"), k.idem("order-{1}"), k.counter("processed"), k.counter("failed", 5)]
+    assert {hash_slot_tag(n) for n in names} == {"emails"}
+    assert all(n.startswith(k.prefix) for n in names)
+
+
+def test_prefix_is_configurable():
+    assert QueueKeys("q", "shop").pending == "shop:{q}:pending"
+
+
+def test_no_key_literal_outside_keys_py():
+    """Key names are spelled only in keys.py (and built from the prefix inside Lua)."""
+    for path in PKG.rglob("*.py"):
+        if path.name in ("keys.py",):
+            continue
+        text = path.read_text()
+        assert "redisq:{" not in text and ':pending"' not in text and ":processing:" not in text, path
+
+
+def test_only_the_broker_and_the_read_only_inspect_layer_run_scripts():
+    pattern = r"from \.+ import scripts|from \.?scripts import|django_redisq\.scripts"
+    importers = {p.name for p in PKG.rglob("*.py") if re.search(pattern, p.read_text())}
+    assert "broker.py" in importers and importers <= {"broker.py", "inspect.py"}

@@ -1,0 +1,83 @@
+"""runworker as a real process: exit codes, signals, errors."""
+
+import signal
+import time
+
+import pytest
+
+from tests.helpers import keys, where_is
+from tests.testapp import tasks
+from tests.testapp.tasks import EFFECTS
+
+pytestmark = pytest.mark.slow
+
+
+def wait_for(predicate, timeout=15.0, step=0.02):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(step)
+    return False
+
+
+def test_burst_runs_everything_and_exits_zero(r, run_worker_process):
+    results = tasks.add.enqueue_many([([i, i], {}) for i in range(20)])
+    wp = run_worker_process("--burst", "-v", "1")
+    out = wp.output()
+    assert wp.proc.returncode == 0, out
+    assert all(tasks.add.get_result(x.id).return_value == 2 * i for i, x in enumerate(results))
+    assert out.count("outcome=success") == 20  # one INFO line per task
+    assert "queue=default attempt=1 outcome=success duration=" in out
+
+
+def test_unreachable_redis_is_one_clear_line(r, run_worker_process, redis_url):
+    from tests.conftest import WorkerProcess
+
+    wp = WorkerProcess("redis://:hunter2@127.0.0.1:1/0", "--burst")
+    out = wp.output()
+    assert wp.proc.returncode == 1
+    assert "cannot reach Redis at redis://127.0.0.1:1/0" in out
+    assert "Traceback" not in out and "hunter2" not in out
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--concurrency", "0"], "must be at least 1"),
+    (["nope"], "not in TASKS"),
+    (["--name", "a b"], "worker name"),
+])
+def test_bad_options(r, run_worker_process, args, message):
+    wp = run_worker_process("--burst", *args)
+    out = wp.output()
+    assert wp.proc.returncode != 0 and message in out and "Traceback" not in out
+
+
+def test_sigterm_finishes_the_running_task_then_exits_zero(r, run_worker_process):
+    res = tasks.slow.delay("term", 1.0)
+    wp = run_worker_process("-v", "1")
+    assert wait_for(lambda: r.hget(EFFECTS, "term:start"))
+    wp.proc.send_signal(signal.SIGTERM)
+    out = wp.output()
+    assert wp.proc.returncode == 0, out
+    assert r.hget(EFFECTS, "term") == "1"
+    assert tasks.slow.get_result(res.id).status == "SUCCESSFUL"
+    assert r.zcard(keys().workers) == 0
+
+
+def test_second_signal_exits_at_once_and_leaves_the_task_for_the_reaper(r, run_worker_process):
+    res = tasks.slow.delay("abort", 5.0)
+    wp = run_worker_process("--name", "aborter", env={"REDISQ_OPT_WORKER_TIMEOUT": "1", "REDISQ_OPT_HEARTBEAT_INTERVAL": "0.2"})
+    assert wait_for(lambda: r.hget(EFFECTS, "abort:start"))
+    wp.proc.send_signal(signal.SIGINT)
+    time.sleep(0.2)
+    wp.proc.send_signal(signal.SIGINT)
+    wp.proc.wait(5)
+    assert wp.proc.returncode == 1
+    assert where_is(r, res.id) == ["processing:aborter"]
+    from dataclasses import replace
+
+    from django_redisq.broker import Broker
+    from django_redisq.conf import get_options
+
+    broker = Broker(replace(get_options("default"), worker_timeout=1))
+    assert wait_for(lambda: broker.reap("default")[0] == 0 and where_is(r, res.id) == ["pending"], timeout=10)

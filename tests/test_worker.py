@@ -1,0 +1,218 @@
+import json
+import threading
+import time
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.tasks import TaskResultStatus
+
+from django_redisq.worker import Worker
+from tests.helpers import keys, message, seed_pending, where_is
+from tests.testapp import tasks
+from tests.testapp.tasks import EFFECTS
+
+
+def drain(make_worker, results, rounds=50, **kwargs):
+    """Burst-run until every result settled (retries are scheduled a moment ahead)."""
+    for _ in range(rounds):
+        make_worker(**kwargs).run()
+        for res in results:
+            res.refresh()
+        if all(res.is_finished for res in results):
+            return
+        time.sleep(0.02)
+    raise AssertionError("tasks did not settle")
+
+
+def test_burst_drains_and_exits(r, make_worker):
+    results = tasks.add.enqueue_many([([i, 1], {}) for i in range(30)])
+    assert make_worker(concurrency=4).run() == 30
+    assert {tasks.add.get_result(x.id).return_value for x in results} == set(range(1, 31))
+    assert r.llen(keys().processing("x")) == 0
+
+
+def test_flaky_retries_then_succeeds(r, make_worker):
+    res = tasks.flaky.delay("f", 2)
+    drain(make_worker, [res])
+    assert res.status == TaskResultStatus.SUCCESSFUL and res.return_value == "ok after 3"
+    assert len(res.errors) == 2 and res.attempts == 3
+
+
+def test_exhausted_retries_go_to_the_dead_letter_queue(r, make_worker):
+    res = tasks.always_fails.delay()
+    drain(make_worker, [res])
+    assert where_is(r, res.id) == ["dead"]
+    data = r.hgetall(keys().task(res.id))
+    assert data["reason"] == "failed" and data["exc"] == "builtins.ValueError"
+
+
+def test_no_retry_on(r, make_worker):
+    res = tasks.not_retryable.delay()
+    drain(make_worker, [res])
+    assert res.status == TaskResultStatus.FAILED and len(res.errors) == 1
+    assert r.hget(keys().task(res.id), "reason") == "not_retryable"
+
+
+def test_retry_exception(r, make_worker):
+    res = tasks.asks_retry.delay("ar")
+    drain(make_worker, [res])
+    assert res.return_value == "second time" and len(res.errors) == 1
+
+
+def test_non_json_return_value_fails_without_retry(r, make_worker):
+    res = tasks.returns_object.delay()
+    drain(make_worker, [res])
+    assert res.status == TaskResultStatus.FAILED and len(res.errors) == 1
+    assert "not JSON" in res.errors[0].traceback
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        ("not json at all", "bad_message"),
+        ('{"v": 99, "task": "x"}', "unknown_schema"),
+        (message(task="os.system", args=["touch /tmp/redisq-pwned"]), "unknown_task"),
+        (message(task="tests.testapp.tasks.add", args=[1, 2, 3]), "bad_arguments"),
+    ],
+)
+def test_bad_messages_are_dead_lettered_and_the_worker_goes_on(r, make_worker, raw, reason):
+    seed_pending(r, "bad", msg=raw)
+    good = tasks.noop.delay(1)
+    make_worker().run()
+    assert where_is(r, "bad") == ["dead"]
+    assert r.hget(keys().task("bad"), "reason") == reason
+    assert tasks.noop.get_result(good.id).status == TaskResultStatus.SUCCESSFUL
+
+
+def test_unregistered_dotted_path_never_runs(r, make_worker, tmp_path):
+    target = tmp_path / "pwned"
+    seed_pending(r, "bad", msg=message(task="os.system", args=[f"touch {target}"]))
+    make_worker().run()
+    assert not target.exists()
+
+
+def test_garbage_id_in_pending(r, make_worker):
+    r.lpush(keys().pending, "no-such-task")
+    make_worker().run()
+    assert where_is(r, "no-such-task") == ["dead"]
+    assert r.hget(keys().task("no-such-task"), "reason") == "missing_task"
+
+
+def test_redelivered_after_success_is_not_run_again(r, make_worker):
+    res = tasks.counted.delay("once")
+    make_worker("emails").run()
+    assert r.hget(EFFECTS, "once") == "1"
+    r.lpush(keys("emails").pending, res.id)  # a redelivery (lost ack, reaped worker)
+    r.hset(keys("emails").task(res.id), "state", "pending")
+    make_worker("emails").run()
+    assert r.hget(EFFECTS, "once") == "1"
+    assert tasks.counted.get_result(res.id).status == TaskResultStatus.SUCCESSFUL
+
+
+def test_max_tasks(r, make_worker):
+    tasks.add.enqueue_many([([i, 1], {}) for i in range(10)])
+    assert make_worker(max_tasks=3, prefetch=1).run() == 3
+    assert r.llen(keys().pending) == 7
+
+
+def test_queue_order_is_importance(r, make_worker):
+    low = tasks.noop.using(queue_name="low").enqueue(1)
+    high = tasks.noop.delay(2)
+    make_worker("default", "low").run()
+    a, b = tasks.noop.get_result(high.id), tasks.noop.get_result(low.id)
+    assert a.status == b.status == TaskResultStatus.SUCCESSFUL
+
+
+def test_graceful_stop_finishes_the_running_task(r, make_worker):
+    res = tasks.slow.delay("g", 0.5)
+    w = make_worker(burst=False)
+    t = threading.Thread(target=w.run)
+    t.start()
+    deadline = time.time() + 5
+    while not r.hget(EFFECTS, "g:start") and time.time() < deadline:
+        time.sleep(0.01)
+    w.request_stop()
+    t.join(10)
+    assert not t.is_alive()
+    assert tasks.slow.get_result(res.id).status == TaskResultStatus.SUCCESSFUL
+    assert r.zscore(keys().workers, w.name) is None  # left the heartbeat set cleanly
+
+
+def test_stop_hands_back_prefetched_tasks_unstarted(r, make_worker):
+    results = [tasks.slow.delay(f"p{i}", 0.3) for i in range(3)]
+    w = make_worker(burst=False, concurrency=1, prefetch=3)
+    t = threading.Thread(target=w.run)
+    t.start()
+    deadline = time.time() + 5
+    while not r.hget(EFFECTS, "p0:start") and time.time() < deadline:
+        time.sleep(0.01)
+    w.request_stop()
+    t.join(10)
+    states = [tasks.slow.get_result(x.id) for x in results]
+    assert states[0].status == TaskResultStatus.SUCCESSFUL
+    for s in states[1:]:
+        assert s.status == TaskResultStatus.READY and s.attempts == 0  # the claim was undone
+        assert where_is(r, s.id) == ["pending"]
+
+
+def test_multiple_queues_each_have_a_fetcher(r, make_worker):
+    """A task on the last of three idle queues starts quickly: no polling round-robin."""
+    w = make_worker("default", "emails", "low", burst=False)
+    t = threading.Thread(target=w.run)
+    t.start()
+    try:
+        time.sleep(0.3)  # all three fetchers now block in BLMOVE
+        start = time.monotonic()
+        res = tasks.noop.using(queue_name="low").enqueue(1)
+        while tasks.noop.get_result(res.id).status != TaskResultStatus.SUCCESSFUL:
+            assert time.monotonic() - start < 2
+            time.sleep(0.002)
+        assert time.monotonic() - start < 0.5
+    finally:
+        w.request_stop()
+        t.join(10)
+
+
+def test_heartbeat_publishes_worker_info(r, make_worker):
+    w = make_worker(burst=False, name="hb-worker")
+    t = threading.Thread(target=w.run)
+    t.start()
+    try:
+        time.sleep(0.2)
+        info = json.loads(r.get(keys().worker_info("hb-worker")))
+        assert info["name"] == "hb-worker" and info["queues"] == ["default", "emails", "low"]
+    finally:
+        w.request_stop()
+        t.join(10)
+
+
+def test_lost_fetch_reply_is_handed_back(r, make_worker):
+    """An id in our processing list that we never heard of (lost reply) is released by the sweep."""
+    seed_pending(r, "t0")
+    w = make_worker(burst=False, name="sweeper")
+    w.broker.fetch("default", "sweeper", 1)  # claimed behind the worker's back
+    suspects: dict = {}
+    w._sweep(suspects)
+    assert where_is(r, "t0") == ["processing:sweeper"]  # first sighting: only a suspect
+    w._sweep(suspects)
+    assert where_is(r, "t0") == ["pending"]
+
+
+def test_bad_worker_arguments():
+    with pytest.raises(ImproperlyConfigured, match="not in TASKS"):
+        Worker(["nope"])
+    with pytest.raises(ValueError, match="worker name"):
+        Worker(name="has space")
+    with pytest.raises(ValueError, match="concurrency"):
+        Worker(concurrency=0)
+
+
+def test_db_connections_are_closed_around_each_task(r, make_worker, monkeypatch):
+    import django_redisq.runner as runner_mod
+
+    calls = []
+    real = runner_mod.close_old_connections
+    monkeypatch.setattr(runner_mod, "close_old_connections", lambda: (calls.append(threading.get_ident()), real()))
+    tasks.add.enqueue_many([([i, 1], {}) for i in range(3)])
+    make_worker().run()
+    assert len(calls) == 6  # before and after each of the three tasks
