@@ -19,7 +19,7 @@ test: $(STAMP)
 	$(PY) -m pytest
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check django_redisq tests example_project bench
+	$(VENV)/bin/ruff check django_redisq tests example_project $(wildcard bench)
 
 type: $(STAMP)
 	$(VENV)/bin/mypy
