@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from functools import cached_property
@@ -15,7 +16,6 @@ from django.tasks.base import TaskError
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 from django.tasks.signals import task_enqueued
 from django.utils import timezone
-from django.utils.crypto import get_random_string
 from django.utils.module_loading import import_string
 
 from .broker import Broker
@@ -71,7 +71,7 @@ class RedisQueueBackend(BaseTaskBackend):
 
     def _prepare(self, task: Task, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[TaskResult, tuple[str, str, str, int, str]]:
         args, kwargs, _ = encode_arguments(args, kwargs, self.conf.max_message_bytes)
-        task_id = get_random_string(32)
+        task_id = secrets.token_urlsafe(24)  # 32 characters, 192 random bits
         delay_ms = 0
         if task.run_after is not None:
             # a relative delay: the due time itself is computed from Redis TIME

@@ -120,6 +120,28 @@ def check_server(options: Options) -> dict[str, Any]:
     return info
 
 
+def durability_warnings(options: Options) -> list[str]:
+    """Redis settings that can lose tasks: an evicting memory policy, no persistence."""
+    try:
+        info = get_client(options).info()
+    except redis.RedisError:
+        return []
+    warnings = []
+    policy = info.get("maxmemory_policy", "noeviction")
+    if policy != "noeviction":
+        warnings.append(
+            f"Redis maxmemory-policy is {policy!r}: under memory pressure Redis deletes keys, including queued tasks. "
+            "Set maxmemory-policy noeviction."
+        )
+    try:
+        snapshots = get_client(options).config_get("save").get("save")
+    except redis.RedisError:  # CONFIG is often disabled on managed Redis
+        snapshots = None
+    if not info.get("aof_enabled") and snapshots == "":
+        warnings.append("Redis persistence is off: a Redis restart loses every queued task. Set appendonly yes.")
+    return warnings
+
+
 def _scrub(text: str) -> str:
     """Remove anything that looks like URL credentials from an error message."""
     import re

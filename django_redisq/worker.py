@@ -31,6 +31,9 @@ from .runner import DEAD, RETRY, SUCCESS, Outcome, Runner, error_dict
 
 logger = logging.getLogger("django_redisq")
 
+ACK_BATCH = 64
+"""Most finished tasks an executor acks in one round trip (only while more work is waiting)."""
+
 
 class Permits:
     """A counting semaphore that hands out several permits at once."""
@@ -90,7 +93,7 @@ class Worker:
         if not NAME_RE.match(self.name):
             raise ValueError(f"worker name {self.name!r}: use 1-100 letters, digits, '_', '-' or '.'")
         self.concurrency, self.burst, self.max_tasks = concurrency, burst, max_tasks
-        self.prefetch = prefetch or self.options.prefetch or concurrency
+        self.prefetch = prefetch or self.options.prefetch or 4 * concurrency
         self.broker = Broker(self.options)
         self.runner = runner or Runner(self.options, backend)
         self.permits = {q: Permits(self.prefetch) for q in self.queues}
@@ -199,6 +202,7 @@ class Worker:
             permits.give(n - used)
 
     def _execute_loop(self) -> None:
+        done: list[tuple[Delivery, Outcome]] = []  # run, not yet settled: acked together
         while not (self._stop.is_set() and self.work.empty()):
             try:
                 _, _, d = self.work.get(timeout=0.2)
@@ -206,46 +210,67 @@ class Worker:
                 continue
             if self._stop.is_set():  # stopping: unstarted tasks are handed back in _shutdown
                 self.work.put((self.rank[d.queue], next(self._seq), d))
-                return
+                break
             with self._lock:
                 self.running.add(d.id)
             if d.code == NOMSG:
                 outcome = Outcome(DEAD, error=error_dict(None, f"no task data for id {d.id!r}", "django_redisq.exceptions.BadMessage"), reason="missing_task")
             else:
                 outcome = self.runner.run(d, self.name)
-            self._settle(d, outcome)
+            done.append((d, outcome))
+            # settle at once when idle; under a backlog, settle a batch in one round trip
+            if self.work.empty() or len(done) >= ACK_BATCH:
+                self._settle(done)
+                done = []
+        if done:
+            self._settle(done)
 
-    def _settle(self, d: Delivery, o: Outcome) -> None:
-        for attempt in itertools.count():
-            try:
-                if o.kind == SUCCESS:
-                    self.broker.ack(d.queue, self.name, d.id, o.result_json)
-                elif o.kind == RETRY:
-                    self.broker.retry(d.queue, self.name, d.id, o.delay_ms, o.error)
-                else:
-                    self.broker.bury(d.queue, self.name, d.id, o.error, o.reason, o.failed)
-                break
-            except LeaseLost as exc:
-                logger.warning("%s; another worker has it now", exc)
-                break
-            except redis.RedisError as exc:
-                if self._force.is_set():
-                    break
-                logger.warning("settling task %s failed (%s); retrying", d.id, exc)
-                time.sleep(min(5.0, 0.05 * 2**attempt))
+    def _settle(self, batch: list[tuple[Delivery, Outcome]]) -> None:
+        """Ack, retry or bury each task; acks of one queue share a round trip."""
+        acks: dict[str, list[tuple[str, str]]] = {}
+        for d, o in batch:
+            if o.kind == SUCCESS:
+                acks.setdefault(d.queue, []).append((d.id, o.result_json))
+        for q, results in acks.items():
+            lost = self._with_retries(lambda q=q, results=results: self.broker.ack_many(q, self.name, results), f"acking {len(results)} task(s)")
+            for task_id in lost or ():
+                logger.warning("task %s was no longer held by worker %s at ack; another worker has it now", task_id, self.name)
+        for d, o in batch:
+            if o.kind == RETRY:
+                self._with_retries(lambda d=d, o=o: self.broker.retry(d.queue, self.name, d.id, o.delay_ms, o.error), f"retrying {d.id}")
+            elif o.kind == DEAD:
+                self._with_retries(lambda d=d, o=o: self.broker.bury(d.queue, self.name, d.id, o.error, o.reason, o.failed), f"burying {d.id}")
         with self._lock:
-            self.inflight.pop(d.id, None)
-            self.running.discard(d.id)
-            self.processed += 1
+            for d, _ in batch:
+                self.inflight.pop(d.id, None)
+                self.running.discard(d.id)
+            self.processed += len(batch)
             done = self.processed
-        self.permits[d.queue].give(1)
-        logger.info(
-            "task %s id=%s queue=%s attempt=%d outcome=%s duration=%.1fms%s",
-            o.task_name or "?", d.id, d.queue, d.deliveries, o.kind, o.duration * 1000,
-            f" reason={o.reason}" if o.kind == DEAD else (f" retry_in={o.delay_ms}ms" if o.kind == RETRY else ""),
-        )
+        for d, o in batch:
+            self.permits[d.queue].give(1)
+            if logger.isEnabledFor(logging.INFO):
+                logger.info(
+                    "task %s id=%s queue=%s attempt=%d outcome=%s duration=%.1fms%s",
+                    o.task_name or "?", d.id, d.queue, d.deliveries, o.kind, o.duration * 1000,
+                    f" reason={o.reason}" if o.kind == DEAD else (f" retry_in={o.delay_ms}ms" if o.kind == RETRY else ""),
+                )
         if self.max_tasks and done >= self.max_tasks:
             self.request_stop()
+
+    def _with_retries(self, step: Any, what: str) -> Any:
+        """Run one settle step, retrying on connection errors until it lands or a force stop."""
+        for attempt in itertools.count():
+            try:
+                return step()
+            except LeaseLost as exc:
+                logger.warning("%s; another worker has it now", exc)
+                return None
+            except redis.RedisError as exc:
+                if self._force.is_set():
+                    return None
+                logger.warning("%s failed (%s); retrying", what, exc)
+                time.sleep(min(5.0, 0.05 * 2**attempt))
+        return None
 
     def _heartbeat_loop(self) -> None:
         suspects: dict[str, set[str]] = {}

@@ -81,3 +81,15 @@ def test_second_signal_exits_at_once_and_leaves_the_task_for_the_reaper(r, run_w
 
     broker = Broker(replace(get_options("default"), worker_timeout=1))
     assert wait_for(lambda: broker.reap("default")[0] == 0 and where_is(r, res.id) == ["pending"], timeout=10)
+
+
+def test_an_evicting_redis_is_warned_about(r, run_worker_process):
+    r.config_set("maxmemory-policy", "allkeys-lru")
+    try:
+        wp = run_worker_process("--burst")
+        out = wp.output()
+    finally:
+        r.config_set("maxmemory-policy", "noeviction")
+    assert wp.proc.returncode == 0
+    assert "maxmemory-policy is 'allkeys-lru'" in out and "noeviction" in out
+    assert "persistence is off" in out  # the test server runs without persistence

@@ -12,7 +12,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils.module_loading import autodiscover_modules
 
-from django_redisq.connection import check_server
+from django_redisq.connection import check_server, durability_warnings
 from django_redisq.exceptions import RedisUnavailable
 
 LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
@@ -59,6 +59,8 @@ class Command(BaseCommand):
             if "InvalidTaskBackend" in type(exc).__name__:
                 raise CommandError(f"no task backend {opts['backend']!r} in TASKS") from None
             raise
+        for warning in durability_warnings(worker.options):
+            logging.getLogger("django_redisq").warning(warning)
         self._install_signals(worker)
         worker.run()
 
