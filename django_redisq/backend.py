@@ -78,7 +78,7 @@ class RedisQueueBackend(BaseTaskBackend):
             delay_ms = max(0, int((task.run_after - timezone.now()).total_seconds() * 1000))
         idem = task.key_for(args, kwargs) if isinstance(task, RedisTask) else ""
         msg = Message(task.module_path, args, kwargs, task.queue_name, self.alias, task.priority).encode()
-        result = TaskResult(
+        result: TaskResult = TaskResult(
             task=task, id=task_id, status=TaskResultStatus.READY, enqueued_at=timezone.now(),
             started_at=None, last_attempted_at=None, finished_at=None,
             args=args, kwargs=kwargs, backend=self.alias, errors=[], worker_ids=[],
@@ -138,7 +138,7 @@ class RedisQueueBackend(BaseTaskBackend):
         ]
         workers = [w for w in (data.get("workers") or "").split(",") if w]
         status = STATE_TO_STATUS.get(data.get("state", ""), TaskResultStatus.READY)
-        result = TaskResult(
+        result: TaskResult = TaskResult(
             task=task, id=task_id, status=status,
             enqueued_at=ms_to_datetime(data.get("enqueued_at")),
             started_at=ms_to_datetime(data.get("started_at")),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import redis
 from redis.commands.core import Script
@@ -106,7 +106,8 @@ class Broker:
     def wait(self, queue: str, worker: str, timeout: float = BLOCK_TIMEOUT) -> str | None:
         """Block until a task is pending, moving its id into our processing list (BLMOVE)."""
         k = self.keys(queue)
-        return self.client.blmove(k.pending, k.processing(worker), timeout, "RIGHT", "LEFT")
+        moved = self.client.blmove(k.pending, k.processing(worker), timeout, "RIGHT", "LEFT")  # type: ignore[arg-type]
+        return cast("str | None", moved)
 
     def ack(self, queue: str, worker: str, task_id: str, result_json: str) -> None:
         k = self.keys(queue)
@@ -193,7 +194,7 @@ class Broker:
         pipe.execute()
 
     def processing_ids(self, queue: str, worker: str) -> list[str]:
-        return list(self.client.lrange(self.keys(queue).processing(worker), 0, -1))
+        return cast("list[str]", self.client.lrange(self.keys(queue).processing(worker), 0, -1))
 
     # -- operator actions -----------------------------------------------
 
@@ -212,8 +213,8 @@ class Broker:
     def dead_ids(self, queue: str, count: int, newest_first: bool = False) -> list[str]:
         k = self.keys(queue)
         if newest_first:
-            return list(self.client.zrevrange(k.dead, 0, count - 1))
-        return list(self.client.zrange(k.dead, 0, count - 1))
+            return cast("list[str]", self.client.zrevrange(k.dead, 0, count - 1))
+        return cast("list[str]", self.client.zrange(k.dead, 0, count - 1))
 
     def replay_all(self, queue: str, batch: int = 500) -> int:
         """Replay every dead letter of a queue, in batches (each batch one atomic step)."""

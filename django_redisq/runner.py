@@ -112,7 +112,7 @@ class Runner:
         from .backend import ms_to_datetime
 
         workers = d.workers.split(",") if d.workers else [worker_id]
-        result = TaskResult(
+        result: TaskResult = TaskResult(
             task=task, id=d.id, status=TaskResultStatus.RUNNING,
             enqueued_at=ms_to_datetime(d.enqueued_at), started_at=ms_to_datetime(d.started_at),
             last_attempted_at=ms_to_datetime(int(time.time() * 1000)), finished_at=None,

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from inspect import isclass
-from typing import Any, TypeVar, overload
+from typing import Any, TypeVar, cast, overload
 
 from django.db import transaction
 from django.tasks import DEFAULT_TASK_BACKEND_ALIAS, DEFAULT_TASK_QUEUE_NAME, Task, TaskResult
@@ -80,8 +80,8 @@ class RedisTask(Task):
         unknown = set(options) - {"max_retries", "backoff_base", "backoff_max", "retry_on", "no_retry_on", "idempotency_key"}
         if unknown:
             raise TypeError(f"using() got unknown option(s): {', '.join(sorted(unknown))}")
-        changed = Task.using(self, priority=priority, queue_name=queue_name, run_after=run_after, backend=backend)
-        return replace(changed, **options) if options else changed  # type: ignore[return-value]
+        changed = cast(RedisTask, Task.using(self, priority=priority, queue_name=queue_name, run_after=run_after, backend=backend))
+        return replace(changed, **options) if options else changed
 
     def delay(self, *args: Any, **kwargs: Any) -> TaskResult:
         """Enqueue now; the Celery spelling of ``enqueue``."""
