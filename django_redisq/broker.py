@@ -110,30 +110,17 @@ class Broker:
         return cast("str | None", moved)
 
     def ack(self, queue: str, worker: str, task_id: str, result_json: str) -> None:
-        k = self.keys(queue)
-        o = self.options.for_queue(queue)
-        code = self._script("ack")(
-            keys=[k.processing(worker), k.task(task_id), k.status(task_id)],
-            args=[k.prefix, task_id, result_json, self._ms(o.result_ttl), self._ms(o.idempotency_ttl)],
-        )
-        if code == -1:
+        if self.ack_many(queue, worker, [(task_id, result_json)]):
             raise LeaseLost(f"task {task_id} was no longer held by worker {worker} at ack")
 
     def ack_many(self, queue: str, worker: str, results: Iterable[tuple[str, str]]) -> list[str]:
-        """Ack several tasks in one round trip; returns the ids whose lease was lost."""
+        """Ack tasks ``(id, result JSON)`` in one script call; returns the ids whose lease was lost."""
         k = self.keys(queue)
         o = self.options.for_queue(queue)
-        script = self._script("ack")
-        ids = []
-        pipe = self.client.pipeline(transaction=False)
+        argv: list[Any] = [k.prefix, self._ms(o.result_ttl), self._ms(o.idempotency_ttl)]
         for task_id, result_json in results:
-            ids.append(task_id)
-            script(
-                keys=[k.processing(worker), k.task(task_id), k.status(task_id)],
-                args=[k.prefix, task_id, result_json, self._ms(o.result_ttl), self._ms(o.idempotency_ttl)],
-                client=pipe,
-            )
-        return [i for i, code in zip(ids, pipe.execute(), strict=False) if code == -1]
+            argv += (task_id, result_json)
+        return list(self._script("ack")(keys=[k.processing(worker)], args=argv))
 
     def retry(self, queue: str, worker: str, task_id: str, delay_ms: int, error: dict[str, Any]) -> None:
         k = self.keys(queue)

@@ -66,6 +66,7 @@ class Runner:
         self.options = options
         self.alias = backend_alias
         self._tasks: dict[tuple[str, str], Task] = {}
+        self._signatures: dict[str, inspect.Signature] = {}
 
     def resolve(self, message: Message) -> Task:
         key = (message.task, message.queue)
@@ -89,7 +90,9 @@ class Runner:
         try:
             message = decode(d.raw)
             task = self.resolve(message)
-            params = inspect.signature(task.func)
+            params = self._signatures.get(message.task)
+            if params is None:
+                params = self._signatures[message.task] = inspect.signature(task.func)
             call_args = [None, *message.args] if task.takes_context else message.args
             try:
                 params.bind(*call_args, **message.kwargs)

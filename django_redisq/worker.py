@@ -1,7 +1,7 @@
 """The worker: fetcher threads feed executor threads; heartbeat and upkeep beside.
 
 One fetcher per queue (so an idle queue never delays a busy one) takes tasks
-into this worker's processing list, at most ``prefetch`` per queue at a time.
+into this worker's processing list, at most ``prefetch()`` per queue at a time.
 Executor threads run them in queue order (earlier queues first) and settle
 each one (ack, retry or bury). The main thread promotes due tasks and reaps
 dead workers. Signals belong to the management command, not here.
@@ -16,7 +16,7 @@ import queue as queue_mod
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
@@ -33,27 +33,32 @@ logger = logging.getLogger("django_redisq")
 
 ACK_BATCH = 64
 """Most finished tasks an executor acks in one round trip (only while more work is waiting)."""
+HOLD_SECONDS = 0.01
+"""Automatic prefetch: hold about this much work per thread beyond the tasks running."""
+AUTO_PREFETCH_MAX = 64
 
 
-class Permits:
-    """A counting semaphore that hands out several permits at once."""
+class Budget:
+    """How many fetched-but-unsettled tasks a queue may hold; the limit may change as we learn."""
 
-    def __init__(self, n: int) -> None:
-        self._n = n
+    def __init__(self, limit: Callable[[], int]) -> None:
+        self.limit = limit
+        self.held = 0
         self._cond = threading.Condition()
 
-    def take(self, most: int, timeout: float) -> int:
+    def take(self, timeout: float) -> int:
+        """Wait (up to ``timeout``) until below the limit, then take the whole gap."""
         with self._cond:
-            if not self._cond.wait_for(lambda: self._n > 0, timeout):
+            if not self._cond.wait_for(lambda: self.held < self.limit(), timeout):
                 return 0
-            k = min(most, self._n)
-            self._n -= k
+            k = self.limit() - self.held
+            self.held += k
             return k
 
     def give(self, k: int = 1) -> None:
         if k:
             with self._cond:
-                self._n += k
+                self.held -= k
                 self._cond.notify_all()
 
 
@@ -93,10 +98,11 @@ class Worker:
         if not NAME_RE.match(self.name):
             raise ValueError(f"worker name {self.name!r}: use 1-100 letters, digits, '_', '-' or '.'")
         self.concurrency, self.burst, self.max_tasks = concurrency, burst, max_tasks
-        self.prefetch = prefetch or self.options.prefetch or 4 * concurrency
+        self.fixed_prefetch = prefetch or self.options.prefetch or None
+        self.avg_duration = 0.001  # seconds, moving average of task run time
         self.broker = Broker(self.options)
         self.runner = runner or Runner(self.options, backend)
-        self.permits = {q: Permits(self.prefetch) for q in self.queues}
+        self.permits = {q: Budget(self.prefetch) for q in self.queues}
         self.rank = {q: i for i, q in enumerate(self.queues)}
         self.work: queue_mod.PriorityQueue[tuple[int, int, Delivery]] = queue_mod.PriorityQueue()
         self._seq = itertools.count()
@@ -110,6 +116,17 @@ class Worker:
         self.started_at = time.time()
 
     # -- control ---------------------------------------------------------
+
+    def prefetch(self) -> int:
+        """Tasks held per queue: fixed if configured, else about HOLD_SECONDS of work per thread.
+
+        Fast tasks are fetched and acked in large batches; slow ones one per
+        free thread, so a busy worker does not sit on tasks an idle one could run.
+        """
+        if self.fixed_prefetch:
+            return self.fixed_prefetch
+        extra = int(self.concurrency * HOLD_SECONDS / max(self.avg_duration, 1e-6))
+        return max(1, min(AUTO_PREFETCH_MAX, self.concurrency + extra))
 
     @property
     def stopping(self) -> bool:
@@ -174,9 +191,10 @@ class Worker:
     # -- threads ---------------------------------------------------------
 
     def _fetch_loop(self, q: str) -> None:
+        """Per queue: keep up to ``prefetch()`` tasks fetched, blocking in BLMOVE while idle."""
         permits, pause = self.permits[q], 0.1
         while not self._stop.is_set():
-            n = permits.take(self.prefetch, timeout=0.2)
+            n = permits.take(timeout=0.2)
             if n == 0:
                 continue
             try:
@@ -192,22 +210,53 @@ class Worker:
                 self._stop.wait(pause)
                 pause = min(pause * 2, 5.0)
                 continue
-            used = 0
-            for d in got:
-                if d.code in (RUN, NOMSG):
-                    with self._lock:
-                        self.inflight[d.id] = d
-                    self.work.put((self.rank[q], next(self._seq), d))
-                    used += 1
-            permits.give(n - used)
+            self._accept(q, n, got)
+
+    def _accept(self, q: str, n: int, got: list[Delivery]) -> int:
+        """Queue fetched tasks for the executors; give back the permits not used."""
+        used = 0
+        for d in got:
+            if d.code in (RUN, NOMSG):
+                with self._lock:
+                    self.inflight[d.id] = d
+                self.work.put((self.rank[q], next(self._seq), d))
+                used += 1
+        self.permits[q].give(n - used)
+        return used
+
+    def _fetch_now(self) -> bool:
+        """An idle executor fetches for itself (queues in order): no thread hand-off under a backlog."""
+        for q in self.queues:
+            n = self.permits[q].take(timeout=0)
+            if n == 0:
+                continue
+            try:
+                got = self.broker.fetch(q, self.name, n)
+            except redis.RedisError:
+                self.permits[q].give(n)
+                return False  # the fetcher thread reports and backs off
+            if self._accept(q, n, got):
+                return True
+        return False
 
     def _execute_loop(self) -> None:
         done: list[tuple[Delivery, Outcome]] = []  # run, not yet settled: acked together
-        while not (self._stop.is_set() and self.work.empty()):
+        while True:
             try:
-                _, _, d = self.work.get(timeout=0.2)
+                _, _, d = self.work.get_nowait()
             except queue_mod.Empty:
-                continue
+                if done:  # idle: settle what has run before anything else
+                    self._settle(done)
+                    done = []
+                    continue
+                if self._stop.is_set():
+                    break
+                if self._fetch_now():
+                    continue
+                try:
+                    _, _, d = self.work.get(timeout=0.2)
+                except queue_mod.Empty:
+                    continue
             if self._stop.is_set():  # stopping: unstarted tasks are handed back in _shutdown
                 self.work.put((self.rank[d.queue], next(self._seq), d))
                 break
@@ -218,8 +267,9 @@ class Worker:
             else:
                 outcome = self.runner.run(d, self.name)
             done.append((d, outcome))
-            # settle at once when idle; under a backlog, settle a batch in one round trip
-            if self.work.empty() or len(done) >= ACK_BATCH:
+            # under a backlog, settle in batches of half the prefetch, so fetching
+            # refills while the other half runs
+            if len(done) >= min(ACK_BATCH, max(1, self.prefetch() // 2)):
                 self._settle(done)
                 done = []
         if done:
@@ -247,6 +297,7 @@ class Worker:
             self.processed += len(batch)
             done = self.processed
         for d, o in batch:
+            self.avg_duration += 0.05 * (o.duration - self.avg_duration)
             self.permits[d.queue].give(1)
             if logger.isEnabledFor(logging.INFO):
                 logger.info(

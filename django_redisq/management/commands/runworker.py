@@ -37,7 +37,7 @@ class Command(BaseCommand):
         parser.add_argument("queues", nargs="*", metavar="QUEUE", help="queues to serve, most important first (default: all configured)")
         parser.add_argument("--backend", default="default", help="the TASKS alias to serve (default: %(default)s)")
         parser.add_argument("--concurrency", "-c", type=positive, default=1, help="threads running tasks (default: %(default)s)")
-        parser.add_argument("--prefetch", type=positive, default=None, help="tasks held per queue ahead of a free thread (default: the concurrency)")
+        parser.add_argument("--prefetch", type=positive, default=None, help="tasks held per queue, running included (default: automatic, from task durations)")
         parser.add_argument("--burst", action="store_true", help="run until the queues are empty, then exit")
         parser.add_argument("--max-tasks", type=positive, default=None, help="exit after settling this many tasks")
         parser.add_argument("--name", default=None, help="worker name (default: host.pid.random)")
