@@ -103,3 +103,11 @@ def work(key: str) -> str:
     time.sleep(0.003)
     client.hincrby(EFFECTS, key, 1)
     return key
+
+from tests.testapp import chaos_tasks as chaos_tasks  # noqa: E402  (fault-injection tasks, registered in every worker)
+
+
+@task(queue_name="emails", max_retries=5)
+def work_retrying(key: str) -> str:
+    """``work`` with retries: its own effect store may be briefly down (Redis restart tests)."""
+    return work.func(key)
