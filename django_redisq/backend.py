@@ -9,14 +9,13 @@ from datetime import UTC, datetime
 from functools import cached_property
 from typing import Any
 
-from django.core.exceptions import SuspiciousOperation
 from django.tasks import Task, TaskResult, TaskResultStatus
 from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.base import TaskError
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 from django.tasks.signals import task_enqueued
 from django.utils import timezone
-from django.utils.module_loading import import_string
+from django.utils.module_loading import autodiscover_modules
 
 from .broker import Broker
 from .conf import Options, build_options, check_errors
@@ -110,12 +109,11 @@ class RedisQueueBackend(BaseTaskBackend):
         """The Task object for a stored path; never anything but a Task."""
         found: Any = get_registered(path)
         if found is None:
-            try:
-                found = import_string(path)
-            except ImportError:
-                raise InvalidTask(f"task {path!r} is not importable any more") from None
+            # never import a path read from Redis: load the apps' tasks modules, then look again
+            autodiscover_modules("tasks")
+            found = get_registered(path)
         if not isinstance(found, Task):
-            raise SuspiciousOperation(f"{path!r} does not point to a Task")
+            raise InvalidTask(f"task {path!r} is not a registered task (not in an installed app's tasks module?)")
         if found.queue_name != queue or found.backend != self.alias:
             found = found.using(queue_name=queue, backend=self.alias)
         return found

@@ -8,7 +8,7 @@ retry, how long to wait) is decided by the caller; atomicity lives here.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -21,7 +21,15 @@ from .connection import BLOCK_TIMEOUT, get_client
 from .exceptions import LeaseLost
 from .keys import QueueKeys
 
-RUN, DONE, BUSY, NOMSG = 1, 2, 3, 4
+RUN, DONE, BUSY, NOMSG, CORRUPT = 1, 2, 3, 4, 5
+
+
+def _wire(value: Any) -> Any:
+    """Text as Redis should get it: garbage ids and error texts may hold lone surrogates
+    (undecodable bytes read back with 'surrogateescape'); send those as the original bytes."""
+    if value.__class__ is str and not value.isascii():
+        return value.encode("utf-8", "surrogateescape")
+    return value
 
 
 @dataclass(slots=True)
@@ -52,7 +60,7 @@ class Broker:
         self.options = options
         self._client = client
         self._keys: dict[str, QueueKeys] = {}
-        self._scripts: dict[str, Script] = {}
+        self._scripts: dict[str, Callable[..., Any]] = {}
 
     @property
     def client(self) -> redis.Redis:
@@ -66,11 +74,16 @@ class Broker:
             k = self._keys[queue] = QueueKeys(queue, self.options.key_prefix)
         return k
 
-    def _script(self, name: str) -> Script:
-        s = self._scripts.get(name)
-        if s is None:
-            s = self._scripts[name] = self.client.register_script(scripts.source(name))
-        return s
+    def _script(self, name: str) -> Callable[..., Any]:
+        call = self._scripts.get(name)
+        if call is None:
+            script = self.client.register_script(scripts.source(name))
+
+            def call(keys: Sequence[Any], args: Sequence[Any], client: Any = None, _script: Script = script) -> Any:
+                return _script(keys=[_wire(k) for k in keys], args=[_wire(a) for a in args], client=client)
+
+            self._scripts[name] = call
+        return call
 
     def _ms(self, seconds: float) -> int:
         return max(1, int(seconds * 1000))
@@ -140,6 +153,7 @@ class Broker:
             args=[
                 k.prefix, task_id, json.dumps(error, separators=(",", ":")), reason,
                 int(o.dead_letter_ttl * 1000), o.dead_letter_max, worker, 1 if failed else 0,
+                str(error.get("msg", "")), str(error.get("exc", "")),
             ],
         )
         if code == -1:

@@ -108,7 +108,11 @@ def validate(alias: str, params: Any) -> list[tuple[str, str, str]]:
                          "Give REDIS_URL, or CACHE_ALIAS (a django-redis cache), or EMBEDDED: True."))
     url = opts.get("REDIS_URL")
     if url is not None:
-        if not isinstance(url, str) or urlsplit(url).scheme not in ("redis", "rediss", "unix"):
+        try:
+            scheme = urlsplit(url).scheme if isinstance(url, str) else None
+        except ValueError:  # e.g. an unclosed IPv6 bracket
+            scheme = None
+        if scheme not in ("redis", "rediss", "unix"):
             problems.append(("E006", f"{w}['REDIS_URL'] must be a redis://, rediss:// or unix:// URL.",
                              'For example "redis://127.0.0.1:6379/0".'))
     cache = opts.get("CACHE_ALIAS")

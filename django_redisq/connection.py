@@ -50,6 +50,9 @@ def _embedded_socket(path: str) -> str:
 def _pool_kwargs(options: Options) -> dict[str, Any]:
     common: dict[str, Any] = {
         "decode_responses": True,
+        # bytes that are not UTF-8 (garbage pushed by hand) decode to lone surrogates and
+        # encode back to the same bytes, so such ids can still be moved and buried
+        "encoding_errors": "surrogateescape",
         "protocol": 2,
         "socket_timeout": BLOCK_TIMEOUT + 10,
         "socket_connect_timeout": 5,

@@ -58,12 +58,14 @@ def encode_arguments(args: Any, kwargs: Any, limit: int) -> tuple[list[Any], dic
     try:
         args, kwargs = normalize_json(list(args)), normalize_json(dict(kwargs))
         text = _dumps([args, kwargs])
+        size = len(text.encode("utf-8"))  # also refuses lone surrogates, which Redis cannot store as text
+    except RecursionError:
+        raise InvalidArguments("task arguments are nested too deeply to encode as JSON; flatten them or pass an id.") from None
     except (TypeError, ValueError) as exc:
         raise InvalidArguments(
             f"task arguments must be JSON values (str, int, float, bool, None, list, dict with str keys): {exc}. "
             "Pass ids or primitive values instead of objects."
         ) from None
-    size = len(text.encode("utf-8"))
     if size > limit:
         raise InvalidArguments(
             f"task arguments are {size} bytes encoded; the limit is {limit} (OPTIONS['MAX_MESSAGE_BYTES']). "

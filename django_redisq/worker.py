@@ -23,7 +23,7 @@ import redis
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.crypto import get_random_string
 
-from .broker import NOMSG, RUN, Broker, Delivery
+from .broker import CORRUPT, NOMSG, RUN, Broker, Delivery
 from .connection import BLOCK_TIMEOUT
 from .exceptions import LeaseLost
 from .keys import NAME_RE
@@ -33,6 +33,7 @@ logger = logging.getLogger("django_redisq")
 
 ACK_BATCH = 64
 """Most finished tasks an executor acks in one round trip (only while more work is waiting)."""
+BAD_MESSAGE = "django_redisq.exceptions.BadMessage"
 HOLD_SECONDS = 0.01
 """Automatic prefetch: hold about this much work per thread beyond the tasks running."""
 AUTO_PREFETCH_MAX = 64
@@ -174,6 +175,9 @@ class Worker:
                 except redis.RedisError as exc:
                     logger.warning("worker upkeep failed (%s); retrying", exc)
                     wait = 1.0
+                except Exception:
+                    logger.exception("worker upkeep failed; retrying")
+                    wait = 1.0
                 self._stop.wait(max(0.005, wait))
         finally:
             self._shutdown(fetchers, executors, threads[0])
@@ -204,9 +208,12 @@ class Worker:
                     if moved:
                         got = self.broker.fetch(q, self.name, n - 1, moved_id=moved)
                 pause = 0.1
-            except redis.RedisError as exc:
+            except Exception as exc:  # the fetcher must outlive any reply it cannot read
                 permits.give(n)
-                logger.warning("fetch from queue %s failed (%s); retrying in %.1fs", q, exc, pause)
+                if isinstance(exc, redis.RedisError):
+                    logger.warning("fetch from queue %s failed (%s); retrying in %.1fs", q, exc, pause)
+                else:
+                    logger.exception("fetch from queue %s failed; retrying in %.1fs", q, pause)
                 self._stop.wait(pause)
                 pause = min(pause * 2, 5.0)
                 continue
@@ -216,7 +223,7 @@ class Worker:
         """Queue fetched tasks for the executors; give back the permits not used."""
         used = 0
         for d in got:
-            if d.code in (RUN, NOMSG):
+            if d.code in (RUN, NOMSG, CORRUPT):
                 with self._lock:
                     self.inflight[d.id] = d
                 self.work.put((self.rank[q], next(self._seq), d))
@@ -232,9 +239,9 @@ class Worker:
                 continue
             try:
                 got = self.broker.fetch(q, self.name, n)
-            except redis.RedisError:
+            except Exception:  # noqa: BLE001 - the fetcher thread reports and backs off
                 self.permits[q].give(n)
-                return False  # the fetcher thread reports and backs off
+                return False
             if self._accept(q, n, got):
                 return True
         return False
@@ -263,7 +270,10 @@ class Worker:
             with self._lock:
                 self.running.add(d.id)
             if d.code == NOMSG:
-                outcome = Outcome(DEAD, error=error_dict(None, f"no task data for id {d.id!r}", "django_redisq.exceptions.BadMessage"), reason="missing_task")
+                outcome = Outcome(DEAD, error=error_dict(None, f"no task data for id {d.id!r}", BAD_MESSAGE), reason="missing_task")
+            elif d.code == CORRUPT:
+                outcome = Outcome(DEAD, error=error_dict(None, f"task data of id {d.id!r} is corrupt (wrong key type or counters)", BAD_MESSAGE),
+                                  reason="corrupt_task")
             else:
                 outcome = self.runner.run(d, self.name)
             done.append((d, outcome))
@@ -321,6 +331,9 @@ class Worker:
                     return None
                 logger.warning("%s failed (%s); retrying", what, exc)
                 time.sleep(min(5.0, 0.05 * 2**attempt))
+            except Exception:  # not retryable: the task stays in our list and is handed back by the sweep
+                logger.exception("%s failed", what)
+                return None
         return None
 
     def _heartbeat_loop(self) -> None:
@@ -331,6 +344,8 @@ class Worker:
                 self._sweep(suspects)
             except redis.RedisError as exc:
                 logger.warning("heartbeat failed (%s)", exc)
+            except Exception:  # the heartbeat must never stop while tasks run
+                logger.exception("heartbeat failed")
 
     def _sweep(self, suspects: dict[str, set[str]]) -> None:
         """Hand back ids in our processing list that we do not know (a fetch reply lost)."""

@@ -35,6 +35,7 @@ TEMPLATES = [
     }
 ]
 DEFAULT_AUTO_FIELD = "django.db.models.AutoField"
+STATIC_URL = "/static/"
 TASKS = {
     "default": {
         "BACKEND": "django_redisq.backend.RedisQueueBackend",

@@ -216,3 +216,13 @@ def test_db_connections_are_closed_around_each_task(r, make_worker, monkeypatch)
     tasks.add.enqueue_many([([i, 1], {}) for i in range(3)])
     make_worker().run()
     assert len(calls) == 6  # before and after each of the three tasks
+
+
+def test_a_dead_letter_can_be_replayed_again_and_again(r, make_worker, broker):
+    """Replay restarts the delivery count, so a replayed task always runs (regression)."""
+    res = tasks.always_fails.delay("again")
+    for round_ in range(8):
+        drain(make_worker, [res])
+        assert r.hget(keys().task(res.id), "reason") == "failed", round_
+        assert broker.replay("default", [res.id]) == 1
+    assert len(tasks.always_fails.get_result(res.id).errors) == 16  # two attempts per round, all kept

@@ -17,6 +17,8 @@ NAMES = (
     "heartbeat",
     "replay",
     "purge",
+    "scan_dead",
+    "move_in",
 )
 
 

@@ -1,10 +1,11 @@
 -- bury: move a task to the dead-letter queue with the reason, after its last
 -- attempt failed or because it could not be run at all (bad message, unknown
--- task). Prove ownership first. Trims the dead-letter queue by age and size.
+-- task, corrupt data). Prove ownership first. Trims the dead-letter queue by
+-- age and size. Nothing here can fail after the LREM: a task is never dropped.
 --
 -- KEYS[1] -> P:processing:<worker>  (LIST)
 -- KEYS[2] -> P:dead                 (ZSET, score = died at, Redis ms)
--- KEYS[3] -> P:t:<id>               (HASH)
+-- KEYS[3] -> P:t:<id>               (HASH; a key of another type is renamed to P:t:<id>:corrupt)
 -- KEYS[4] -> P:status:<id>          (STRING guard)
 -- ARGV[1] -> P:              the queue's key prefix (counters, idempotency key, trimmed hashes)
 -- ARGV[2] -> id
@@ -14,6 +15,8 @@
 -- ARGV[6] -> max dead letters kept (the oldest beyond it are deleted; 0 = no limit)
 -- ARGV[7] -> worker id       (the guard is released only if this worker holds it)
 -- ARGV[8] -> 1 if this counts as a failed attempt (the task ran and raised), else 0
+-- ARGV[9] -> the error message (the error JSON's "msg")
+-- ARGV[10] -> the exception's dotted class path (the error JSON's "exc")
 --
 -- Returns:
 --    n >= 0 -> buried; n older dead letters were trimmed
@@ -21,14 +24,23 @@
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local prefix, id = ARGV[1], ARGV[2]
+local ktype = redis.call('TYPE', KEYS[3])['ok']
+if ktype ~= 'hash' and ktype ~= 'none' then
+  redis.call('RENAME', KEYS[3], KEYS[3] .. ':corrupt')  -- kept for inspection, same slot
+end
 if redis.call('LREM', KEYS[1], 1, id) == 0 then return -1 end
-local err = cjson.decode(ARGV[3])
-local errs = redis.call('HGET', KEYS[3], 'errors')
-if errs and errs ~= '' then errs = string.sub(errs, 1, -2) .. ',' .. ARGV[3] .. ']' else errs = '[' .. ARGV[3] .. ']' end
+local f = redis.call('HMGET', KEYS[3], 'errors', 'failures')
+local errs = f[1]
+if errs and string.sub(errs, 1, 1) == '[' and string.sub(errs, -1) == ']' and errs ~= '[]' then
+  errs = string.sub(errs, 1, -2) .. ',' .. ARGV[3] .. ']'
+else
+  errs = '[' .. ARGV[3] .. ']'
+end
+local failures = tonumber(f[2]) or 0
+if ARGV[8] == '1' then failures = failures + 1 end
 redis.call('HSET', KEYS[3], 'state', 'dead', 'errors', errs, 'died_at', now, 'reason', ARGV[4],
-  'error', err['msg'] or '', 'exc', err['exc'] or '')
+  'error', ARGV[9], 'exc', ARGV[10], 'failures', failures)
 redis.call('PERSIST', KEYS[3])
-if ARGV[8] == '1' then redis.call('HINCRBY', KEYS[3], 'failures', 1) end
 redis.call('ZADD', KEYS[2], now, id)
 if redis.call('GET', KEYS[4]) == 'running:' .. ARGV[7] then redis.call('DEL', KEYS[4]) end
 local idem = redis.call('HGET', KEYS[3], 'idem')

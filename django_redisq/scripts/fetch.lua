@@ -17,6 +17,7 @@
 --   code 2 DONE  -> already successful, or finished or dead: removed from processing, do not run
 --   code 3 BUSY  -> another worker's guard is still held: moved to scheduled for 1 s later
 --   code 4 NOMSG -> no task data for this id: left in processing for the worker to bury
+--   code 5 CORRUPT -> task data of the wrong type or with non-numeric counters: left for burial
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local prefix, worker, lease = ARGV[1], ARGV[4], ARGV[3]
@@ -34,8 +35,10 @@ local function skip(id, code)
 end
 for _, id in ipairs(ids) do
   local tkey = prefix .. 't:' .. id
-  local f = redis.call('HMGET', tkey, 'msg', 'state', 'deliveries', 'failures', 'workers', 'enqueued_at', 'started_at')
-  if not f[1] then
+  local f = redis.pcall('HMGET', tkey, 'msg', 'state', 'deliveries', 'failures', 'workers', 'enqueued_at', 'started_at')
+  if f.err or (f[3] and not tonumber(f[3])) or (f[4] and not tonumber(f[4])) then
+    skip(id, 5)  -- checked before any write, so a bad hash cannot abort this script half-way
+  elseif not f[1] then
     skip(id, 4)
   elseif f[2] == 'finished' or f[2] == 'dead' then
     redis.call('LREM', KEYS[2], 1, id)
@@ -43,7 +46,8 @@ for _, id in ipairs(ids) do
   else
     local skey = prefix .. 'status:' .. id
     if redis.call('SET', skey, 'running:' .. worker, 'NX', 'PX', lease) then
-      local d = redis.call('HINCRBY', tkey, 'deliveries', 1)
+      local d = (tonumber(f[3]) or 0) + 1
+      redis.call('HSET', tkey, 'deliveries', d)
       local workers = f[5]
       if workers and workers ~= '' then workers = workers .. ',' .. worker else workers = worker end
       redis.call('HSET', tkey, 'state', 'running', 'last_attempted_at', now, 'workers', workers)

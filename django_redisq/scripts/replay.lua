@@ -1,5 +1,5 @@
--- replay: move dead letters back to pending. The failure count restarts at
--- zero (a full set of retries); the history of errors is kept.
+-- replay: move dead letters back to pending. The failure and delivery counts
+-- restart at zero (a full set of retries); the history of errors and workers is kept.
 --
 -- KEYS[1] -> P:dead     (ZSET)
 -- KEYS[2] -> P:pending  (LIST)
@@ -14,7 +14,8 @@ for i = 2, #ARGV do
   if redis.call('ZREM', KEYS[1], id) == 1 then
     local tkey = prefix .. 't:' .. id
     if redis.call('HEXISTS', tkey, 'msg') == 1 then
-      redis.call('HSET', tkey, 'state', 'pending', 'failures', 0, 'replayed', 1)
+      redis.call('HSET', tkey, 'state', 'pending', 'failures', 0, 'deliveries', 0)
+      redis.call('HINCRBY', tkey, 'replayed', 1)
       redis.call('HDEL', tkey, 'died_at', 'reason', 'finished_at')
       redis.call('LPUSH', KEYS[2], id)
       n = n + 1

@@ -20,8 +20,8 @@ local prefix = ARGV[1]
 if redis.call('LREM', KEYS[1], 1, ARGV[2]) == 0 then return -1 end
 local errs = redis.call('HGET', KEYS[3], 'errors')
 if errs and errs ~= '' then errs = string.sub(errs, 1, -2) .. ',' .. ARGV[4] .. ']' else errs = '[' .. ARGV[4] .. ']' end
-redis.call('HSET', KEYS[3], 'state', 'scheduled', 'errors', errs)
-redis.call('HINCRBY', KEYS[3], 'failures', 1)
+redis.call('HSET', KEYS[3], 'state', 'scheduled', 'errors', errs,
+  'failures', (tonumber(redis.call('HGET', KEYS[3], 'failures')) or 0) + 1)
 redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), ARGV[2])
 if redis.call('GET', KEYS[4]) == 'running:' .. ARGV[5] then redis.call('DEL', KEYS[4]) end
 redis.call('INCR', prefix .. 'failed')

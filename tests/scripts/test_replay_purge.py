@@ -8,7 +8,7 @@ def test_replay_resets_failures_and_keeps_history(r, broker):
     assert broker.replay("default", ["t0", "not-dead"]) == 1
     data = r.hgetall(keys().task("t0"))
     assert where_is(r, "t0") == ["pending"]
-    assert data["state"] == "pending" and data["failures"] == "0" and "died_at" not in data
+    assert data["state"] == "pending" and data["failures"] == "0" and data["deliveries"] == "0" and "died_at" not in data
     assert len(json.loads(data["errors"])) == 1
 
 
