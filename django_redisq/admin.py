@@ -1,0 +1,302 @@
+"""Admin pages over Redis: queues, dead letters, and pending, scheduled and running tasks.
+
+The ``DeadLetter`` model is a placeholder (no table) that gives the admin an
+index entry and two permissions: "view" to look, "change" to replay, delete
+and purge. Reads go through ``inspect.py`` and changes through
+``operations.py``. Every change is a POST that first shows a confirmation
+page (the count and a sample), is CSRF-protected, and is written to the
+admin log. Bulk runs do about a second of work per request and then show
+their progress, continuing by themselves.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections import Counter
+from typing import Any
+
+from django.contrib import admin, messages
+from django.contrib.admin.models import CHANGE, DELETION, LogEntry
+from django.contrib.admin.utils import unquote
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect, QueryDict
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils.http import urlencode
+
+from .conf import get_options
+from .inspect import DeadFilter, Inspector, Pagination, UnknownQueue, WorkerInfo, backend_aliases
+from .models import DeadLetter
+from .operations import DELETE, REPLAY, Operations, Progress
+
+ID_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,64}$")
+TOP_RE = re.compile(r"^\d{1,17}$")
+MAX_SELECTED = 1000
+SLICE_SECONDS = 1.0  # work one request does on a bulk action before it shows progress
+SAMPLE = 10
+LIST_STATES = ("pending", "scheduled", "running")
+PAST = {REPLAY: "Replayed", DELETE: "Deleted"}
+
+
+def _int(value: Any, default: int, low: int = 0, high: int = 10**9) -> int:
+    try:
+        return max(low, min(high, int(value)))
+    except (TypeError, ValueError):
+        return default
+
+
+def chart(series: list[tuple[Any, int, int, int]], width: int = 180, height: int = 36) -> dict[str, Any]:
+    """Polyline points for processed and failed-or-dead per minute: a server-side SVG, no script."""
+    peak = max([max(p, f + d) for _, p, f, d in series] + [1])
+    step = width / max(1, len(series) - 1)
+
+    def points(values: list[int]) -> str:
+        return " ".join(f"{i * step:.1f},{height - v * (height - 2) / peak - 1:.1f}" for i, v in enumerate(values))
+
+    return {
+        "width": width, "height": height, "peak": peak,
+        "processed": points([p for _, p, _, _ in series]),
+        "failed": points([f + d for _, _, f, d in series]),
+    }
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "—"
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds:.1f} s"
+
+
+def _filter(params: QueryDict) -> DeadFilter:
+    return DeadFilter(params.get("task", "")[:200], params.get("exc", "")[:200], params.get("q", "")[:200])
+
+
+@admin.register(DeadLetter)
+class DeadLetterAdmin(admin.ModelAdmin):
+    list_per_page = 50
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # deleting dead letters is a "change" of the queue, checked in action_view
+
+    def get_urls(self) -> list[URLPattern]:
+        wrap, name = self.admin_site.admin_view, "django_redisq_deadletter"
+        return [
+            path("", wrap(self.changelist_view), name=f"{name}_changelist"),
+            path("queues/", wrap(self.queues_view), name=f"{name}_queues"),
+            path("tasks/<str:state>/", wrap(self.tasks_view), name=f"{name}_tasks"),
+            path("task/<str:alias>/<str:queue>/<str:task_id>/", wrap(self.detail_view), name=f"{name}_detail"),
+            path("action/", wrap(self.action_view), name=f"{name}_action"),
+            path("<path:object_id>/change/", wrap(self.log_link_view), name=f"{name}_change"),
+        ]
+
+    # -- helpers ---------------------------------------------------------
+
+    def _context(self, request: HttpRequest, title: str, **extra: Any) -> dict[str, Any]:
+        return {
+            **self.admin_site.each_context(request), "opts": self.model._meta, "title": title,
+            "has_change_permission": self.has_change_permission(request), "aliases": backend_aliases(), **extra,
+        }
+
+    def _render(self, request: HttpRequest, template: str, context: dict[str, Any]) -> TemplateResponse:
+        return TemplateResponse(request, f"admin/django_redisq/deadletter/{template}", context)
+
+    def _require_view(self, request: HttpRequest) -> None:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+
+    def _inspector(self, alias: str | None) -> Inspector:
+        aliases = backend_aliases()
+        if not aliases:
+            raise Http404("TASKS has no django_redisq backend")
+        alias = alias or aliases[0]
+        if alias not in aliases:
+            raise Http404(f"TASKS has no django_redisq backend {alias!r}")
+        return Inspector(get_options(alias))
+
+    def _list_url(self, alias: str, queue: str, **params: str) -> str:
+        query = urlencode({"backend": alias, "queue": queue, **{k: v for k, v in params.items() if v}})
+        return reverse("admin:django_redisq_deadletter_changelist") + "?" + query
+
+    def _log(self, request: HttpRequest, ids: list[str], flag: int, message: str) -> None:
+        user_id = request.user.pk
+        assert user_id is not None  # admin_view lets only logged-in staff through
+        LogEntry.objects.log_actions(user_id, [DeadLetter(id=i) for i in ids], flag, message)
+
+    # -- pages -----------------------------------------------------------
+
+    def queues_view(self, request: HttpRequest) -> TemplateResponse:
+        self._require_view(request)
+        backends = []
+        for alias in backend_aliases():
+            stats = Inspector(get_options(alias)).stats()
+            workers: dict[str, WorkerInfo] = {}
+            for s in stats:
+                for w in s.workers:  # a worker serving several queues is listed once
+                    if w.name in workers:
+                        workers[w.name].holding += w.holding
+                    else:
+                        workers[w.name] = w
+            rows = [(s, chart(s.series), duration(s.oldest_pending_age)) for s in stats]
+            backends.append((alias, rows, sorted(workers.values(), key=lambda w: w.name)))
+        return self._render(request, "queues.html", self._context(request, "Queues", backends=backends))
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        self._require_view(request)
+        ins = self._inspector(request.GET.get("backend"))
+        queue = request.GET.get("queue") or ins.queues[0]
+        if queue not in ins.queues:
+            messages.error(request, f"Queue {queue!r} is not in TASKS[{ins.options.alias!r}]['QUEUES'] any more.")
+            return HttpResponseRedirect(reverse("admin:django_redisq_deadletter_changelist"))
+        flt = _filter(request.GET)
+        top = request.GET.get("top", "")
+        top = top if TOP_RE.match(top) else ""
+        before = request.GET.get("before")
+        page = ins.dead_page(queue, flt, start=_int(request.GET.get("start"), 0), per_page=self.list_per_page,
+                             top=top, before=_int(before, 0) if before is not None else None)
+        tasks, excs = ins.facets(queue)
+        context = self._context(
+            request, "Dead letters", alias=ins.options.alias, queue=queue, queues=ins.dead_counts(), flt=flt,
+            page=page, pages=self._page_links(page), task_facets=tasks.most_common(15), exc_facets=excs.most_common(15),
+            targets=[q for q in ins.queues if q != queue], **(extra_context or {}),
+        )
+        return self._render(request, "change_list.html", context)
+
+    def _page_links(self, page: Pagination) -> list[tuple[Any, int | None]]:
+        return [(n, (n - 1) * page.per_page if isinstance(n, int) else None) for n in page.page_range()]
+
+    def tasks_view(self, request: HttpRequest, state: str) -> TemplateResponse:
+        self._require_view(request)
+        if state not in LIST_STATES:
+            raise Http404(f"no list of {state!r} tasks")
+        ins = self._inspector(request.GET.get("backend"))
+        queue = request.GET.get("queue") or ins.queues[0]
+        if queue not in ins.queues:
+            raise Http404(f"queue {queue!r} is not configured")
+        page: Pagination = getattr(ins, f"{state}_page")(queue, _int(request.GET.get("p"), 1, low=1), self.list_per_page)
+        context = self._context(request, f"{state.capitalize()} tasks", alias=ins.options.alias, queue=queue,
+                                queues=ins.queues, state=state, page=page)
+        return self._render(request, "tasks.html", context)
+
+    def detail_view(self, request: HttpRequest, alias: str, queue: str, task_id: str) -> TemplateResponse:
+        self._require_view(request)
+        ins = self._inspector(alias)
+        try:
+            detail = ins.task(queue, task_id)
+        except UnknownQueue:
+            raise Http404(f"queue {queue!r} is not configured") from None
+        if detail is None:
+            raise Http404(f"no task {task_id!r} in queue {queue!r}")
+        context = self._context(
+            request, "Dead letter" if detail.dead_score else f"{detail.row.state.capitalize() or 'Unknown'} task",
+            alias=alias, queue=queue, detail=detail,
+            args_json=json.dumps(detail.args, indent=2, ensure_ascii=False, sort_keys=True),
+            kwargs_json=json.dumps(detail.kwargs, indent=2, ensure_ascii=False, sort_keys=True),
+            targets=[q for q in ins.queues if q != queue],
+            workers=list(Counter(detail.workers).items()),  # one per delivery: shown once each, with a count
+        )
+        return self._render(request, "detail.html", context)
+
+    def log_link_view(self, request: HttpRequest, object_id: str) -> HttpResponseRedirect:
+        """Where an admin-log entry links: the task, or the queue's dead letters."""
+        self._require_view(request)
+        parts = unquote(object_id).split("/")
+        if len(parts) == 3:
+            return HttpResponseRedirect(reverse("admin:django_redisq_deadletter_detail", args=parts))
+        if len(parts) == 2:
+            return HttpResponseRedirect(self._list_url(*parts))
+        raise Http404("not a dead letter reference")
+
+    # -- changes ---------------------------------------------------------
+
+    def action_view(self, request: HttpRequest) -> HttpResponse:
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        if not self.has_change_permission(request):
+            raise PermissionDenied
+        post = request.POST
+        ins = self._inspector(post.get("backend"))
+        queue, action, to = post.get("queue", ""), post.get("action", ""), post.get("to") or None
+        ops = Operations(ins)
+        try:
+            ops.check(action, queue, to)
+        except (UnknownQueue, ValueError) as exc:
+            messages.error(request, str(exc))
+            return HttpResponseRedirect(reverse("admin:django_redisq_deadletter_changelist"))
+        if post.get("scope") == "all":
+            return self._act_all(request, ops, action, queue, to)
+        ids = [i for i in post.getlist("ids") if ID_RE.match(i)][:MAX_SELECTED]
+        present = ins.present_dead(queue, ids)
+        back = self._list_url(ins.options.alias, queue)
+        if not present:
+            messages.warning(request, "None of the selected tasks is in this queue's dead letters (any more).")
+            return HttpResponseRedirect(back)
+        if post.get("confirm") != "yes":
+            return self._confirm(request, ins, action, queue, to, count=len(present),
+                                 sample=ins.rows(queue, present[:SAMPLE]), hidden={"ids": present, "scope": "selected"})
+        done, skipped = ops.act(action, queue, present, to)
+        where = f" into queue {to}" if to else ""
+        now_in = to if action == REPLAY and to else queue  # where the log entry's link finds the task
+        self._log(request, [f"{ins.options.alias}/{now_in}/{i}" for i in present],
+                  CHANGE if action == REPLAY else DELETION, f"{PAST[action]} dead letter{where} (from queue {queue})")
+        self._report(request, action, done, skipped, to)
+        return HttpResponseRedirect(self._list_url(ins.options.alias, queue))
+
+    def _act_all(self, request: HttpRequest, ops: Operations, action: str, queue: str, to: str | None) -> HttpResponse:
+        post, ins = request.POST, ops.inspector
+        flt = _filter(post)
+        top = post.get("top", "")
+        top = top if TOP_RE.match(top) else ""
+        if post.get("confirm") != "yes":
+            page = ins.dead_page(queue, flt, per_page=SAMPLE, top=top)  # fixes the snapshot the count and the run use
+            total = ins.count_dead(queue, flt, page.top)
+            return self._confirm(request, ins, action, queue, to, count=total, sample=page.items, flt=flt,
+                                 hidden={"scope": "all", "top": page.top, "total": total})
+        progress = Progress(total=_int(post.get("total"), 0), done=_int(post.get("done"), 0),
+                            skipped=_int(post.get("skipped"), 0), pos=_int(post.get("pos"), 0), top=top)
+        before = progress.done
+        ops.act_matching(action, queue, flt, progress, to, deadline=time.monotonic() + SLICE_SECONDS)
+        described = ", ".join(f"{k}={v!r}" for k, v in (("task", flt.task), ("exception", flt.exc), ("search", flt.search)) if v)
+        where = f" into queue {to}" if to else ""
+        self._log(request, [f"{ins.options.alias}/{queue}"], CHANGE if action == REPLAY else DELETION,
+                  f"{PAST[action]} {progress.done - before} dead letters{where} of queue {queue}"
+                  + (f" matching {described}" if described else ""))
+        if progress.finished:
+            self._report(request, action, progress.done, progress.skipped, to)
+            return HttpResponseRedirect(self._list_url(ins.options.alias, queue))
+        return self._confirm(request, ins, action, queue, to, count=progress.total, sample=[], flt=flt, progress=progress,
+                             hidden={"scope": "all", "top": progress.top, "total": progress.total, "done": progress.done,
+                                     "skipped": progress.skipped, "pos": progress.pos, "confirm": "yes"})
+
+    def _confirm(self, request: HttpRequest, ins: Inspector, action: str, queue: str, to: str | None, *, count: int,
+                 sample: list[Any], hidden: dict[str, Any], flt: DeadFilter | None = None,
+                 progress: Progress | None = None) -> TemplateResponse:
+        fields: list[tuple[str, Any]] = [("backend", ins.options.alias), ("queue", queue), ("action", action)]
+        if to:
+            fields.append(("to", to))
+        if flt:
+            fields += [(k, v) for k, v in (("task", flt.task), ("exc", flt.exc), ("q", flt.search)) if v]
+        for key, value in hidden.items():
+            fields += [(key, v) for v in value] if isinstance(value, list) else [(key, value)]
+        verb = "Replay" if action == REPLAY else "Delete"
+        context = self._context(
+            request, f"{verb} dead letters?" if progress is None else f"{verb} in progress",
+            alias=ins.options.alias, queue=queue, action=action, verb=verb, to=to, count=count, sample=sample,
+            flt=flt, fields=fields, progress=progress, back=self._list_url(ins.options.alias, queue),
+            percent=round(100 * progress.done / progress.total) if progress and progress.total else 0,
+        )
+        return self._render(request, "confirm.html", context)
+
+    def _report(self, request: HttpRequest, action: str, done: int, skipped: int, to: str | None) -> None:
+        noun = "dead letter" if done == 1 else "dead letters"
+        where = f" into queue {to}" if to else ""
+        messages.success(request, f"{PAST[action]} {done:,} {noun}{where}.")
+        if skipped:
+            messages.warning(request, f"{skipped:,} could not be moved: their message does not decode, so it cannot be "
+                                      "rewritten for another queue. Replay them in their own queue or delete them.")

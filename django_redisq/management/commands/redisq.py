@@ -1,0 +1,240 @@
+"""``manage.py redisq``: queue figures and dead letters from a shell.
+
+    redisq stats [--json]
+    redisq dead list [--queue Q] [--task T] [--exc E] [--search S] [--limit N] [--start POS] [--json]
+    redisq dead show ID [--queue Q] [--json]
+    redisq dead replay (--all | ID ...) [--queue Q] [--to Q2] [filters] [--json]
+    redisq dead purge (--all | ID ...) [--queue Q] [filters] [--noinput] [--json]
+
+It reads through ``inspect.py`` and changes through ``operations.py``, as
+the admin does. Long runs draw a progress bar on stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import asdict
+from datetime import datetime
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from django_redisq.inspect import DeadFilter, Inspector, UnknownQueue
+from django_redisq.operations import DELETE, REPLAY, Operations, Progress
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"not JSON: {type(value).__name__}")
+
+
+def _positive(value: str) -> int:
+    import argparse
+
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
+    return n
+
+
+class Command(BaseCommand):
+    help = "Queue figures, and list, show, replay or purge dead letters."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--backend", default="default", help="the TASKS alias (default: %(default)s)")
+        sub = parser.add_subparsers(dest="command", required=True, metavar="{stats,dead}")
+        stats = sub.add_parser("stats", help="sizes, throughput and workers of every queue")
+        stats.add_argument("--json", action="store_true", help="print JSON")
+        dead = sub.add_parser("dead", help="dead letters").add_subparsers(dest="dead_command", required=True,
+                                                                           metavar="{list,show,replay,purge}")
+        listing = dead.add_parser("list", help="newest first")
+        self._filters(listing)
+        listing.add_argument("--queue", help="the queue (default: the first configured)")
+        listing.add_argument("--limit", type=_positive, default=20, help="how many (default: %(default)s)")
+        listing.add_argument("--start", type=int, default=0, help="position to start at (printed as 'next' by a previous list)")
+        listing.add_argument("--json", action="store_true", help="print JSON")
+        show = dead.add_parser("show", help="one dead letter in full")
+        show.add_argument("id")
+        show.add_argument("--queue", help="its queue (default: look in every configured queue)")
+        show.add_argument("--json", action="store_true", help="print JSON")
+        for name, verb in (("replay", "replay into pending"), ("purge", "delete for good")):
+            p = dead.add_parser(name, help=verb)
+            p.add_argument("ids", nargs="*", metavar="ID")
+            p.add_argument("--all", action="store_true", help="every dead letter of --queue matching the filters")
+            p.add_argument("--queue", help="the queue (needed with --all; default for ids: wherever each one is)")
+            self._filters(p)
+            p.add_argument("--json", action="store_true", help="print the outcome as JSON")
+            if name == "replay":
+                p.add_argument("--to", help="replay into this other configured queue instead")
+            else:
+                p.add_argument("--noinput", "--no-input", action="store_false", dest="interactive",
+                               help="do not ask for confirmation before purging with --all")
+
+    def _filters(self, parser: CommandParser) -> None:
+        parser.add_argument("--task", default="", help="task path, or its last part ('send_receipt')")
+        parser.add_argument("--exc", default="", help="exception class path, or its last part ('ValueError')")
+        parser.add_argument("--search", default="", help="text in the last error message (ASCII case-insensitive)")
+
+    # -- dispatch --------------------------------------------------------
+
+    def handle(self, *args: Any, **opts: Any) -> None:
+        try:
+            ins = Inspector.for_alias(opts["backend"])
+        except UnknownQueue as exc:
+            raise CommandError(str(exc)) from None
+        self.ins = ins
+        try:
+            if opts["command"] == "stats":
+                self.stats(opts)
+            else:
+                getattr(self, f"dead_{opts['dead_command']}")(opts)
+        except UnknownQueue as exc:
+            raise CommandError(str(exc)) from None
+
+    def emit(self, opts: dict[str, Any], data: Any, text: str) -> None:
+        self.stdout.write(json.dumps(data, default=_json_default, indent=2) if opts.get("json") else text)
+
+    def _queue(self, opts: dict[str, Any]) -> str:
+        queue = opts.get("queue") or self.ins.queues[0]
+        self.ins.keys(queue)  # UnknownQueue -> CommandError
+        return queue
+
+    # -- subcommands -----------------------------------------------------
+
+    def stats(self, opts: dict[str, Any]) -> None:
+        stats = self.ins.stats()
+        lines = [f"{'queue':<16}{'pending':>9}{'sched':>8}{'running':>9}{'dead':>9}{'oldest':>9}"
+                 f"{'ok/min':>8}{'fail/min':>9}{'ok/h':>8}{'fail/h':>8}"]
+        workers: dict[str, Any] = {}
+        for s in stats:
+            age = "-" if s.oldest_pending_age is None else f"{s.oldest_pending_age:.0f}s"
+            lines.append(f"{s.queue:<16}{s.pending:>9}{s.scheduled:>8}{s.running:>9}{s.dead:>9}{age:>9}"
+                         f"{s.processed_minute:>8}{s.failed_minute:>9}{s.processed_hour:>8}{s.failed_hour:>8}")
+            for w in s.workers:
+                workers.setdefault(w.name, w)
+        lines.append("")
+        lines += [f"worker {w.name} host={w.host} pid={w.pid} queues={','.join(w.queues)} concurrency={w.concurrency} "
+                  f"heartbeat={w.seen_ago:.1f}s ago{'' if w.alive else ' (silent)'}" for w in workers.values()]
+        if not workers:
+            lines.append("no workers")
+        data = [{k: v for k, v in asdict(s).items() if k != "series"} | {"series": [
+            {"minute": m, "processed": p, "failed": f, "dead": d} for m, p, f, d in s.series]} for s in stats]
+        self.emit(opts, data, "\n".join(lines))
+
+    def dead_list(self, opts: dict[str, Any]) -> None:
+        queue = self._queue(opts)
+        page = self.ins.dead_page(queue, self._flt(opts), start=max(0, opts["start"]), per_page=opts["limit"])
+        lines = [f"{r.id}  {f'{r.died_at:%Y-%m-%dT%H:%M:%SZ}' if r.died_at else '?':<20}  {r.task or '?'}  "
+                 f"{r.exc_name or '?'}: {r.error[:80]}" for r in page.items]
+        if not lines:
+            lines.append(f"no dead letters in queue {queue}" + (" match" if self._flt(opts) else ""))
+        if page.total is not None:
+            lines.append(f"{page.total} dead letter(s) in queue {queue}")
+        if page.next_start is not None:
+            lines.append(f"more: --start {page.next_start} (with the same options)")
+        data = {"queue": queue, "total": page.total, "next_start": page.next_start, "scanned": page.scanned,
+                "items": [asdict(r) for r in page.items]}
+        self.emit(opts, data, "\n".join(lines))
+
+    def dead_show(self, opts: dict[str, Any]) -> None:
+        task_id = opts["id"]
+        queue = opts.get("queue") or self.ins.dead_queue_of([task_id]).get(task_id)
+        detail = self.ins.task(queue, task_id) if queue else None
+        if detail is None:
+            raise CommandError(f"no dead letter {task_id!r} in " + (f"queue {queue!r}" if opts.get("queue") else "any configured queue"))
+        r = detail.row
+        lines = [f"id:        {r.id}", f"task:      {r.task}", f"queue:     {r.queue}", f"state:     {r.state} ({r.reason})",
+                 f"attempts:  {r.failures} failed, {r.deliveries} deliveries", f"died at:   {r.died_at}",
+                 f"workers:   {', '.join(detail.workers) or '-'}", f"idem key:  {detail.idempotency_key or '-'}"]
+        if detail.message_error:
+            lines += [f"message:   {detail.message_error}", detail.raw_message]
+        else:
+            lines += [f"args:      {json.dumps(detail.args)}", f"kwargs:    {json.dumps(detail.kwargs)}"]
+        for n, a in enumerate(detail.attempts, 1):
+            lines += ["", f"attempt {n}: {a.exc} at {a.at}: {a.message}", a.traceback.rstrip()]
+        self.emit(opts, asdict(detail), "\n".join(lines))
+
+    def dead_replay(self, opts: dict[str, Any]) -> None:
+        self._act(REPLAY, opts, opts.get("to"))
+
+    def dead_purge(self, opts: dict[str, Any]) -> None:
+        self._act(DELETE, opts, None)
+
+    # -- replay / purge --------------------------------------------------
+
+    def _flt(self, opts: dict[str, Any]) -> DeadFilter:
+        return DeadFilter(opts.get("task", ""), opts.get("exc", ""), opts.get("search", ""))
+
+    def _act(self, action: str, opts: dict[str, Any], to: str | None) -> None:
+        ids, flt, ops = opts["ids"], self._flt(opts), Operations(self.ins)
+        past = "replayed" if action == REPLAY else "deleted"
+        if ids and opts["all"]:
+            raise CommandError("give dead letter ids or --all, not both")
+        if not ids and not opts["all"]:
+            raise CommandError("give dead letter ids, or --all (with --queue and optional filters) for every match")
+        if ids and flt:
+            raise CommandError("--task, --exc and --search go with --all")
+        if opts["all"]:
+            queue = self._queue(opts)
+            try:
+                ops.check(action, queue, to)
+            except ValueError as exc:
+                raise CommandError(str(exc)) from None
+            total = self.ins.count_dead(queue, flt)
+            if action == DELETE and opts.get("interactive") and sys.stdin.isatty():
+                answer = input(f"Delete {total} dead letter(s) of queue {queue} for good? Type 'yes' to continue: ")
+                if answer != "yes":
+                    raise CommandError("purge cancelled")
+            progress = Progress(total=total)
+            started = time.monotonic()
+            ops.act_matching(action, queue, flt, progress, to, on_batch=self._progress_bar(past))
+            self.stderr.write("")
+            done, skipped, seconds = progress.done, progress.skipped, time.monotonic() - started
+            where = {queue: done}
+        else:
+            found = self.ins.dead_queue_of(ids) if not opts.get("queue") else dict.fromkeys(
+                self.ins.present_dead(self._queue(opts), ids), self._queue(opts))
+            missing = [i for i in ids if i not in found]
+            if missing:
+                raise CommandError(f"not dead letters of {'queue ' + opts['queue'] if opts.get('queue') else 'any configured queue'}: "
+                                   + ", ".join(missing))
+            started, done, skipped, where = time.monotonic(), 0, 0, {}
+            for queue in dict.fromkeys(found.values()):
+                try:
+                    ops.check(action, queue, to)
+                except ValueError as exc:
+                    raise CommandError(str(exc)) from None
+                d, s = ops.act(action, queue, [i for i in ids if found[i] == queue], to)
+                done, skipped, where[queue] = done + d, skipped + s, d
+            seconds = time.monotonic() - started
+        data = {"action": action, "done": done, "skipped": skipped, "by_queue": where, "to": to, "seconds": round(seconds, 3)}
+        text = f"{past} {done} dead letter(s)" + (f" into queue {to}" if to else "") + f" in {seconds:.2f}s"
+        if skipped:
+            text += f"; {skipped} could not be moved (their message does not decode)"
+        self.emit(opts, data, text)
+
+    def _progress_bar(self, past: str) -> Any:
+        tty = self.stderr.isatty()
+        last = [0.0]
+
+        def show(p: Progress) -> None:
+            now = time.monotonic()
+            if not p.finished and now - last[0] < (0.1 if tty else 2.0):
+                return
+            last[0] = now
+            total = max(p.total, p.done, 1)
+            filled = int(30 * p.done / total)
+            line = f"[{'#' * filled}{'.' * (30 - filled)}] {p.done}/{p.total} {past}"
+            if tty:
+                self.stderr.write("\r" + line, ending="")
+                self.stderr.flush()
+            else:
+                self.stderr.write(line)
+
+        return show

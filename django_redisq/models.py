@@ -1,0 +1,25 @@
+"""``DeadLetter``: a placeholder with no table, for the admin index and permissions.
+
+Task data lives in Redis and is read through ``inspect.py``. The model only
+gives the admin an entry and two permissions: "view" to look at queues and
+dead letters, "change" to replay, delete and purge them.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class DeadLetter(models.Model):
+    # "<alias>/<queue>/<task id>": LogEntry rows point here, and the admin's
+    # change URL for it redirects to the task's detail page
+    id = models.CharField(primary_key=True, max_length=300)
+
+    class Meta:
+        managed = False
+        default_permissions = ("view", "change")
+        verbose_name = "dead letter"
+        verbose_name_plural = "dead letters"
+
+    def __str__(self) -> str:
+        return self.id

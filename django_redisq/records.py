@@ -1,0 +1,152 @@
+"""Plain records the inspect layer returns: rows, details, pages, worker and queue figures.
+
+No Redis here; ``inspect.py`` fills them in, the admin and the command show them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from django.core.paginator import Paginator
+
+
+def to_datetime(ms: Any) -> datetime | None:
+    try:
+        value = int(ms)
+    except (TypeError, ValueError):
+        return None
+    return datetime.fromtimestamp(value / 1000, tz=UTC) if value > 0 else None
+
+
+@dataclass(slots=True)
+class TaskRow:
+    """One line of a task list, from one HMGET."""
+
+    id: str
+    queue: str
+    task: str = ""
+    state: str = ""
+    exc: str = ""
+    error: str = ""
+    failures: int = 0
+    deliveries: int = 0
+    enqueued_at: datetime | None = None
+    last_attempted_at: datetime | None = None
+    died_at: datetime | None = None
+    reason: str = ""
+    due_at: datetime | None = None  # scheduled tasks
+    worker: str = ""  # running tasks
+
+    @property
+    def exc_name(self) -> str:
+        return self.exc.rsplit(".", 1)[-1]
+
+
+@dataclass(slots=True)
+class Attempt:
+    exc: str
+    message: str
+    traceback: str
+    at: datetime | None
+
+
+@dataclass(slots=True)
+class TaskDetail:
+    row: TaskRow
+    args: Any = None
+    kwargs: Any = None
+    message_error: str = ""  # why the stored message does not decode ('' = it does)
+    raw_message: str = ""
+    attempts: list[Attempt] = field(default_factory=list)
+    workers: list[str] = field(default_factory=list)
+    idempotency_key: str = ""
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    result: str | None = None
+    replayed: bool = False
+    dead_score: datetime | None = None  # set while the id is in the dead-letter queue
+
+
+@dataclass(slots=True)
+class Scan:
+    """What a walk of the dead set saw: see scan_dead.lua."""
+
+    top: str
+    total: int
+    next: int
+    examined: int
+    matched: int
+    found: list[tuple[str, int]]
+    exhausted: bool
+
+
+@dataclass(slots=True)
+class Pagination:
+    """A page of a list. ``total`` is None when a filter makes it unknown without a full scan."""
+
+    items: list[TaskRow]
+    per_page: int
+    start: int
+    total: int | None
+    next_start: int | None
+    top: str = ""
+    scanned: int = 0
+    budget_hit: bool = False
+
+    @property
+    def number(self) -> int:
+        return self.start // self.per_page + 1
+
+    @property
+    def num_pages(self) -> int | None:
+        return None if self.total is None else max(1, -(-self.total // self.per_page))
+
+    @property
+    def has_previous(self) -> bool:
+        return self.start > 0
+
+    @property
+    def has_next(self) -> bool:
+        return self.next_start is not None
+
+    def page_range(self) -> list[int | str]:
+        if self.total is None:
+            return []
+        last = self.num_pages or 1
+        return list(Paginator(range(self.total), self.per_page).get_elided_page_range(min(self.number, last)))
+
+
+@dataclass(slots=True)
+class WorkerInfo:
+    name: str
+    last_seen: datetime | None
+    seen_ago: float  # seconds since the last heartbeat
+    alive: bool
+    holding: int  # ids in its processing list of this queue
+    host: str = ""
+    pid: int | None = None
+    queues: list[str] = field(default_factory=list)
+    concurrency: int | None = None
+    processed: int | None = None
+    current: list[str] = field(default_factory=list)
+    started_at: datetime | None = None
+
+
+@dataclass(slots=True)
+class QueueStats:
+    alias: str
+    queue: str
+    pending: int
+    scheduled: int
+    running: int
+    dead: int
+    oldest_pending_age: float | None  # seconds
+    processed_minute: int
+    failed_minute: int
+    processed_hour: int
+    failed_hour: int
+    dead_hour: int
+    series: list[tuple[datetime, int, int, int]]  # minute, processed, failed, dead (oldest first)
+    workers: list[WorkerInfo]

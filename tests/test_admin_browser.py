@@ -1,0 +1,157 @@
+"""End to end in headless Chromium: a task fails for good, an operator finds it, replays it, it runs.
+
+Debian's ``chromium`` is driven by Playwright (``executable_path``; downloaded
+browsers are not available here). Skipped where /usr/bin/chromium is missing,
+but failed when ``CI`` is set, so CI never skips it silently. Screenshots of
+every step go to tests/artifacts/ (not committed); with
+``REDISQ_DOCS_SCREENSHOTS=1`` the list and detail shots are also written to
+docs/img/ for the README.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+from django.contrib import admin as django_admin
+from django.contrib.auth.models import User
+from django.test import override_settings
+
+from tests.testapp import tasks
+
+CHROMIUM = Path("/usr/bin/chromium")
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "tests" / "artifacts"
+DOCS_IMG = ROOT / "docs" / "img"
+ADMIN_STATIC = Path(django_admin.__file__).parent / "static"
+FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+def _require_browser() -> None:
+    reason = ""
+    if not CHROMIUM.exists():
+        reason = f"{CHROMIUM} is missing (apt-get install chromium)"
+    else:
+        try:
+            import playwright.sync_api  # noqa: F401
+        except ImportError:
+            reason = "the playwright package is missing (pip install playwright)"
+    if reason:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI is set but the browser test cannot run: {reason}")
+        pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def live_server(request):
+    """pytest-django's live server, started with a STATIC_URL.
+
+    tests/settings.py sets none, and the static-files handler Django wraps a
+    live server in breaks on every request without one. The admin's CSS is
+    served to the browser below, straight from Django's own files.
+    """
+    from pytest_django.live_server_helper import LiveServer
+
+    addr = request.config.getvalue("liveserver") or os.getenv("DJANGO_LIVE_TEST_SERVER_ADDRESS") or "localhost"
+    with override_settings(STATIC_URL="/static/"):
+        server = LiveServer(addr)
+        yield server
+        server.stop()
+
+
+@pytest.fixture
+def page(live_server, monkeypatch):
+    _require_browser()
+    from playwright.sync_api import sync_playwright
+
+    # Playwright's sync API runs an event loop in this thread; the ORM calls stay outside it
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    ARTIFACTS.mkdir(exist_ok=True)
+
+    def serve_static(route) -> None:
+        rel = re.sub(r"^.*?/static/", "", route.request.url.split("?")[0])
+        target = (ADMIN_STATIC / rel).resolve()
+        if ADMIN_STATIC in target.parents and target.is_file():
+            route.fulfill(path=str(target))
+        else:
+            route.fulfill(status=404)
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS)
+        context = browser.new_context(viewport={"width": 1366, "height": 768}, base_url=live_server.url)
+        context.route(re.compile(r".*/static/admin/.*"), serve_static)
+        tab = context.new_page()
+        tab.set_default_timeout(15_000)
+        yield tab
+        context.close()
+        browser.close()
+
+
+def shot(page, name: str, docs: bool = False) -> None:
+    page.screenshot(path=str(ARTIFACTS / f"browser-{name}.png"), full_page=True)
+    if docs and os.environ.get("REDISQ_DOCS_SCREENSHOTS"):
+        DOCS_IMG.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(DOCS_IMG / f"admin-{name}.png"), full_page=True)
+
+
+def test_operator_finds_replays_and_sees_a_dead_letter_run(r, page, make_worker):
+    from playwright.sync_api import expect
+
+    User.objects.create_superuser("ops", "ops@example.com", "correct horse")
+    # noise, then the one that matters: flaky fails 4 times (max_retries=3), so it is dead; a fifth run succeeds
+    for msg in ("SMTP server refused the connection", "<script>alert('not run')</script>", "timeout talking to the bank"):
+        tasks.always_fails.delay(msg)
+    target = tasks.flaky.delay("browser-e2e", 4)
+    make_worker().run()
+    assert tasks.flaky.get_result(target.id).status == "FAILED"
+    rows = page.locator("#result_list tbody tr")
+    content = page.locator("#content-main")
+
+    # log in
+    page.goto("/admin/")
+    page.fill("#id_username", "ops")
+    page.fill("#id_password", "correct horse")
+    shot(page, "01-login")
+    page.click("input[type=submit]")
+    page.get_by_role("link", name="Dead letters").first.click()
+    expect(rows).to_have_count(4)
+    page.click("#toggle-nav-sidebar")  # more room for the tables (the admin remembers this per browser)
+    expect(page.locator("#result_list")).to_contain_text("<script>alert('not run')</script>")  # shown as text
+    shot(page, "02-dead-letters", docs=True)
+
+    # find it by filtering on the task
+    page.fill("input[name=task]", "flaky")
+    page.click("#changelist-search input[type=submit]")
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_contain_text("flaky failure 4")
+    shot(page, "03-filtered")
+
+    # open it
+    rows.first.get_by_role("link").first.click()
+    expect(content).to_contain_text(target.id)
+    expect(page.locator("#redisq-args")).to_have_text('[\n  "browser-e2e",\n  4\n]')
+    expect(page.locator(".redisq-attempt")).to_have_count(4)
+    shot(page, "04-detail", docs=True)
+
+    # replay it, confirming
+    page.click("#redisq-replay")
+    expect(content).to_contain_text("Are you sure you want to replay 1 dead letter")
+    shot(page, "05-confirm")
+    page.click("#redisq-yes")
+    expect(page.locator(".messagelist")).to_contain_text("Replayed 1 dead letter.")
+    shot(page, "06-replayed")
+
+    # a worker runs it; the operator sees it gone
+    make_worker().run()
+    assert tasks.flaky.get_result(target.id).return_value == "ok after 5"
+    page.reload()
+    expect(rows).to_have_count(3)
+    expect(content).not_to_contain_text(target.id)
+    page.get_by_role("link", name="Queues").click()
+    expect(page.locator("#redisq-queues-default")).to_contain_text("default")
+    shot(page, "07-queues")

@@ -1,0 +1,129 @@
+"""``manage.py redisq``: stats and dead letters from a shell, as text and as JSON."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from django_redisq import operations
+from tests import helpers
+from tests.seed import seed_dead
+from tests.testapp import tasks
+
+
+def run(*args: str) -> tuple[str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    call_command("redisq", *args, stdout=out, stderr=err)
+    return out.getvalue(), err.getvalue()
+
+
+def run_json(*args: str):
+    return json.loads(run(*args, "--json")[0])
+
+
+@pytest.fixture
+def dead(r, make_worker) -> str:
+    result = tasks.always_fails.delay("kaput")
+    make_worker().run()
+    return result.id
+
+
+def test_stats(r, dead):
+    tasks.add.delay(1, 2)
+    text, _ = run("stats")
+    assert text.splitlines()[1].split()[:5] == ["default", "1", "0", "0", "1"] and "no workers" in text
+    data = run_json("stats")
+    assert [q["queue"] for q in data] == ["default", "emails", "low"]
+    assert (data[0]["pending"], data[0]["dead"], data[0]["failed_hour"], len(data[0]["series"])) == (1, 1, 2, 60)
+
+
+def test_stats_lists_workers(r):
+    r.zadd(helpers.keys().workers, {"w1": helpers.redis_ms(r)})
+    r.set(helpers.keys().worker_info("w1"), json.dumps({"host": "box", "pid": 7, "queues": ["default"], "concurrency": 2}))
+    assert "worker w1 host=box pid=7 queues=default concurrency=2" in run("stats")[0]
+
+
+def test_dead_list(r, broker, dead):
+    text, _ = run("dead", "list")
+    assert dead in text and "tests.testapp.tasks.always_fails" in text and "ValueError: kaput" in text
+    assert "1 dead letter(s) in queue default" in text
+    data = run_json("dead", "list")
+    assert [i["id"] for i in data["items"]] == [dead] and data["total"] == 1 and data["next_start"] is None
+    assert "no dead letters in queue emails" in run("dead", "list", "--queue", "emails")[0]
+
+
+def test_dead_list_filters_and_pages(r, broker):
+    ids = seed_dead(broker, "default", 30, lambda i: ("shop.tasks.a", "builtins.KeyError" if i % 2 else "builtins.OSError", f"e{i}"))
+    text, _ = run("dead", "list", "--limit", "5")
+    assert "more: --start 5" in text and len([line for line in text.splitlines() if line.startswith(tuple(ids))]) == 5
+    data = run_json("dead", "list", "--exc", "KeyError", "--limit", "100")
+    assert {i["id"] for i in data["items"]} == set(ids[1::2]) and data["total"] is None
+    assert [i["id"] for i in run_json("dead", "list", "--search", "E17")["items"]] == [ids[17]]
+    assert "match" in run("dead", "list", "--task", "nothing")[0]
+
+
+def test_dead_show(r, dead):
+    text, _ = run("dead", "show", dead)
+    assert f"id:        {dead}" in text and 'args:      ["kaput"]' in text and text.count("Traceback (most recent call last)") == 2
+    data = run_json("dead", "show", dead, "--queue", "default")
+    assert data["args"] == ["kaput"] and len(data["attempts"]) == 2 and data["row"]["queue"] == "default"
+
+
+def test_dead_show_of_an_undecodable_message(r):
+    helpers.seed_dead(r, "bad-1")
+    r.hset(helpers.keys().task("bad-1"), "msg", "{oops")
+    assert "does not decode" in run("dead", "show", "bad-1")[0]
+
+
+@pytest.mark.parametrize("args, message", [
+    (("dead", "show", "nope"), "no dead letter 'nope' in any configured queue"),
+    (("dead", "show", "nope", "--queue", "emails"), "no dead letter 'nope' in queue 'emails'"),
+    (("dead", "list", "--queue", "gone"), "queue 'gone' is not in TASKS"),
+    (("dead", "replay"), "give dead letter ids, or --all"),
+    (("dead", "replay", "x", "--all"), "not both"),
+    (("dead", "replay", "x", "--task", "t"), "go with --all"),
+    (("dead", "replay", "nope"), "not dead letters of any configured queue: nope"),
+    (("dead", "replay", "--all", "--queue", "gone"), "queue 'gone' is not in TASKS"),
+    (("dead", "replay", "--all", "--to", "gone"), "queue 'gone' is not in TASKS"),
+    (("--backend", "nope", "stats"), "no django_redisq backend 'nope'"),
+    (("dead", "explode"), "invalid choice"),
+    (("dead", "list", "--limit", "0"), "must be at least 1"),
+])
+def test_bad_input_is_a_clear_command_error(r, args, message):
+    with pytest.raises(CommandError, match=message):
+        run(*args)
+
+
+def test_replay_ids_finds_their_queues(r, broker, make_worker):
+    a = seed_dead(broker, "default", 2)
+    b = seed_dead(broker, "emails", 1)
+    text, _ = run("dead", "replay", *a, *b)
+    assert text.startswith("replayed 3 dead letter(s)")
+    assert r.llen(helpers.keys().pending) == 2 and r.llen(helpers.keys("emails").pending) == 1
+
+
+def test_replay_into_another_queue_as_json(r, dead):
+    data = run_json("dead", "replay", dead, "--to", "low")
+    assert (data["done"], data["to"], data["by_queue"]) == (1, "low", {"default": 1})
+    assert helpers.where_is(r, dead, "low") == ["pending"]
+
+
+def test_replay_all_matching_shows_progress(r, broker, monkeypatch):
+    monkeypatch.setattr(operations, "BATCH", 10)
+    ids = seed_dead(broker, "default", 45, lambda i: ("shop.tasks.a", "builtins.KeyError" if i < 40 else "builtins.OSError", "x"))
+    text, err = run("dead", "replay", "--all", "--exc", "KeyError")
+    assert text.startswith("replayed 40 dead letter(s)")
+    assert "[" + "#" * 30 + "] 40/40 replayed" in err
+    assert sorted(r.zrange(helpers.keys().dead, 0, -1)) == sorted(ids[40:])
+
+
+def test_purge(r, broker):
+    a = seed_dead(broker, "default", 3)
+    seed_dead(broker, "emails", 2)
+    assert run("dead", "purge", a[0])[0].startswith("deleted 1 dead letter(s)")
+    data = run_json("dead", "purge", "--all", "--noinput")
+    assert data["done"] == 2 and data["by_queue"] == {"default": 2}
+    assert r.zcard(helpers.keys().dead) == 0 and r.zcard(helpers.keys("emails").dead) == 2
