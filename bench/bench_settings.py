@@ -1,0 +1,30 @@
+"""Django settings for the benchmark: the bench app, one SQLite in-memory database, three queues.
+
+``bench/run.py`` sets ``BENCH_REDIS_URL`` to its own throwaway redis-server before
+Django starts, in its own process and in every ``runworker`` it launches.
+"""
+
+import os
+
+SECRET_KEY = "bench-only-not-secret"
+DEBUG = False
+USE_TZ = True
+ALLOWED_HOSTS: list[str] = []
+INSTALLED_APPS = ["django_redisq", "benchapp"]
+DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
+DEFAULT_AUTO_FIELD = "django.db.models.AutoField"
+URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
+TASKS = {
+    "default": {
+        "BACKEND": "django_redisq.backend.RedisQueueBackend",
+        # most important first; the three-queue latency run sends its task to "low"
+        "QUEUES": ["default", "mid", "low"],
+        "OPTIONS": {"REDIS_URL": URL},
+    },
+    # the same server's database 1: the flatness run keeps its big backlog there
+    "big": {
+        "BACKEND": "django_redisq.backend.RedisQueueBackend",
+        "QUEUES": ["default"],
+        "OPTIONS": {"REDIS_URL": URL.rsplit("/", 1)[0] + "/1"},
+    },
+}

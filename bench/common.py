@@ -1,0 +1,262 @@
+"""Measurement helpers shared by ``bench/run.py`` and the peer adapters (``bench/peers/``).
+
+Only the standard library and redis-py: the peers run in their own virtualenv
+and import this file by path, so every queue is timed by the same code.
+Every loop here is bounded in count and in time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import statistics
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import redis
+
+POLL = 0.01  # seconds between two reads of a done counter (one Redis command each)
+
+
+# -- statistics ---------------------------------------------------------------
+
+
+def percentile(values: Sequence[float], p: float) -> float:
+    """Linear-interpolated percentile (p in 0..100) of a non-empty sequence."""
+    xs = sorted(values)
+    if not xs:
+        return float("nan")
+    k = (len(xs) - 1) * p / 100
+    lo = int(k)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+def summary(runs: Sequence[float]) -> dict[str, Any]:
+    vals = [float(v) for v in runs if v is not None]
+    if not vals:
+        return {"runs": [], "median": None, "min": None, "max": None}
+    return {"runs": vals, "median": statistics.median(vals), "min": min(vals), "max": max(vals)}
+
+
+def rate_loop(fn: Callable[[int], Any], count: int, seconds: float) -> dict[str, float]:
+    """Call ``fn(i)`` for i in 0..count-1, stopping early after ``seconds``: calls per second."""
+    done = 0
+    start = time.perf_counter()
+    deadline = start + seconds
+    for i in range(count):
+        fn(i)
+        done += 1
+        if (i & 63) == 63 and time.perf_counter() > deadline:
+            break
+    elapsed = time.perf_counter() - start
+    return {"calls": done, "seconds": elapsed, "per_s": done / elapsed if elapsed else 0.0}
+
+
+# -- processes ----------------------------------------------------------------
+
+
+class Procs:
+    """Child processes, each in its own session so it is stopped with its children by its own id."""
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self, argv: Sequence[str], *, env: dict[str, str] | None = None, cwd: str | Path | None = None,
+              log: Path | None = None) -> subprocess.Popen[bytes]:
+        out = open(log, "ab") if log else subprocess.DEVNULL  # closed below: the child keeps its own copy
+        try:
+            p = subprocess.Popen(list(argv), env=env, cwd=cwd, stdout=out, stderr=out, stdin=subprocess.DEVNULL,
+                                 start_new_session=True)
+        finally:
+            if log:
+                out.close()  # the child holds its own descriptor
+        self.procs.append(p)
+        return p
+
+    def stop(self, procs: Sequence[subprocess.Popen[bytes]] | None = None, grace: float = 10.0) -> None:
+        """SIGTERM each process group we started, wait up to ``grace`` seconds, then SIGKILL it."""
+        targets = list(self.procs if procs is None else procs)
+        live = [p for p in targets if p.poll() is None]
+        for p in live:
+            _signal_group(p.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for p in live:
+            try:
+                p.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        for p in live:
+            if p.poll() is None:  # still running after the grace time: the group goes at once
+                _signal_group(p.pid, signal.SIGKILL)
+                try:
+                    p.wait(5)
+                except subprocess.TimeoutExpired:
+                    pass
+        for p in targets:
+            if p in self.procs:
+                self.procs.remove(p)
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def vmrss_kb(pid: int) -> int | None:
+    """Resident memory of a process in KiB (``VmRSS`` of /proc/<pid>/status)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+# -- drains -------------------------------------------------------------------
+
+
+def watch_drain(done: Callable[[], int], n: int, t0: float, cap: float, alive: Callable[[], bool] | None = None,
+                marks: Sequence[int] = (), on_mark: Callable[[int], None] | None = None,
+                cpu: dict[str, Callable[[], float | None]] | None = None) -> dict[str, Any]:
+    """Poll ``done()`` until it reaches ``n`` (or ``cap`` seconds after ``t0``).
+
+    Returns the wall rate from ``t0`` (worker start) to the last completion, the
+    steady rate after the first 5 % (start-up excluded), and the start-up time.
+    ``on_mark(k)`` is called once ``done()`` first reaches each of ``marks``.
+    ``cpu`` maps names to CPU-seconds counters (e.g. the worker's, Redis's):
+    their use per task over the same steady span is returned as ``<name>_cpu_us``,
+    a figure that other load on the machine disturbs far less than a rate.
+    """
+    first_t = None
+    warm: tuple[float, int, dict[str, float | None]] | None = None
+    pending_marks = sorted(marks)
+    warm_at = max(1, n // 20)
+    d, now = 0, t0
+    capped = False
+    probes = cpu or {}
+    while True:
+        d = done()
+        now = time.perf_counter()
+        if d > 0 and first_t is None:
+            first_t = now
+        if warm is None and d >= warm_at:
+            warm = (now, d, {k: f() for k, f in probes.items()})
+        while pending_marks and d >= pending_marks[0]:
+            if on_mark:
+                on_mark(pending_marks[0])
+            pending_marks.pop(0)
+        if d >= n:
+            break
+        if now - t0 > cap:
+            capped = True
+            break
+        if alive is not None and not alive():
+            raise RuntimeError(f"worker exited after {d} of {n} tasks")
+        time.sleep(POLL)
+    end_cpu = {k: f() for k, f in probes.items()}
+    wall = now - t0
+    out: dict[str, Any] = {
+        "done": d, "n": n, "seconds": wall, "per_s": d / wall if wall else 0.0, "steady_per_s": None,
+        "startup_s": (first_t - t0) if first_t else None, "capped": capped,
+    }
+    if warm is not None and now > warm[0] and d > warm[1]:
+        out["steady_per_s"] = (d - warm[1]) / (now - warm[0])
+        for k, v in end_cpu.items():
+            w = warm[2].get(k)
+            out[f"{k}_cpu_us"] = (v - w) / (d - warm[1]) * 1e6 if v is not None and w is not None else None
+    return out
+
+
+def group_cpu_seconds(pgids: Sequence[int]) -> float | None:
+    """User+system CPU seconds of every live process in the given process groups (from /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total, found = 0, False
+    want = set(pgids)
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = Path(entry.path, "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) "
+        if int(fields[2]) in want:  # pgrp
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+            found = True
+    return total / tick if found else None
+
+
+def redis_cpu_seconds(r: redis.Redis) -> float:
+    info = r.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+# -- latency ------------------------------------------------------------------
+
+
+def start_latency(enqueue: Callable[[int], Any], r: redis.Redis, key: str, samples: int, warmup: int = 10,
+                  gap: float = 0.005, timeout: float = 5.0, wait_done: Callable[[], bool] | None = None) -> dict[str, Any]:
+    """Enqueue one task at a time on an idle worker; the task RPUSHes ``"<i> <time.time()>"`` to ``key`` at start.
+
+    ``wait_done`` (optional) blocks until the task is acked and returns True, so
+    enqueue->ack is measured too. ``gap`` seconds of idleness between tasks.
+    """
+    r.delete(key)
+    starts, acks, calls = [], [], []
+    lost = 0
+    deadline = time.monotonic() + timeout * 4 + samples * (gap + 0.05)  # bounded whatever happens
+    for i in range(warmup + samples):
+        if time.monotonic() > deadline:
+            break
+        t0 = time.time()
+        enqueue(i)
+        t1 = time.time()
+        acked = None
+        if wait_done is not None:  # the ack comes after the start stamp: wait for it, then read the stamp
+            if not wait_done():
+                lost += 1
+                continue
+            acked = time.time()
+        got = r.blpop([key], timeout=timeout)
+        if got is None:
+            lost += 1
+            continue
+        raw = got[1] if isinstance(got[1], str) else got[1].decode()
+        which, started = raw.split()
+        if which != str(i):  # a stamp of an earlier, lost sample: start afresh
+            lost += 1
+            r.delete(key)
+            continue
+        if i >= warmup:
+            starts.append((float(started) - t0) * 1000)
+            calls.append((t1 - t0) * 1000)
+            if acked is not None:
+                acks.append((acked - t0) * 1000)
+        time.sleep(gap)
+    out: dict[str, Any] = {"samples": len(starts), "lost": lost}
+    if starts:
+        out.update(start_p50_ms=percentile(starts, 50), start_p99_ms=percentile(starts, 99),
+                   enqueue_call_p50_ms=percentile(calls, 50))
+    if acks:
+        out.update(ack_p50_ms=percentile(acks, 50), ack_p99_ms=percentile(acks, 99))
+    return out
+
+
+def emit(data: dict[str, Any]) -> None:
+    """The last line of a peer adapter's output: its results as JSON."""
+    print("RESULT " + json.dumps(data), flush=True)

@@ -1,0 +1,754 @@
+#!/usr/bin/env python
+"""django-redisq benchmark: ``python bench/run.py`` (``make bench``), ``--quick`` for a short run.
+
+Starts its own redis-server on a loopback port (persistence off), and measures,
+with a no-op task through the public API and the real ``runworker`` process:
+
+* limits: ``redis-benchmark -c 1 -t lpush,rpop`` at ``-P 1`` and ``-P 16``, and a
+  bare redis-py LPUSH loop (RESP2 and RESP3) on the same server;
+* enqueue/s: ``.delay()`` in a loop, and bulk ``enqueue_many``;
+* drain/s of N queued tasks, worker start to last ack: one process at
+  concurrency 1, one at a higher concurrency, two processes; with Redis
+  commands and round trips per task from ``INFO commandstats`` / ``INFO stats``;
+* latency enqueue->start and enqueue->ack on an idle worker, one queue and three;
+* flatness: per-task cost of enqueue, fetch and ack with few and many waiting,
+  and Redis bytes per pending task;
+* worker resident memory after few and many tasks;
+* peers: Dramatiq, Huey and RQ measured the same way, in ``bench/.peers-venv``.
+
+Each measurement is repeated (``--repeats``); a table of median/min/max is
+printed and everything is written to ``bench/results/<time>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import venv
+from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+
+
+def _engine_dir(argv: Sequence[str]) -> Path:
+    """Where ``django_redisq`` is imported from: ``--engine DIR`` (e.g. an exported older commit), else this repo."""
+    for i, a in enumerate(argv):
+        if a == "--engine" and i + 1 < len(argv):
+            return Path(argv[i + 1]).resolve()
+        if a.startswith("--engine="):
+            return Path(a.split("=", 1)[1]).resolve()
+    return Path(os.environ.get("BENCH_ENGINE") or ROOT).resolve()
+
+
+ENGINE = _engine_dir(sys.argv[1:])
+for _p in (str(ENGINE), str(BENCH)):
+    if _p in sys.path:
+        sys.path.remove(_p)
+    sys.path.insert(0, _p)
+
+import redis  # noqa: E402
+from common import Procs, group_cpu_seconds, rate_loop, redis_cpu_seconds, start_latency, summary, tail, vmrss_kb, watch_drain  # noqa: E402
+
+PEERS_VENV = BENCH / ".peers-venv"
+PEER_PACKAGES = ["dramatiq[redis]==2.2.1", "huey==3.5.4", "rq==2.12.0", "hiredis"]
+PEER_NAMES = ("dramatiq", "huey", "rq")
+SECTIONS = ("limits", "enqueue", "drain", "latency", "flatness", "rss", "peers")
+
+PROFILES: dict[str, dict[str, Any]] = {
+    # make bench: about 10 minutes on 2 cores
+    "full": {
+        "repeats": 3, "drain_n": 20_000, "drain_cap": 120.0, "concurrency": 4,
+        "delay_count": 20_000, "delay_s": 3.0, "many_count": 50_000, "many_batch": 1000, "many_s": 4.0,
+        "lat_samples": 400, "flat_small": 1000, "flat_big": 1_000_000, "flat_ops": 2000,
+        "rss_small": 1000, "rss_big": 100_000, "bare_count": 50_000, "bare_s": 2.0, "rb_n": 50_000,
+        "peer_n": 20_000, "peer_cap": 20.0, "peer_lat": 200, "peer_enqueue": 10_000, "peer_enqueue_s": 2.0,
+    },
+    # --quick: under 2 minutes
+    "quick": {
+        "repeats": 1, "drain_n": 5000, "drain_cap": 60.0, "concurrency": 4,
+        "delay_count": 5000, "delay_s": 1.5, "many_count": 20_000, "many_batch": 1000, "many_s": 2.0,
+        "lat_samples": 150, "flat_small": 1000, "flat_big": 100_000, "flat_ops": 1000,
+        "rss_small": 1000, "rss_big": 10_000, "bare_count": 20_000, "bare_s": 1.0, "rb_n": 20_000,
+        "peer_n": 2000, "peer_cap": 8.0, "peer_lat": 100, "peer_enqueue": 3000, "peer_enqueue_s": 1.0,
+    },
+}
+
+FLAT_WORKER = "bench-flat"
+
+
+def log(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+# -- the table ---------------------------------------------------------------
+
+
+class Results:
+    """Named measurements, each a list of per-run values."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, dict[str, Any]] = {}
+        self.details: dict[str, Any] = {}
+
+    def add(self, key: str, label: str, unit: str, value: float | None, note: str = "") -> None:
+        row = self.rows.setdefault(key, {"label": label, "unit": unit, "values": [], "note": note})
+        if value is not None:
+            row["values"].append(float(value))
+        if note:
+            row["note"] = note
+
+    def median(self, key: str) -> float | None:
+        row = self.rows.get(key)
+        return summary(row["values"])["median"] if row else None
+
+    def as_json(self) -> dict[str, Any]:
+        return {k: {**{kk: vv for kk, vv in v.items() if kk != "values"}, **summary(v["values"])} for k, v in self.rows.items()}
+
+
+def fmt(v: float | None) -> str:
+    if v is None:
+        return "-"
+    a = abs(v)
+    if a >= 100:
+        return f"{v:,.0f}"
+    if a >= 10:
+        return f"{v:.1f}"
+    if a >= 1:
+        return f"{v:.2f}"
+    return f"{v:.3f}"
+
+
+def table(res: Results) -> str:
+    head = ("measurement", "unit", "median", "min", "max", "runs")
+    lines = []
+    for row in res.rows.values():
+        s = summary(row["values"])
+        lines.append((row["label"], row["unit"], fmt(s["median"]), fmt(s["min"]), fmt(s["max"]), str(len(s["runs"]))))
+    widths = [max(len(x[i]) for x in [head, *lines]) for i in range(len(head))]
+    out = ["  ".join(h.ljust(widths[i]) if i < 2 else h.rjust(widths[i]) for i, h in enumerate(head))]
+    out.append("  ".join("-" * w for w in widths))
+    for ln in lines:
+        out.append("  ".join(c.ljust(widths[i]) if i < 2 else c.rjust(widths[i]) for i, c in enumerate(ln)))
+    return "\n".join(out)
+
+
+# -- the bench ---------------------------------------------------------------
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace, cfg: dict[str, Any]) -> None:
+        from django_redisq.testing import RedisServer
+
+        self.args, self.cfg = args, cfg
+        self.res = Results()
+        self.procs = Procs()
+        self.logdir = Path(tempfile.mkdtemp(prefix="redisq-bench-"))
+        self.server = RedisServer().start()
+        self.url = self.server.url
+        self.r = redis.Redis(host="127.0.0.1", port=self.server.port, decode_responses=True, protocol=2)
+        os.environ["BENCH_REDIS_URL"] = self.url
+        os.environ["DJANGO_SETTINGS_MODULE"] = "bench_settings"
+        import django
+
+        django.setup()
+        from benchapp.tasks import noop, stamp
+        from django.tasks import task_backends
+
+        from django_redisq.keys import QueueKeys
+
+        self.noop, self.stamp = noop, stamp
+        self.backend: Any = task_backends["default"]
+        self.keys = QueueKeys
+        self.env = dict(
+            os.environ,
+            PYTHONPATH=os.pathsep.join([str(BENCH), str(ENGINE), *filter(None, [os.environ.get("PYTHONPATH")])]),
+            BENCH_REDIS_URL=self.url, DJANGO_SETTINGS_MODULE="bench_settings", BENCH_ENGINE=str(ENGINE),
+        )
+
+    def close(self) -> None:
+        self.procs.stop(grace=5)
+        self.server.cleanup()
+        shutil.rmtree(self.logdir, ignore_errors=True)
+
+    # -- helpers ---------------------------------------------------------
+
+    def key(self, queue: str, what: str) -> str:
+        k = self.keys(queue)
+        return k.counter("processed") if what == "processed" else getattr(k, what)
+
+    def processed(self, queue: str = "default") -> int:
+        return int(self.r.get(self.key(queue, "processed")) or 0)
+
+    def fill(self, n: int, queue: str = "default", producers: int = 1, backend: str = "default") -> float:
+        """Queue ``n`` no-op tasks with ``enqueue_many`` (batches of 1000); seconds taken."""
+        t = time.perf_counter()
+        if producers > 1 and n >= 20_000:
+            share = [n // producers + (1 if i < n % producers else 0) for i in range(producers)]
+            ps = [subprocess.Popen([sys.executable, str(Path(__file__)), "--fill-only", str(k), "--fill-queue", queue,
+                                    "--fill-backend", backend], env=self.env, cwd=BENCH, start_new_session=True) for k in share]
+            self.procs.procs.extend(ps)
+            for p in ps:
+                if p.wait(600) != 0:
+                    raise RuntimeError("a fill process failed")
+            self.procs.stop(ps)
+        else:
+            fill_local(self.noop, n, queue, backend)
+        return time.perf_counter() - t
+
+    def worker_argv(self, queues: Sequence[str], concurrency: int = 1, verbosity: int | None = None) -> list[str]:
+        argv = [sys.executable, "-m", "django", "runworker", *queues, "--concurrency", str(concurrency)]
+        v = self.args.worker_verbosity if verbosity is None else verbosity
+        if v is not None:
+            argv += ["-v", str(v)]
+        return argv
+
+    def start_worker(self, tag: str, queues: Sequence[str] = ("default",), concurrency: int = 1) -> subprocess.Popen[bytes]:
+        return self.procs.start(self.worker_argv(queues, concurrency), env=self.env, cwd=BENCH, log=self.logdir / f"{tag}.log")
+
+    def server_stats(self) -> dict[str, float]:
+        cs = self.r.info("commandstats")
+        st = self.r.info("stats")
+        return {
+            "all_calls": sum(v["calls"] for v in cs.values()),
+            "scripts": sum(v["calls"] for k, v in cs.items() if k.startswith(("cmdstat_eval", "cmdstat_fcall"))),
+            "reads": st["total_reads_processed"],
+            "net_in": st["total_net_input_bytes"], "net_out": st["total_net_output_bytes"],
+            **{f"cmd:{k[len('cmdstat_'):]}": v["calls"] for k, v in cs.items()},
+        }
+
+    # -- limits ----------------------------------------------------------
+
+    def limits(self) -> None:
+        binary = shutil.which("redis-benchmark")
+        for rep in range(self.cfg["repeats"]):
+            if binary is None:
+                if rep == 0:
+                    log("redis-benchmark not found (apt-get install -y redis-tools): skipped")
+            else:
+                for pipe in (1, 16):
+                    argv = [binary, "-h", "127.0.0.1", "-p", str(self.server.port), "-c", "1", "-P", str(pipe),
+                            "-n", str(self.cfg["rb_n"]), "-t", "lpush,rpop", "--csv"]
+                    out = subprocess.run(argv, capture_output=True, text=True, timeout=180, check=True).stdout
+                    for line in out.splitlines():
+                        cells = [c.strip('"') for c in line.split(",")]
+                        if len(cells) > 1 and cells[0] in ("LPUSH", "RPOP"):
+                            self.res.add(f"rb_{cells[0].lower()}_p{pipe}", f"redis-benchmark -c 1 -P {pipe} {cells[0]}",
+                                         "cmd/s", float(cells[1]))
+                    self.r.delete("mylist")
+            for proto in (2, 3):
+                c = redis.Redis(host="127.0.0.1", port=self.server.port, protocol=proto)
+                c.ping()
+                with contextlib.suppress(Exception):
+                    conn = c.connection_pool.get_connection()
+                    self.res.details[f"redis_py_parser_resp{proto}"] = type(conn._parser).__name__
+                    c.connection_pool.release(conn)
+                out = rate_loop(lambda i, c=c: c.lpush("bench:bare", i), self.cfg["bare_count"], self.cfg["bare_s"])
+                self.res.add(f"bare_lpush_resp{proto}", f"redis-py LPUSH loop, RESP{proto}", "calls/s", out["per_s"])
+                c.delete("bench:bare")
+                c.close()
+            log(f"limits run {rep + 1} done")
+
+    # -- enqueue ---------------------------------------------------------
+
+    def enqueue(self) -> None:
+        cfg = self.cfg
+        for rep in range(cfg["repeats"]):
+            self.r.flushall()
+            c0, r0 = time.process_time(), redis_cpu_seconds(self.r)
+            out = rate_loop(lambda i: self.noop.delay(i), cfg["delay_count"], cfg["delay_s"])
+            c1, r1 = time.process_time(), redis_cpu_seconds(self.r)
+            self.res.add("delay", ".delay() loop", "tasks/s", out["per_s"])
+            self.res.add("delay_cpu", "  producer CPU per .delay()", "us", (c1 - c0) / out["calls"] * 1e6)
+            self.res.add("delay_rcpu", "  Redis CPU per .delay()", "us", (r1 - r0) / out["calls"] * 1e6)
+            self.r.flushall()
+            batch, done = cfg["many_batch"], 0
+            c0, r0 = time.process_time(), redis_cpu_seconds(self.r)
+            t = time.perf_counter()
+            while done < cfg["many_count"] and time.perf_counter() - t < cfg["many_s"]:
+                self.noop.enqueue_many([((i,), {}) for i in range(done, done + batch)])
+                done += batch
+            self.res.add("enqueue_many", f"enqueue_many (batches of {batch})", "tasks/s", done / (time.perf_counter() - t))
+            c1, r1 = time.process_time(), redis_cpu_seconds(self.r)
+            self.res.add("many_cpu", "  producer CPU per task, enqueue_many", "us", (c1 - c0) / done * 1e6)
+            self.res.add("many_rcpu", "  Redis CPU per task, enqueue_many", "us", (r1 - r0) / done * 1e6)
+            log(f"enqueue run {rep + 1}: delay {fmt(out['per_s'])}/s, enqueue_many {fmt(self.res.rows['enqueue_many']['values'][-1])}/s")
+        self.r.flushall()
+
+    # -- drain -----------------------------------------------------------
+
+    def drain_once(self, tag: str, concurrency: int, processes: int, n: int, marks: Sequence[int] = (),
+                   on_mark: Callable[[int, list[subprocess.Popen[bytes]]], None] | None = None) -> dict[str, Any]:
+        self.r.flushall()
+        fill_s = self.fill(n, producers=2 if n >= 50_000 else 1)
+        polls = 0
+
+        def done() -> int:
+            nonlocal polls
+            polls += 1
+            return self.processed()
+
+        before = self.server_stats()
+        t0 = time.perf_counter()
+        ps = [self.start_worker(f"{tag}-{i}", concurrency=concurrency) for i in range(processes)]
+        try:
+            out = watch_drain(done, n, t0, self.cfg["drain_cap"], alive=lambda: all(p.poll() is None for p in ps),
+                              marks=marks, on_mark=(lambda k: on_mark(k, ps)) if on_mark else None,
+                              cpu={"worker": lambda: group_cpu_seconds([p.pid for p in ps]),
+                                   "redis": lambda: redis_cpu_seconds(self.r)})
+            after = self.server_stats()
+        except RuntimeError as exc:
+            raise RuntimeError(f"{exc}\n{tail(self.logdir / f'{tag}-0.log')}") from None
+        finally:
+            self.procs.stop(ps, grace=15)
+        d = max(1, out["done"])
+        own = polls + 2  # our GETs and the INFO calls between the snapshots
+        delta = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+        out.update(
+            fill_s=fill_s,
+            cmds_per_task=(delta["all_calls"] - own) / d,
+            scripts_per_task=delta["scripts"] / d,
+            reads_per_task=(delta["reads"] - own) / d,
+            net_in_per_task=delta["net_in"] / d, net_out_per_task=delta["net_out"] / d,
+            commands={k[4:]: round(v / d, 3) for k, v in sorted(delta.items()) if k.startswith("cmd:") and v / d >= 0.01},
+        )
+        return out
+
+    def drain(self) -> None:
+        cfg = self.cfg
+        n, c = cfg["drain_n"], cfg["concurrency"]
+        variants = [("c1", 1, 1, "1 process, --concurrency 1"), (f"c{c}", c, 1, f"1 process, --concurrency {c}"),
+                    ("p2", 1, 2, "2 processes, --concurrency 1")]
+        for rep in range(cfg["repeats"]):
+            for tag, conc, procs, label in variants:
+                out = self.drain_once(f"drain-{tag}-{rep}", conc, procs, n)
+                self.res.add(f"drain_{tag}", f"drain {n:,}: {label}", "tasks/s", out["per_s"],
+                             "capped" if out["capped"] else "")
+                self.res.add(f"drain_{tag}_steady", f"  steady (after first 5%), {label}", "tasks/s", out["steady_per_s"])
+                self.res.add(f"drain_{tag}_cpu", f"  worker CPU per task, {label}", "us", out.get("worker_cpu_us"))
+                self.res.add(f"drain_{tag}_rcpu", f"  Redis CPU per task, {label}", "us", out.get("redis_cpu_us"))
+                if tag == "c1":
+                    self.res.add("startup", "  worker start to first ack (c1)", "s", out["startup_s"])
+                    self.res.add("cmds_per_task", "Redis commands per task (c1, incl. in Lua)", "cmds", out["cmds_per_task"])
+                    self.res.add("scripts_per_task", "  of which Lua script calls (c1)", "calls", out["scripts_per_task"])
+                    self.res.add("reads_per_task", "  round trips per task (c1, server reads)", "reads", out["reads_per_task"])
+                    self.res.add("net_per_task", "  bytes to+from Redis per task (c1)", "bytes",
+                                 out["net_in_per_task"] + out["net_out_per_task"])
+                self.res.details.setdefault("drain", []).append({"variant": tag, "run": rep, **out})
+                log(f"drain {tag} run {rep + 1}: {fmt(out['per_s'])}/s (steady {fmt(out['steady_per_s'])}/s, "
+                    f"{out['cmds_per_task']:.1f} cmds and {out['reads_per_task']:.2f} round trips per task)")
+        self.r.flushall()
+
+    # -- latency ---------------------------------------------------------
+
+    def latency(self) -> None:
+        cases = [("lat1", ("default",), "default", "1 queue"), ("lat3", ("default", "mid", "low"), "low", "3 queues, task on the last")]
+        self.r.config_set("notify-keyspace-events", "K$")
+        try:
+            for rep in range(self.cfg["repeats"]):
+                for tag, queues, target, label in cases:
+                    out = self.latency_once(f"{tag}-{rep}", queues, target)
+                    for what, name in (("start", "enqueue->start"), ("ack", "enqueue->ack")):
+                        for p in ("p50", "p99"):
+                            self.res.add(f"{tag}_{what}_{p}", f"latency {name} {p}, {label}", "ms", out.get(f"{what}_{p}_ms"))
+                    if tag == "lat1":
+                        self.res.add("enqueue_call", "  .delay() call itself (p50)", "ms", out.get("enqueue_call_p50_ms"))
+                    self.res.details.setdefault("latency", []).append({"case": tag, "run": rep, **out})
+                    log(f"latency {tag} run {rep + 1}: start p50 {fmt(out.get('start_p50_ms'))} p99 {fmt(out.get('start_p99_ms'))} ms, "
+                        f"ack p50 {fmt(out.get('ack_p50_ms'))} p99 {fmt(out.get('ack_p99_ms'))} ms, lost {out['lost']}")
+        finally:
+            self.r.config_set("notify-keyspace-events", "")
+        self.r.flushall()
+
+    def latency_once(self, tag: str, queues: Sequence[str], target: str) -> dict[str, Any]:
+        self.r.flushall()
+        task = self.stamp if target == "default" else self.stamp.using(queue_name=target)
+        p = self.start_worker(tag, queues)
+        sub = self.r.pubsub(ignore_subscribe_messages=True)
+        try:
+            deadline = time.monotonic() + 30
+            while not all(self.r.zcard(self.key(q, "workers")) for q in queues):
+                if time.monotonic() > deadline or p.poll() is not None:
+                    raise RuntimeError(f"worker did not register\n{tail(self.logdir / f'{tag}.log')}")
+                time.sleep(0.02)
+            sub.subscribe(f"__keyspace@0__:{self.key(target, 'processed')}")
+            sub.get_message(timeout=1.0)  # the subscribe confirmation
+
+            def wait_ack() -> bool:
+                end = time.monotonic() + 5
+                while (left := end - time.monotonic()) > 0:
+                    m = sub.get_message(timeout=left)
+                    if m and m.get("type") == "message":
+                        return True
+                return False
+
+            return start_latency(lambda i: task.delay(i), self.r, "bench:start", self.cfg["lat_samples"], wait_done=wait_ack)
+        finally:
+            sub.close()
+            self.procs.stop([p], grace=15)
+
+    # -- flatness and memory ---------------------------------------------
+
+    def flatness(self) -> None:
+        """Few tasks waiting in Redis database 0 (backend ``default``), many in database 1 (backend ``big``).
+
+        Both backlogs exist at once, so the rounds of the two sizes alternate in
+        time and a machine that speeds up or slows down affects both alike.
+        """
+        from django.tasks import task_backends
+
+        cfg = self.cfg
+        small, big, m = cfg["flat_small"], cfg["flat_big"], cfg["flat_ops"]
+        rbig = redis.Redis(host="127.0.0.1", port=self.server.port, db=1, decode_responses=True)
+        sides = {small: (self.noop, self.backend.broker), big: (self.noop.using(backend="big"), task_backends["big"].broker)}
+        self.r.flushall()
+        fill_local(self.noop, small)
+        for size, r in ((small, self.r), (big, rbig)):
+            mem0 = self.r.info("memory")["used_memory"]
+            fill_s = self.fill(size, producers=2, backend="default" if size == small else "big")
+            mem1 = self.r.info("memory")["used_memory"]
+            if size == small:  # filled above already: this measures an empty fill
+                continue
+            per_task = (mem1 - mem0) / size
+            some = r.lindex(self.key("default", "pending"), 0)
+            sample = {}
+            if some:
+                with contextlib.suppress(redis.RedisError):
+                    sample = {"task_hash": r.memory_usage(self.keys("default").task(some), samples=0),
+                              "task_hash_encoding": r.object("encoding", self.keys("default").task(some)),
+                              "pending_list": r.memory_usage(self.key("default", "pending"), samples=0)}
+            self.res.details["memory"] = {"pending": size, "used_memory_delta": mem1 - mem0, "bytes_per_task": per_task,
+                                          "fill_s": fill_s, **sample}
+            self.res.add("mem_per_task", f"Redis bytes per pending task ({size:,} pending)", "bytes", per_task)
+            self.res.add("fill_rate", f"  fill rate, enqueue_many x2 producers ({size:,})", "tasks/s", size / fill_s)
+            log(f"{size:,} pending: {per_task:,.0f} bytes per task (filled in {fill_s:.1f}s) {sample}")
+        for rep in range(cfg["repeats"]):
+            for size, cost_by_op in self.flat_ops(sides, m).items():
+                for op, cost in cost_by_op.items():
+                    self.res.details.setdefault("flatness", []).append({"waiting": size, "run": rep, "op": op, **cost})
+                    for side in ("client", "server"):
+                        self.res.add(f"flat_{op}_{side}_{size}", f"{op} cost, {side}, {size:,} waiting", "us/task", cost[side])
+            log(f"flatness run {rep + 1}: " + "; ".join(f"{size:,} waiting: " + ", ".join(
+                f"{op} {fmt(self.res.rows[f'flat_{op}_client_{size}']['values'][-1])}us" for op in ("enqueue", "fetch", "ack"))
+                for size in (small, big)))
+        for op in ("enqueue", "fetch", "ack"):
+            for side in ("client", "server"):
+                a, b = self.res.median(f"flat_{op}_{side}_{small}"), self.res.median(f"flat_{op}_{side}_{big}")
+                if a and b:
+                    self.res.add(f"flat_{op}_{side}_ratio", f"flatness {op} {side} cost {big:,} / {small:,}", "ratio", b / a)
+        self.r.flushall()
+        rbig.flushdb()
+        rbig.close()
+
+    def flat_ops(self, sides: dict[int, tuple[Any, Any]], m: int, chunks: int = 5) -> dict[int, dict[str, dict[str, float]]]:
+        """Per-task cost of ``m`` single enqueues (``.delay``), fetches and acks: client wall us and Redis us of the script.
+
+        For each backlog size ``(task, broker)``: ``chunks`` rounds (enqueue, fetch, ack), the sizes
+        taking turns, after one warm-up round; the median round counts.
+        """
+        ops = ("enqueue", "fetch", "ack")
+        samples = {size: {op: {"client": [], "server": []} for op in ops} for size in sides}
+        k = max(1, m // chunks)
+
+        def timed(size: int, op: str, fn: Callable[[int], Any]) -> None:
+            self.r.config_resetstat()
+            t = time.perf_counter()
+            for i in range(k):
+                fn(i)
+            samples[size][op]["client"].append((time.perf_counter() - t) / k * 1e6)
+            cs = self.r.info("commandstats")
+            ev = [v for name, v in cs.items() if name.startswith(("cmdstat_eval", "cmdstat_fcall"))]
+            calls = sum(v["calls"] for v in ev)
+            samples[size][op]["server"].append(sum(v["usec"] for v in ev) / calls if calls else float("nan"))
+
+        for rnd in range(chunks + 1):  # round 0 warms up (script loading, caches) and is not kept
+            for size, (task, broker) in sides.items():
+                if rnd == 1:
+                    for per_op in samples[size].values():
+                        for v in per_op.values():
+                            v.clear()
+                ids: list[str] = []
+                timed(size, "enqueue", lambda i, task=task: task.delay(i))
+                timed(size, "fetch", lambda i, b=broker, ids=ids: ids.extend(d.id for d in b.fetch("default", FLAT_WORKER, 1)))
+                timed(size, "ack", lambda i, b=broker, ids=ids: b.ack("default", FLAT_WORKER, ids[i], "0") if i < len(ids) else None)
+        return {size: {op: {side: statistics.median(v) for side, v in per_op.items()} for op, per_op in by_op.items()}
+                for size, by_op in samples.items()}
+
+    # -- worker memory ---------------------------------------------------
+
+    def rss(self) -> None:
+        small, big = self.cfg["rss_small"], self.cfg["rss_big"]
+        seen: dict[int, int | None] = {}
+
+        def mark(k: int, ps: list[subprocess.Popen[bytes]]) -> None:
+            seen[k] = vmrss_kb(ps[0].pid)
+
+        out = self.drain_once("rss", 1, 1, big, marks=(small, big), on_mark=mark)
+        a, b = seen.get(small), seen.get(big)
+        self.res.add("rss_small", f"worker RSS after {small:,} tasks", "MiB", a / 1024 if a else None)
+        self.res.add("rss_big", f"worker RSS after {big:,} tasks", "MiB", b / 1024 if b else None)
+        if a and b:
+            self.res.add("rss_ratio", f"  RSS ratio {big:,} / {small:,}", "ratio", b / a)
+        self.res.add("drain_c1_big", f"  drain {big:,}: 1 process, --concurrency 1", "tasks/s", out["per_s"])
+        self.res.details["rss"] = {"kb": seen, **out}
+        log(f"rss: {a} KiB after {small:,}, {b} KiB after {big:,}; drained at {fmt(out['per_s'])}/s")
+        self.r.flushall()
+
+    # -- peers -----------------------------------------------------------
+
+    def peers(self) -> None:
+        py = ensure_peers_venv()
+        if py is None:
+            return
+        cfg = self.cfg
+        for name in self.args.peers:
+            pidfile = self.logdir / f"{name}.pids"
+            argv = [str(py), str(BENCH / "peers" / "run_peer.py"), name, "--url", self.url, "--n", str(cfg["peer_n"]),
+                    "--repeats", str(cfg["repeats"]), "--cap", str(cfg["peer_cap"]), "--lat-samples", str(cfg["peer_lat"]),
+                    "--enqueue-count", str(cfg["peer_enqueue"]), "--enqueue-seconds", str(cfg["peer_enqueue_s"]),
+                    "--pidfile", str(pidfile), "--logdir", str(self.logdir)]
+            budget = cfg["repeats"] * (cfg["peer_cap"] + 60 + cfg["peer_enqueue_s"] + cfg["peer_lat"] * 0.05) + 60
+            log(f"peer {name}: measuring (at most {budget:.0f}s)")
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, start_new_session=True)
+            try:
+                stdout, _ = proc.communicate(timeout=budget)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGTERM)
+                try:
+                    stdout, _ = proc.communicate(timeout=20)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    stdout, _ = proc.communicate()
+            finally:
+                for line in pidfile.read_text().split() if pidfile.exists() else []:  # any worker it left behind
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(int(line), signal.SIGKILL)
+                self.r.flushall()
+            found = [ln for ln in (stdout or "").splitlines() if ln.startswith("RESULT ")]
+            if proc.returncode != 0 or not found:
+                log(f"peer {name}: no result (exit {proc.returncode}); skipped")
+                continue
+            data = json.loads(found[-1][len("RESULT "):])
+            self.res.details.setdefault("peers", {})[name] = data
+            label = f"{name} {data['version']}"
+            for d in data["drain"]:
+                self.res.add(f"peer_{name}_drain", f"{label}: drain {data['n']:,}, {data['worker']}", "tasks/s", d["per_s"],
+                             "capped: rate so far" if d["capped"] else "")
+                self.res.add(f"peer_{name}_drain_steady", f"  {name} steady (after first 5%)", "tasks/s", d["steady_per_s"])
+                self.res.add(f"peer_{name}_cpu", f"  {name} worker CPU per task", "us", d.get("worker_cpu_us"))
+                self.res.add(f"peer_{name}_rcpu", f"  {name} Redis CPU per task", "us", d.get("redis_cpu_us"))
+            for e in data["enqueue"]:
+                self.res.add(f"peer_{name}_enqueue", f"{label}: single enqueue loop", "tasks/s", e["per_s"])
+            for lat in data["latency"]:
+                self.res.add(f"peer_{name}_lat_p50", f"{label}: latency enqueue->start p50", "ms", lat.get("start_p50_ms"))
+                self.res.add(f"peer_{name}_lat_p99", f"{label}: latency enqueue->start p99", "ms", lat.get("start_p99_ms"))
+                self.res.add(f"peer_{name}_enqueue_call", f"  {name} enqueue call itself (p50)", "ms", lat.get("enqueue_call_p50_ms"))
+
+    # -- targets ---------------------------------------------------------
+
+    def targets(self) -> list[dict[str, Any]]:
+        m = self.res.median
+        out: list[dict[str, Any]] = []
+
+        def check(what: str, ours: float | None, goal: float | None, ok: Callable[[float, float], bool], goal_text: str) -> None:
+            if ours is None or goal is None:
+                return
+            out.append({"target": what, "ours": ours, "goal": goal, "goal_text": goal_text, "met": bool(ok(ours, goal))})
+
+        ge, le, lt = (lambda a, b: a >= b), (lambda a, b: a <= b), (lambda a, b: a < b)
+        peer_drain = [(n, m(f"peer_{n}_drain")) for n in PEER_NAMES if m(f"peer_{n}_drain")]
+        peer_enq = [(n, m(f"peer_{n}_enqueue")) for n in PEER_NAMES if m(f"peer_{n}_enqueue")]
+        if peer_drain:
+            best, v = max(peer_drain, key=lambda x: x[1] or 0)
+            check(f"drain c1 >= 5x best peer ({best})", m("drain_c1"), 5 * (v or 0), ge, f"5 x {fmt(v)}")
+        rb1 = m("rb_lpush_p1")
+        check("drain c1 >= 1/2 redis-benchmark -P 1 lpush", m("drain_c1"), rb1 / 2 if rb1 else None, ge, f"{fmt(rb1)} / 2")
+        if peer_enq:
+            best, v = max(peer_enq, key=lambda x: x[1] or 0)
+            check(f".delay() >= fastest peer enqueue ({best})", m("delay"), v, ge, fmt(v))
+        rb16 = m("rb_lpush_p16")
+        check("enqueue_many >= 1/5 redis-benchmark -P 16 lpush", m("enqueue_many"), rb16 / 5 if rb16 else None, ge, f"{fmt(rb16)} / 5")
+        check("idle latency start p50 <= huey's", m("lat1_start_p50"), m("peer_huey_lat_p50"), le, "huey p50")
+        check("idle latency start p99 < 5 ms", m("lat1_start_p99"), 5.0, lt, "5 ms")
+        check("3-queue latency start p99 < 50 ms", m("lat3_start_p99"), 50.0, lt, "50 ms")
+        for op in ("enqueue", "fetch", "ack"):
+            check(f"flatness {op} (client cost) < 1.2", m(f"flat_{op}_client_ratio"), 1.2, lt, "1.2")
+        check("worker RSS growth <= 10%", m("rss_ratio"), 1.10, le, "1.10")
+        return out
+
+
+def fill_local(noop: Any, n: int, queue: str = "default", backend: str = "default") -> None:
+    task = noop if (queue, backend) == ("default", "default") else noop.using(queue_name=queue, backend=backend)
+    for start in range(0, n, 1000):
+        task.enqueue_many([((i,), {}) for i in range(start, min(n, start + 1000))])
+
+
+def ensure_peers_venv() -> Path | None:
+    """``bench/.peers-venv`` with the peers installed (never the project's own environment); None if impossible."""
+    py = PEERS_VENV / "bin" / "python"
+    stamp = PEERS_VENV / ".installed"
+    want = "\n".join(PEER_PACKAGES)
+    if py.exists() and stamp.exists() and stamp.read_text() == want:
+        return py
+    log(f"creating {PEERS_VENV} for the peers: {', '.join(PEER_PACKAGES)}")
+    try:
+        if not py.exists():
+            venv.EnvBuilder(with_pip=True, clear=True).create(PEERS_VENV)
+        done = subprocess.run([str(py), "-m", "pip", "install", "-q", *PEER_PACKAGES], capture_output=True, text=True, timeout=600)
+    except (OSError, subprocess.SubprocessError) as exc:
+        log(f"peers skipped: cannot build their virtualenv ({exc})")
+        return None
+    if done.returncode != 0:
+        log(f"peers skipped: pip install failed:\n{done.stderr.strip()[-2000:]}")
+        return None
+    stamp.write_text(want)
+    return py
+
+
+def engine_fingerprint() -> dict[str, str]:
+    """Which engine code was measured: its directory, a hash of its sources, and the repo's commit."""
+    import hashlib
+
+    import django_redisq
+
+    pkg = Path(django_redisq.__file__).resolve().parent
+    h = hashlib.sha1()
+    for f in sorted([*pkg.rglob("*.py"), *pkg.rglob("*.lua")]):
+        h.update(str(f.relative_to(pkg)).encode())
+        h.update(f.read_bytes())
+    return {"engine_dir": str(pkg), "engine_sha1": h.hexdigest()[:12], "repo_commit": git_commit()}
+
+
+def git_commit() -> str:
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no", "--", "django_redisq"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return out.stdout.strip() + ("+dirty" if dirty else "")
+    return "?"
+
+
+@contextlib.contextmanager
+def terminate_on_signal() -> Iterator[None]:
+    """SIGTERM ends the run like Ctrl-C, so every process we started is stopped."""
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="smaller counts, one run each: under 2 minutes")
+    ap.add_argument("--repeats", type=int, default=None, help="runs of each measurement (default 3, --quick 1)")
+    ap.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated sections: {','.join(SECTIONS)}")
+    ap.add_argument("--skip", default="", help="comma-separated sections to leave out (e.g. peers)")
+    ap.add_argument("--peers", default=",".join(PEER_NAMES), help="peers to measure (default: all)")
+    ap.add_argument("--drain-n", type=int, default=None, help="tasks queued before each drain (default 20000)")
+    ap.add_argument("--worker-verbosity", type=int, default=None,
+                    help="runworker -v (default: its own default, 1, which logs one line per task)")
+    ap.add_argument("--engine", default=None, metavar="DIR",
+                    help="import django_redisq from DIR (e.g. git archive OLD django_redisq | tar -x -C DIR) to compare")
+    ap.add_argument("--out", default=None, help="JSON file (default bench/results/<utc time>.json)")
+    ap.add_argument("--fill-only", type=int, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--fill-queue", default="default", help=argparse.SUPPRESS)
+    ap.add_argument("--fill-backend", default="default", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+
+    if args.fill_only is not None:  # a helper process of Bench.fill
+        import django
+
+        django.setup()
+        from benchapp.tasks import noop
+
+        fill_local(noop, args.fill_only, args.fill_queue, args.fill_backend)
+        return 0
+
+    cfg = dict(PROFILES["quick" if args.quick else "full"])
+    if args.repeats:
+        cfg["repeats"] = args.repeats
+    if args.drain_n:
+        cfg["drain_n"] = args.drain_n
+    only = [s for s in args.only.split(",") if s]
+    skip = set(filter(None, args.skip.split(",")))
+    unknown = (set(only) | skip) - set(SECTIONS)
+    if unknown:
+        ap.error(f"unknown section(s): {', '.join(sorted(unknown))}")
+    args.peers = [p for p in args.peers.split(",") if p in PEER_NAMES]
+    sections = [s for s in SECTIONS if s in only and s not in skip]
+
+    started = time.time()
+    with terminate_on_signal():
+        bench = Bench(args, cfg)
+        try:
+            info = bench.r.info("server")
+            meta = {
+                "when": datetime.now(UTC).isoformat(timespec="seconds"), "mode": "quick" if args.quick else "full",
+                "config": cfg, "sections": sections, **engine_fingerprint(), "python": platform.python_version(),
+                "redis_py": redis.__version__, "redis_server": info.get("redis_version"), "cpus": os.cpu_count(),
+                "platform": platform.platform(), "argv": sys.argv[1:],
+            }
+            log(f"django-redisq bench ({meta['mode']}, {cfg['repeats']} run(s) each) on redis-server {meta['redis_server']} "
+                f"at {bench.url}, engine {meta['engine_dir']} ({meta['engine_sha1']}, repo {meta['repo_commit']})")
+            meta["loadavg_at_start"] = os.getloadavg()
+            if meta["loadavg_at_start"][0] > 1.0:
+                log(f"WARNING: the machine is busy before the bench starts (load average {meta['loadavg_at_start'][0]:.1f} "
+                    f"on {os.cpu_count()} CPUs): rates will be low and noisy; CPU per task and same-run ratios hold better")
+            for section in sections:
+                t = time.time()
+                try:
+                    getattr(bench, section)()
+                except Exception as exc:  # noqa: BLE001 - one broken section must not lose the others
+                    log(f"section {section} failed: {type(exc).__name__}: {exc}")
+                    bench.res.details.setdefault("errors", {})[section] = f"{type(exc).__name__}: {exc}"
+                    bench.procs.stop(grace=5)
+                    with contextlib.suppress(redis.RedisError):
+                        bench.r.flushall()
+                bench.res.details.setdefault("section_seconds", {})[section] = round(time.time() - t, 1)
+                bench.res.details.setdefault("loadavg_after", {})[section] = os.getloadavg()
+            targets = bench.targets()
+        finally:
+            bench.close()
+
+    meta["seconds"] = round(time.time() - started, 1)
+    print()
+    print(f"django-redisq bench, {meta['mode']}: {meta['when']}, engine {meta['engine_sha1']} (repo {meta['repo_commit']}), "
+          f"Python {meta['python']}, "
+          f"redis-py {meta['redis_py']}, redis-server {meta['redis_server']}, {meta['cpus']} CPUs, {meta['seconds']}s")
+    load = meta.get("loadavg_at_start", (0.0,))[0]
+    if load > 1.0:
+        print(f"(machine busy: load average {load:.1f} before the bench started)")
+    print(table(bench.res))
+    if targets:
+        print()
+        w = max(len(t["target"]) for t in targets)
+        for t in targets:
+            print(f"{'met ' if t['met'] else 'MISS'}  {t['target'].ljust(w)}  ours {fmt(t['ours'])}  goal {t['goal_text']} = {fmt(t['goal'])}")
+    out = Path(args.out) if args.out else BENCH / "results" / f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}{'-quick' if args.quick else ''}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"meta": meta, "results": bench.res.as_json(), "targets": targets, "details": bench.res.details},
+                              indent=1, default=str))
+    print(f"\nJSON: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
