@@ -14,6 +14,7 @@ from typing import Any, cast
 
 import redis
 from redis.commands.core import Script
+from redis.exceptions import NoScriptError
 
 from . import scripts
 from .conf import Options
@@ -78,9 +79,17 @@ class Broker:
         call = self._scripts.get(name)
         if call is None:
             script = self.client.register_script(scripts.source(name))
+            execute = self.client.execute_command
 
             def call(keys: Sequence[Any], args: Sequence[Any], client: Any = None, _script: Script = script) -> Any:
-                return _script(keys=[_wire(k) for k in keys], args=[_wire(a) for a in args], client=client)
+                keys, args = [_wire(k) for k in keys], [_wire(a) for a in args]
+                if client is not None:  # a pipeline: redis-py loads missing scripts before executing it
+                    return _script(keys=keys, args=args, client=client)
+                try:  # EVALSHA directly: the hot path, without Script.__call__'s wrappers
+                    return execute("EVALSHA", _script.sha, len(keys), *keys, *args)
+                except NoScriptError:  # the server restarted or SCRIPT FLUSH: load it again
+                    self.client.script_load(_script.script)
+                    return execute("EVALSHA", _script.sha, len(keys), *keys, *args)
 
             self._scripts[name] = call
         return call

@@ -20,6 +20,7 @@ from django.tasks.base import TaskError
 from django.tasks.signals import task_finished, task_started
 from django.utils.json import normalize_json
 
+from .backend import ms_to_datetime
 from .backoff import compute_backoff
 from .broker import Delivery
 from .conf import Options
@@ -65,10 +66,13 @@ class Runner:
     def __init__(self, options: Options, backend_alias: str) -> None:
         self.options = options
         self.alias = backend_alias
-        self._tasks: dict[tuple[str, str], Task] = {}
-        self._signatures: dict[str, inspect.Signature] = {}
+        self._tasks: dict[tuple[str, str], tuple[Task, inspect.Signature, type, int | None]] = {}
 
     def resolve(self, message: Message) -> Task:
+        return self._prepared(message)[0]
+
+    def _prepared(self, message: Message) -> tuple[Task, inspect.Signature, type, int | None]:
+        """The task of a message with what each run needs, worked out once per task and queue."""
         key = (message.task, message.queue)
         found = self._tasks.get(key)
         if found is None:
@@ -79,20 +83,18 @@ class Runner:
                     f"{message.task!r} is not a registered task in this worker "
                     "(is it in an app's tasks.py, and is the worker's code up to date?)",
                 )
-            found = registered
+            task: Task = registered
             if registered.queue_name != message.queue or registered.backend != self.alias:
-                found = registered.using(queue_name=message.queue, backend=self.alias)
-            self._tasks[key] = found
+                task = registered.using(queue_name=message.queue, backend=self.alias)
+            max_retries = task.max_retries if isinstance(task, RedisTask) else None
+            found = self._tasks[key] = (task, inspect.signature(task.func), type(task.get_backend()), max_retries)
         return found
 
     def run(self, d: Delivery, worker_id: str) -> Outcome:
         opts = self.options.for_queue(d.queue)
         try:
             message = decode(d.raw)
-            task = self.resolve(message)
-            params = self._signatures.get(message.task)
-            if params is None:
-                params = self._signatures[message.task] = inspect.signature(task.func)
+            task, params, sender, task_max_retries = self._prepared(message)
             call_args = [None, *message.args] if task.takes_context else message.args
             try:
                 params.bind(*call_args, **message.kwargs)
@@ -105,15 +107,13 @@ class Runner:
         except Exception as exc:  # noqa: BLE001 - a task that cannot even be built (settings drift)
             return Outcome(DEAD, error=error_dict(exc), reason="bad_message")
 
-        max_retries = task.max_retries if isinstance(task, RedisTask) and task.max_retries is not None else opts.max_retries
+        max_retries = opts.max_retries if task_max_retries is None else task_max_retries
         if d.deliveries > max_retries + 1 + CRASH_ALLOWANCE:
             return Outcome(
                 DEAD, reason="too_many_deliveries", task_name=message.task,
                 error=error_dict(None, f"delivered {d.deliveries} times without finishing (does it kill its worker?)",
                                  "django_redisq.exceptions.TooManyDeliveries"),
             )
-        from .backend import ms_to_datetime
-
         workers = d.workers.split(",") if d.workers else [worker_id]
         result: TaskResult = TaskResult(
             task=task, id=d.id, status=TaskResultStatus.RUNNING,
@@ -121,7 +121,6 @@ class Runner:
             last_attempted_at=ms_to_datetime(int(time.time() * 1000)), finished_at=None,
             args=message.args, kwargs=message.kwargs, backend=self.alias, errors=[], worker_ids=workers,
         )
-        sender = type(task.get_backend())
         start = time.perf_counter()
         close_old_connections()
         try:

@@ -104,6 +104,9 @@ class Worker:
         self.broker = Broker(self.options)
         self.runner = runner or Runner(self.options, backend)
         self.permits = {q: Budget(self.prefetch) for q in self.queues}
+        self._idle = {q: threading.Event() for q in self.queues}
+        for event in self._idle.values():
+            event.set()
         self.rank = {q: i for i, q in enumerate(self.queues)}
         self.work: queue_mod.PriorityQueue[tuple[int, int, Delivery]] = queue_mod.PriorityQueue()
         self._seq = itertools.count()
@@ -196,8 +199,12 @@ class Worker:
 
     def _fetch_loop(self, q: str) -> None:
         """Per queue: keep up to ``prefetch()`` tasks fetched, blocking in BLMOVE while idle."""
-        permits, pause = self.permits[q], 0.1
+        permits, pause, idle = self.permits[q], 0.1, self._idle[q]
         while not self._stop.is_set():
+            # under a backlog the executors fetch for themselves; this thread waits for the
+            # queue to run dry, then blocks in BLMOVE so a new task is seen at once
+            if not idle.wait(0.2):
+                continue
             n = permits.take(timeout=0.2)
             if n == 0:
                 continue
@@ -207,6 +214,8 @@ class Worker:
                     moved = self.broker.wait(q, self.name, 0.05 if self.burst else BLOCK_TIMEOUT)
                     if moved:
                         got = self.broker.fetch(q, self.name, n - 1, moved_id=moved)
+                if got:
+                    idle.clear()
                 pause = 0.1
             except Exception as exc:  # the fetcher must outlive any reply it cannot read
                 permits.give(n)
@@ -241,9 +250,11 @@ class Worker:
                 got = self.broker.fetch(q, self.name, n)
             except Exception:  # noqa: BLE001 - the fetcher thread reports and backs off
                 self.permits[q].give(n)
+                self._idle[q].set()
                 return False
             if self._accept(q, n, got):
                 return True
+            self._idle[q].set()  # dry: the fetcher thread waits for the next task
         return False
 
     def _execute_loop(self) -> None:

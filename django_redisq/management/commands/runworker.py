@@ -65,6 +65,12 @@ class Command(BaseCommand):
         worker.run()
 
     def _configure_logging(self, verbosity: int) -> None:
+        from django.conf import settings
+
+        # Django's own task signal receivers build two INFO records per task that its
+        # default LOGGING then drops (DEBUG off); skip building them unless configured
+        if not settings.DEBUG and "django.tasks" not in (getattr(settings, "LOGGING", {}) or {}).get("loggers", {}):
+            logging.getLogger("django.tasks").setLevel(logging.WARNING)
         log = logging.getLogger("django_redisq")
         log.setLevel(LEVELS.get(verbosity, logging.INFO))
         if not log.handlers and not logging.getLogger().handlers:
