@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import signal
 import sys
+import threading
+import time
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -16,6 +19,43 @@ from django_redisq.connection import check_server, durability_warnings
 from django_redisq.exceptions import RedisUnavailable
 
 LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
+
+
+class BatchedStderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """stderr through a buffer flushed every ``interval`` seconds, and at once for warnings.
+
+    A log line per task then costs no system call per task; lines show up
+    within ``interval``, and everything is flushed when the command ends.
+    """
+
+    def __init__(self, interval: float = 0.25) -> None:
+        stream = io.TextIOWrapper(io.FileIO(sys.stderr.fileno(), "w", closefd=False), write_through=False)
+        super().__init__(stream)
+        self.interval = interval
+        self._last = time.monotonic()
+        threading.Thread(target=self._tick, name="redisq-log-flush", daemon=True).start()
+
+    def _tick(self) -> None:
+        while True:
+            time.sleep(self.interval)
+            self.flush_now()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        super().emit(record)
+        if record.levelno >= logging.WARNING:
+            self.flush_now()
+
+    def flush(self) -> None:  # called by emit for every record: only flush when due
+        if time.monotonic() - self._last >= self.interval:
+            self.flush_now()
+
+    def flush_now(self) -> None:
+        self._last = time.monotonic()
+        with self.lock or threading.RLock():
+            try:
+                self.stream.flush()
+            except (OSError, ValueError):
+                pass
 
 
 def positive(value: str) -> int:
@@ -62,7 +102,16 @@ class Command(BaseCommand):
         for warning in durability_warnings(worker.options):
             logging.getLogger("django_redisq").warning(warning)
         self._install_signals(worker)
-        worker.run()
+        try:
+            worker.run()
+        finally:
+            self._flush_logs()
+
+    handler: BatchedStderrHandler | None = None
+
+    def _flush_logs(self) -> None:
+        if self.handler is not None:
+            self.handler.flush_now()
 
     def _configure_logging(self, verbosity: int) -> None:
         from django.conf import settings
@@ -74,14 +123,15 @@ class Command(BaseCommand):
         log = logging.getLogger("django_redisq")
         log.setLevel(LEVELS.get(verbosity, logging.INFO))
         if not log.handlers and not logging.getLogger().handlers:
-            handler = logging.StreamHandler(sys.stderr)
-            handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-            log.addHandler(handler)
+            self.handler = BatchedStderrHandler()
+            self.handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+            log.addHandler(self.handler)
 
     def _install_signals(self, worker: Any) -> None:
         def on_signal(signum: int, frame: Any) -> None:
             if worker.stopping:
                 logging.getLogger("django_redisq").warning("second signal: exiting now; unfinished tasks go to the reaper")
+                self._flush_logs()
                 os._exit(1)
             logging.getLogger("django_redisq").warning("%s: finishing running tasks, then exiting", signal.Signals(signum).name)
             worker.request_stop()
