@@ -22,7 +22,9 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local prefix, worker, lease = ARGV[1], ARGV[4], ARGV[3]
 local ids = {}
-if ARGV[6] ~= '' then ids[1] = ARGV[6] end
+-- the moved id must still be ours: a worker that stalled past WORKER_TIMEOUT after its
+-- BLMOVE may have been reaped meanwhile (LPOS is O(1) here: BLMOVE put it at the head)
+if ARGV[6] ~= '' and redis.call('LPOS', KEYS[2], ARGV[6]) then ids[1] = ARGV[6] end
 for _ = 1, tonumber(ARGV[2]) do
   local id = redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT')
   if not id then break end

@@ -1,0 +1,90 @@
+"""The short chaos run for CI (at most about two minutes): bench/chaos.py at a small scale.
+
+Two producer processes enqueue ~600 tasks of every kind through the public
+API while two ``runworker`` processes (default HEARTBEAT_INTERVAL and
+WORKER_TIMEOUT) run them, and every kind of fault happens at least once:
+worker SIGKILL and SIGTERM, CLIENT KILL of every connection, redis-server
+SIGSTOP/SIGCONT, and redis-server restarts (a clean one and a crash) with
+``appendonly yes`` / ``appendfsync always``. Nothing may be lost or stuck,
+only designed failures may be dead letters, every repeated effect must be
+explained by a fault, and a killed worker's tasks must run elsewhere within
+15 s. The long run is ``python bench/chaos.py`` (see its docstring).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+
+
+def _load_chaos():  # bench/ is not a package
+    spec = importlib.util.spec_from_file_location("redisq_bench_chaos", ROOT / "bench" / "chaos.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_short_chaos_run_loses_nothing(tmp_path):
+    chaos = _load_chaos()
+    cfg = chaos.Config(
+        tasks=600, producers=2, workers=2, concurrency=4, duration=35, gap=(1.5, 3.0), faults=12, settle=75, seed=7,
+        max_pause=2.5, workdir=str(tmp_path),
+        sequence=["sigkill", "client_kill", "pause", "restart", "sigterm", "sigkill", "pause", "restart",
+                  "client_kill", "sigkill", "sigterm", "sigkill"],
+        kinds={"quick": 0.45, "slow": 0.18, "flaky": 0.1, "fail": 0.07, "delayed": 0.1, "order": 0.1},
+    )
+    report = chaos.run_chaos(cfg)
+    table = chaos.table(report)
+    print(table)
+    assert chaos.checks(report) == [], table + "\n" + repr(report["examples"])
+    assert report["enqueued"] >= 550
+    assert set(report["faults"]) == {"sigkill", "sigterm", "client_kill", "pause", "restart", "restart_crash"}
+    assert report["recovery_max_s"] is not None, "no SIGKILL caught a worker holding tasks"
+    assert report["recovery_max_s"] <= 15.0 + cfg.max_pause, table
+
+
+@pytest.mark.parametrize("appendonly", [True, False], ids=["appendonly", "persistence-off"])
+def test_redis_crash_keeps_tasks_only_with_appendonly(appendonly):
+    """With appendonly yes + appendfsync always a crash (SIGKILL) of redis-server loses no task,
+    running ones included; with persistence off it loses every one -- the loss the README warns about."""
+    import signal
+
+    from django_redisq import connection
+    from django_redisq.broker import Broker
+    from django_redisq.conf import build_options
+    from django_redisq.message import Message
+    from django_redisq.testing import RedisServer
+
+    with RedisServer(appendonly=appendonly) as srv:
+        options = build_options("default", {"QUEUES": ["default"], "OPTIONS": {"REDIS_URL": srv.url}})
+        broker = Broker(options)
+        try:
+            items = [(f"t{i}", Message("tests.testapp.tasks.noop", [i], {}, "default").encode(), "tests.testapp.tasks.noop",
+                      5000 if i % 10 == 0 else 0, "") for i in range(100)]
+            broker.enqueue("default", items)
+            broker.heartbeat(["default"], "w1", {})
+            running = [d.id for d in broker.fetch("default", "w1", 10)]
+            assert len(running) == 10
+            srv.stop(signal.SIGKILL)
+            srv.start()
+            connection.reset()
+            broker = Broker(options)
+            k = broker.keys("default")
+            c = broker.client
+            held = set(c.lrange(k.pending, 0, -1)) | set(c.zrange(k.scheduled, 0, -1)) | set(broker.processing_ids("default", "w1"))
+            if appendonly:
+                assert held == {f"t{i}" for i in range(100)}
+                assert set(broker.processing_ids("default", "w1")) == set(running)
+                assert c.zscore(k.workers, "w1") is not None  # so the reaper will give them back
+            else:
+                assert held == set(), "persistence off: a Redis crash loses every queued task"
+        finally:
+            connection.reset()

@@ -1,0 +1,96 @@
+"""Tasks for the fault-injection runs (bench/chaos.py, tests/test_chaos.py) and bad-input tests.
+
+Each chaos task records what it did in a store *separate* from the queue's
+Redis (a second redis-server, ``REDISQ_CHAOS_EFFECTS_URL``), so the queue's own
+faults (restarts, pauses, killed connections) cannot hide or fake an effect:
+
+* ``chaos:starts`` (LIST): one ``<id>|<ms>|<worker>|<pid>`` entry each time a run begins;
+* ``chaos:effects`` (HASH): task id -> number of runs that completed their effect;
+* ``chaos:attempts`` (HASH): task id -> number of runs begun (drives fail-then-succeed);
+* ``chaos:orders`` (HASH): business key -> number of times its effect happened.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import redis
+
+from django_redisq import task
+
+_local = threading.local()
+
+
+def effects_store() -> redis.Redis:
+    client = getattr(_local, "client", None)
+    if client is None or getattr(_local, "pid", None) != os.getpid():
+        url = os.environ.get("REDISQ_CHAOS_EFFECTS_URL")
+        if not url:
+            from django.conf import settings
+
+            url = settings.TASKS["default"]["OPTIONS"]["REDIS_URL"]
+        client = _local.client = redis.Redis.from_url(url, decode_responses=True, socket_timeout=30)
+        _local.pid = os.getpid()
+    return client
+
+
+def _begin(context) -> tuple[redis.Redis, str, int]:  # type: ignore[no-untyped-def]
+    store = effects_store()
+    result = context.task_result
+    worker = result.worker_ids[-1] if result.worker_ids else "?"
+    pipe = store.pipeline(transaction=False)
+    pipe.rpush("chaos:starts", f"{result.id}|{int(time.time() * 1000)}|{worker}|{os.getpid()}")
+    pipe.hincrby("chaos:attempts", result.id, 1)
+    attempts = int(pipe.execute()[1])
+    return store, result.id, attempts
+
+
+@task(takes_context=True)
+def chaos_quick(context, n: int) -> int:  # type: ignore[no-untyped-def]
+    store, tid, _ = _begin(context)
+    store.hincrby("chaos:effects", tid, 1)
+    return n
+
+
+@task(takes_context=True, queue_name="emails")
+def chaos_slow(context, n: int, seconds: float) -> int:  # type: ignore[no-untyped-def]
+    store, tid, _ = _begin(context)
+    time.sleep(seconds)
+    store.hincrby("chaos:effects", tid, 1)
+    return n
+
+
+@task(takes_context=True, max_retries=3)
+def chaos_flaky(context, n: int, fail_times: int) -> int:  # type: ignore[no-untyped-def]
+    """Fails its first ``fail_times`` runs, then succeeds (attempts counted in the effects store)."""
+    store, tid, attempts = _begin(context)
+    if attempts <= fail_times:
+        raise RuntimeError(f"designed failure {attempts} of {fail_times}")
+    store.hincrby("chaos:effects", tid, 1)
+    return n
+
+
+@task(takes_context=True, max_retries=2)
+def chaos_fail(context, n: int) -> None:  # type: ignore[no-untyped-def]
+    """Always fails: after 3 runs it is a designed dead letter."""
+    _begin(context)
+    raise ValueError(f"designed permanent failure {n}")
+
+
+@task(takes_context=True, idempotency_key=lambda order: f"chaos-order-{order}")
+def chaos_order(context, order: str) -> str:  # type: ignore[no-untyped-def]
+    """A business effect guarded by a user idempotency key (one charge per order)."""
+    store, tid, _ = _begin(context)
+    pipe = store.pipeline(transaction=False)
+    pipe.hincrby("chaos:effects", tid, 1)
+    pipe.hincrby("chaos:orders", order, 1)
+    pipe.execute()
+    return order
+
+
+@task(max_retries=1)
+def fails_with_undecodable_name() -> None:
+    """Raises with text as Python decodes a non-UTF-8 file name (os.fsdecode: a lone surrogate)."""
+    raise ValueError("cannot open " + os.fsdecode(b"caf\xe9.txt"))
