@@ -77,3 +77,15 @@ def where_is(r: redis.Redis, task_id: str, queue: str = "default") -> list[str]:
     if r.hget(k.task(task_id), "state") == "finished" and not places:
         places.append("finished")
     return places
+
+
+def wait_for(predicate, timeout: float = 15.0, step: float = 0.02) -> bool:
+    """Poll ``predicate`` until true or ``timeout`` seconds pass; whether it became true."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(step)
+    return False

@@ -1,26 +1,16 @@
 """DESIGN.md's invariants, each proven against real processes and a real Redis."""
 
 import signal
-import time
 from datetime import timedelta
 
 import pytest
 from django.utils import timezone
 
-from tests.helpers import keys, redis_ms, where_is
+from tests.helpers import keys, redis_ms, wait_for, where_is
 from tests.testapp import tasks
 from tests.testapp.tasks import EFFECTS
 
 Q = "emails"
-
-
-def wait_for(predicate, timeout=30.0, step=0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(step)
-    return False
 
 
 @pytest.mark.slow

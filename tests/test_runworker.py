@@ -5,20 +5,11 @@ import time
 
 import pytest
 
-from tests.helpers import keys, where_is
+from tests.helpers import keys, wait_for, where_is
 from tests.testapp import tasks
 from tests.testapp.tasks import EFFECTS
 
 pytestmark = pytest.mark.slow
-
-
-def wait_for(predicate, timeout=15.0, step=0.02):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(step)
-    return False
 
 
 def test_burst_runs_everything_and_exits_zero(r, run_worker_process):

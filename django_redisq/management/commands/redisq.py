@@ -22,6 +22,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_redisq.inspect import DeadFilter, Inspector, UnknownQueue
+from django_redisq.management.commands.runworker import positive
 from django_redisq.operations import DELETE, REPLAY, Operations, Progress
 
 
@@ -29,18 +30,6 @@ def _json_default(value: Any) -> Any:
     if isinstance(value, datetime):
         return value.isoformat()
     raise TypeError(f"not JSON: {type(value).__name__}")
-
-
-def _positive(value: str) -> int:
-    import argparse
-
-    try:
-        n = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
-    return n
 
 
 class Command(BaseCommand):
@@ -56,7 +45,7 @@ class Command(BaseCommand):
         listing = dead.add_parser("list", help="newest first")
         self._filters(listing)
         listing.add_argument("--queue", help="the queue (default: the first configured)")
-        listing.add_argument("--limit", type=_positive, default=20, help="how many (default: %(default)s)")
+        listing.add_argument("--limit", type=positive, default=20, help="how many (default: %(default)s)")
         listing.add_argument("--start", type=int, default=0, help="position to start at (printed as 'next' by a previous list)")
         listing.add_argument("--json", action="store_true", help="print JSON")
         show = dead.add_parser("show", help="one dead letter in full")
