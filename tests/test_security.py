@@ -234,11 +234,16 @@ def tls_server(tmp_path_factory) -> Iterator[tuple[RedisServer, int, Path]]:
     if not shutil.which("openssl"):
         pytest.skip("no openssl CLI to make a test certificate")
     d = tmp_path_factory.mktemp("tls")
+    # a CA with key usage and basic constraints: Python 3.13 verifies strictly (VERIFY_X509_STRICT)
     _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-days", "2",
-             "-subj", "/CN=redisq-test-ca", cwd=d)
+             "-subj", "/CN=redisq-test-ca", "-addext", "basicConstraints=critical,CA:TRUE",
+             "-addext", "keyUsage=critical,keyCertSign,cRLSign", "-addext", "subjectKeyIdentifier=hash", cwd=d)
     _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr",
              "-subj", "/CN=127.0.0.1", cwd=d)
-    (d / "ext.cnf").write_text("subjectAltName=IP:127.0.0.1\n")
+    (d / "ext.cnf").write_text(
+        "subjectAltName=IP:127.0.0.1\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
+        "extendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\nauthorityKeyIdentifier=keyid\n"
+    )
     _openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
              "-out", "server.crt", "-days", "2", "-extfile", "ext.cnf", cwd=d)
     tls_port = free_port()
