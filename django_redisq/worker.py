@@ -1,12 +1,13 @@
-"""The worker: fetcher threads feed executor threads; heartbeat and upkeep beside.
+"""The worker: executor threads that fetch, run and settle; fetchers, heartbeat and upkeep beside.
 
-One fetcher per queue (so an idle queue never delays a busy one) takes tasks
-into this worker's processing list, at most ``prefetch()`` per queue at a time.
-Executor threads run them in queue order (earlier queues first) and settle
-each one (ack, retry or bury). The main thread promotes due tasks and reaps
-dead workers. Signals belong to the management command, not here.
+Executor threads run tasks in queue order (earlier queues first). When they
+run out, they fetch a batch themselves (no thread hand-off under a backlog)
+and settle finished tasks in batches (ack, retry or bury). Once a queue is dry,
+its fetcher thread blocks in BLMOVE, so a new task on any queue starts at once.
+At most ``prefetch()`` tasks per queue are held. A heartbeat thread keeps the
+worker registered and its guards leased; the main thread promotes due tasks
+and reaps dead workers. Signals belong to the management command, not here.
 """
-
 from __future__ import annotations
 
 import itertools
@@ -69,6 +70,8 @@ def default_name() -> str:
 
 
 class Worker:
+    """Serves queues of one task backend until stopped (or drained, with ``burst``)."""
+
     def __init__(
         self,
         queues: Sequence[str] | None = None,
