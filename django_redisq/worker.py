@@ -340,7 +340,10 @@ class Worker:
             except LeaseLost as exc:
                 logger.warning("%s; another worker has it now", exc)
                 return None
-            except redis.RedisError as exc:
+            except redis.ResponseError:  # Redis answered with an error: trying again gives the same answer
+                logger.exception("%s failed; the task is handed back by the sweep", what)
+                return None
+            except redis.RedisError as exc:  # connection lost, timeout: Redis may be back soon
                 if self._force.is_set():
                     return None
                 logger.warning("%s failed (%s); retrying", what, exc)

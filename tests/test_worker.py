@@ -3,11 +3,12 @@ import threading
 import time
 
 import pytest
+import redis
 from django.core.exceptions import ImproperlyConfigured
 from django.tasks import TaskResultStatus
 
 from django_redisq.worker import Worker
-from tests.helpers import keys, message, seed_pending, where_is
+from tests.helpers import keys, message, seed_pending, wait_for, where_is
 from tests.testapp import tasks
 from tests.testapp.tasks import EFFECTS
 
@@ -226,3 +227,26 @@ def test_a_dead_letter_can_be_replayed_again_and_again(r, make_worker, broker):
         assert r.hget(keys().task(res.id), "reason") == "failed", round_
         assert broker.replay("default", [res.id]) == 1
     assert len(tasks.always_fails.get_result(res.id).errors) == 16  # two attempts per round, all kept
+
+
+def test_a_settle_step_that_redis_refuses_is_not_retried_forever(r, make_worker, monkeypatch):
+    """A script error is an answer, not an outage: log it and go on; the task stays recoverable."""
+    res = tasks.noop.delay(1)
+    w = make_worker(burst=False, name="refused")
+    calls = []
+
+    def refuse(*args, **kwargs):
+        calls.append(1)
+        raise redis.ResponseError("ERR simulated script error")
+
+    monkeypatch.setattr(w.broker, "ack_many", refuse)
+    t = threading.Thread(target=w.run)
+    t.start()
+    try:
+        assert wait_for(lambda: calls, timeout=5)
+        time.sleep(0.3)
+        assert len(calls) == 1  # not retried in a loop
+        assert where_is(r, res.id) == ["processing:refused"]  # not lost: the sweep or the reaper hands it back
+    finally:
+        w.request_stop()
+        t.join(10)
