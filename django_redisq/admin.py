@@ -11,12 +11,14 @@ their progress, continuing by themselves.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import time
 from collections import Counter
 from typing import Any
 
+import redis
 from django.contrib import admin, messages
 from django.contrib.admin.models import CHANGE, DELETION, LogEntry
 from django.contrib.admin.utils import unquote
@@ -27,6 +29,8 @@ from django.urls import URLPattern, path, reverse
 from django.utils.http import urlencode
 
 from .conf import get_options
+from .connection import describe
+from .exceptions import RedisUnavailable
 from .inspect import DeadFilter, Inspector, Pagination, UnknownQueue, WorkerInfo, backend_aliases
 from .models import DeadLetter
 from .operations import DELETE, REPLAY, Operations, Progress
@@ -86,7 +90,11 @@ class DeadLetterAdmin(admin.ModelAdmin):
         return False  # deleting dead letters is a "change" of the queue, checked in action_view
 
     def get_urls(self) -> list[URLPattern]:
-        wrap, name = self.admin_site.admin_view, "django_redisq_deadletter"
+        name = "django_redisq_deadletter"
+
+        def wrap(view: Any) -> Any:
+            return self.admin_site.admin_view(self._redis_guard(view))
+
         return [
             path("", wrap(self.changelist_view), name=f"{name}_changelist"),
             path("queues/", wrap(self.queues_view), name=f"{name}_queues"),
@@ -97,6 +105,28 @@ class DeadLetterAdmin(admin.ModelAdmin):
         ]
 
     # -- helpers ---------------------------------------------------------
+
+    def _redis_guard(self, view: Any) -> Any:
+        """Render Redis being down as an admin page (503) that says so, not a server error."""
+
+        @functools.wraps(view)
+        def guarded(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            try:
+                response = view(request, *args, **kwargs)
+                if isinstance(response, TemplateResponse):
+                    response.render()  # so an error while rendering is caught here too
+                return response
+            except (redis.RedisError, RedisUnavailable) as exc:
+                try:
+                    where = describe(get_options(request.GET.get("backend") or "default"))
+                except Exception:  # noqa: BLE001 - an unknown alias: say less, still no 500
+                    where = "Redis"
+                context = self._context(request, "Redis unavailable", error=f"{where}: {type(exc).__name__}")
+                response = self._render(request, "unavailable.html", context)
+                response.status_code = 503
+                return response
+
+        return guarded
 
     def _context(self, request: HttpRequest, title: str, **extra: Any) -> dict[str, Any]:
         return {

@@ -406,3 +406,23 @@ def test_scheduled_pending_and_running_lists(r, admin_client):
         assert response.status_code == 200 and task_id in response.content.decode()
         assert detail_url(task_id) in response.content.decode()
     assert admin_client.get(tasks_url("finished")).status_code == 404
+
+
+@pytest.mark.parametrize("url", [LIST, QUEUES])
+def test_redis_down_is_a_clear_page_not_a_server_error(r, viewer, settings, url):
+    import copy
+
+    from django_redisq import connection
+
+    tasks_setting = copy.deepcopy(settings.TASKS)
+    tasks_setting["default"]["OPTIONS"]["REDIS_URL"] = "redis://:secret@127.0.0.1:1/0"
+    settings.TASKS = tasks_setting
+    connection.reset()
+    try:
+        response = viewer.get(url)
+    finally:
+        connection.reset()
+    assert response.status_code == 503
+    body = response.content.decode()
+    assert "could not answer" in body and "redis://127.0.0.1:1/0" in body
+    assert "secret" not in body
