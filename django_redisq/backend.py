@@ -19,7 +19,8 @@ from django.utils.module_loading import autodiscover_modules
 
 from .broker import Broker
 from .conf import Options, build_options, check_errors
-from .message import Message, encode_arguments
+from .message import encode as encode_message
+from .message import encode_arguments
 from .task import RedisTask, get_registered
 
 # The one table from our task states to Django's statuses.
@@ -76,7 +77,7 @@ class RedisQueueBackend(BaseTaskBackend):
             # a relative delay: the due time itself is computed from Redis TIME
             delay_ms = max(0, int((task.run_after - timezone.now()).total_seconds() * 1000))
         idem = task.key_for(args, kwargs) if isinstance(task, RedisTask) else ""
-        msg = Message(task.module_path, args, kwargs, task.queue_name, self.alias, task.priority).encode()
+        msg = encode_message(args, kwargs)
         result: TaskResult = TaskResult(
             task=task, id=task_id, status=TaskResultStatus.READY, enqueued_at=timezone.now(),
             started_at=None, last_attempted_at=None, finished_at=None,

@@ -46,6 +46,7 @@ class Delivery:
     workers: str = ""
     enqueued_at: int = 0
     started_at: int = 0
+    task: str = ""  # the dotted path stored beside the message
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,8 +122,8 @@ class Broker:
         )
         return [
             Delivery(out[i], queue, int(out[i + 1]), out[i + 2], int(out[i + 3]), int(out[i + 4]),
-                     out[i + 5], int(out[i + 6] or 0), int(out[i + 7] or 0))
-            for i in range(0, len(out), 8)
+                     out[i + 5], int(out[i + 6] or 0), int(out[i + 7] or 0), out[i + 8])
+            for i in range(0, len(out), 9)
         ]
 
     def wait(self, queue: str, worker: str, timeout: float = BLOCK_TIMEOUT) -> str | None:

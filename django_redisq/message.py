@@ -1,13 +1,16 @@
 """The message schema (version 1): what a task call looks like in Redis.
 
-A message is a compact JSON object::
+A message is a compact JSON object holding the call's arguments::
 
-    {"v": 1, "task": "shop.tasks.send_receipt", "args": [42], "kwargs": {},
-     "queue": "emails", "backend": "default", "priority": 0}
+    {"v": 1, "args": [42], "kwargs": {}}
 
-``task`` names a *registered* task; a worker never imports a path it finds in
-a message. Decoding failures raise ``BadMessage`` with a reason code that ends
-up on the dead letter.
+The task's dotted path is the task hash's ``task`` field and the queue is the
+one whose keys hold it, so a message of a small call stays under Redis's 64-byte
+limit for compactly encoded hashes. A message may also name ``task``,
+``queue``, ``backend`` and ``priority`` itself (producers of other versions);
+those win over the hash and are type-checked. ``task`` names a *registered*
+task: a worker never imports a path it finds in Redis. Decoding failures raise
+``BadMessage`` with a reason code that ends up on the dead letter.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ _loads = json.loads
 
 @dataclass(frozen=True, slots=True)
 class Message:
+    """A decoded task call."""
+
     task: str
     args: list[Any]
     kwargs: dict[str, Any]
@@ -33,18 +38,10 @@ class Message:
     backend: str = "default"
     priority: int = 0
 
-    def encode(self) -> str:
-        return _dumps(
-            {
-                "v": VERSION,
-                "task": self.task,
-                "args": self.args,
-                "kwargs": self.kwargs,
-                "queue": self.queue,
-                "backend": self.backend,
-                "priority": self.priority,
-            }
-        )
+
+def encode(args: list[Any], kwargs: dict[str, Any]) -> str:
+    """The message of one call (arguments already checked by ``encode_arguments``)."""
+    return _dumps({"v": VERSION, "args": args, "kwargs": kwargs})
 
 
 def encode_arguments(args: Any, kwargs: Any, limit: int) -> tuple[list[Any], dict[str, Any], int]:
@@ -80,24 +77,27 @@ def encode_arguments(args: Any, kwargs: Any, limit: int) -> tuple[list[Any], dic
     return back_args, back_kwargs, size
 
 
-def decode(raw: str | bytes) -> Message:
-    """Parse a stored message; ``BadMessage`` or ``UnknownSchema`` on anything unexpected."""
+def decode(raw: str | bytes, task: str = "", queue: str = "") -> Message:
+    """Parse a stored message; ``task`` and ``queue`` come from where it is stored.
+
+    ``BadMessage`` or ``UnknownSchema`` on anything unexpected.
+    """
     try:
         data = _loads(raw)
-    except (ValueError, TypeError) as exc:
-        raise BadMessage("bad_message", f"message is not valid JSON: {exc}") from None
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise BadMessage("bad_message", f"message is not valid JSON: {type(exc).__name__}: {exc}"[:500]) from None
     if not isinstance(data, dict):
         raise BadMessage("bad_message", f"message is a JSON {type(data).__name__}, not an object")
     version = data.get("v")
     if version != VERSION:
         raise UnknownSchema(f"message schema version {version!r} is not supported (this worker reads version {VERSION})")
-    task, args, kwargs = data.get("task"), data.get("args", []), data.get("kwargs", {})
-    queue, backend, priority = data.get("queue"), data.get("backend", "default"), data.get("priority", 0)
+    task, args, kwargs = data.get("task", task), data.get("args", []), data.get("kwargs", {})
+    queue, backend, priority = data.get("queue", queue), data.get("backend", "default"), data.get("priority", 0)
     if not isinstance(task, str) or not task:
         raise BadMessage("bad_message", "message has no task name")
     if not isinstance(args, list) or not isinstance(kwargs, dict):
         raise BadMessage("bad_message", "message args must be a list and kwargs an object")
-    if not isinstance(queue, str) or not isinstance(backend, str):
+    if not isinstance(queue, str) or not queue or not isinstance(backend, str):
         raise BadMessage("bad_message", "message queue and backend must be strings")
     if isinstance(priority, bool) or not isinstance(priority, int):
         raise BadMessage("bad_message", "message priority must be an integer")

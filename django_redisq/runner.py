@@ -93,7 +93,7 @@ class Runner:
     def run(self, d: Delivery, worker_id: str) -> Outcome:
         opts = self.options.for_queue(d.queue)
         try:
-            message = decode(d.raw)
+            message = decode(d.raw, d.task, d.queue)
             task, params, sender, task_max_retries = self._prepared(message)
             call_args = [None, *message.args] if task.takes_context else message.args
             try:

@@ -120,6 +120,7 @@ def test_async_enqueue_and_get_result(r):
 
 def test_stored_message_is_compact_json(r):
     result = tasks.add.delay(1, 2)
-    msg = json.loads(r.hget(keys().task(result.id), "msg"))
-    assert msg == {"v": 1, "task": "tests.testapp.tasks.add", "args": [1, 2], "kwargs": {}, "queue": "default",
-                   "backend": "default", "priority": 0}
+    data = r.hgetall(keys().task(result.id))
+    assert json.loads(data["msg"]) == {"v": 1, "args": [1, 2], "kwargs": {}}
+    assert data["task"] == "tests.testapp.tasks.add"
+    assert r.object("encoding", keys().task(result.id)) == "listpack"  # every field at most 64 bytes

@@ -3,13 +3,22 @@ import json
 import pytest
 
 from django_redisq.exceptions import BadMessage, InvalidArguments, UnknownSchema
-from django_redisq.message import Message, decode, encode_arguments
+from django_redisq.message import Message, decode, encode, encode_arguments
 
 
 def test_round_trip():
-    m = Message("a.b", [1, "x", [2]], {"k": {"n": None}}, "default")
-    assert decode(m.encode()) == m
-    assert json.loads(m.encode())["v"] == 1
+    raw = encode([1, "x", [2]], {"k": {"n": None}})
+    assert json.loads(raw) == {"v": 1, "args": [1, "x", [2]], "kwargs": {"k": {"n": None}}}
+    assert decode(raw, "a.b", "default") == Message("a.b", [1, "x", [2]], {"k": {"n": None}}, "default")
+
+
+def test_a_small_call_fits_a_compact_redis_hash():
+    assert len(encode([12345], {}).encode()) <= 64  # hash-max-listpack-value
+
+
+def test_fields_named_in_the_message_win():
+    raw = json.dumps({"v": 1, "task": "x.y", "queue": "emails", "args": [], "kwargs": {}})
+    assert decode(raw, "a.b", "default") == Message("x.y", [], {}, "emails")
 
 
 @pytest.mark.parametrize(
@@ -22,6 +31,7 @@ def test_round_trip():
         ('{"v": 2, "task": "a"}', UnknownSchema),
         ('{"task": "a"}', UnknownSchema),
         ('{"v": 1}', BadMessage),
+        ('{"v": 1, "task": null}', BadMessage),
         ('{"v": 1, "task": "a", "args": {}, "queue": "q"}', BadMessage),
         ('{"v": 1, "task": "a", "kwargs": [], "queue": "q"}', BadMessage),
         ('{"v": 1, "task": "a", "queue": 5}', BadMessage),
@@ -30,7 +40,7 @@ def test_round_trip():
 )
 def test_bad_messages_are_named(raw, error):
     with pytest.raises(error):
-        decode(raw)
+        decode(raw, "", "default")
 
 
 def test_arguments_must_be_json():

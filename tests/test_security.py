@@ -281,10 +281,10 @@ def test_runworker_over_tls_with_an_acl_user(tls_server, r):
     flush(server)
     url = url_for(server, f"alice:{ALICE_PW}", "rediss", tls_port, f"?ssl_ca_certs={d / 'ca.crt'}")
     producer = redis.Redis.from_url(url, decode_responses=True)
-    from django_redisq.message import Message
+    from django_redisq.message import encode
 
     producer.hset("redisq:{default}:t:tls-1", mapping={
-        "msg": Message("tests.testapp.tasks.add", [2, 3], {}, "default").encode(), "task": "tests.testapp.tasks.add",
+        "msg": encode([2, 3], {}), "task": "tests.testapp.tasks.add",
         "state": "pending", "deliveries": 0, "failures": 0, "idem": "", "enqueued_at": 1})
     producer.lpush("redisq:{default}:pending", "tls-1")
     code, out = _runworker(url, "default", "--burst", "-v", "2")

@@ -35,7 +35,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from django_redisq.broker import BUSY, DONE, NOMSG, RUN, Broker
 from django_redisq.conf import get_options
 from django_redisq.exceptions import LeaseLost
-from django_redisq.message import Message
+from django_redisq.message import encode
 
 QUEUES = ("default", "emails")
 WORKERS = ("w1", "w2", "w3")
@@ -46,7 +46,7 @@ EXAMPLES = int(os.environ.get("REDISQ_SM_EXAMPLES", "100"))
 
 
 def _msg(n: int, queue: str) -> str:
-    return Message(TASK_PATH, [n], {}, queue).encode()
+    return encode([n], {})
 
 
 class Task:

@@ -11,8 +11,9 @@
 -- ARGV[5] -> result TTL in ms, applied to a task found already successful
 -- ARGV[6] -> an id that BLMOVE already put in KEYS[2], claimed first ('' = none)
 --
--- Returns: a flat array, 8 entries per id: id, code, message, deliveries, failures,
---   worker ids (comma-joined), enqueued_at, started_at (Redis ms; message and later are '' / 0 unless RUN)
+-- Returns: a flat array, 9 entries per id: id, code, message, deliveries, failures,
+--   worker ids (comma-joined), enqueued_at, started_at (Redis ms), task path
+--   (message and later are '' / 0 unless RUN)
 --   code 1 RUN   -> claimed: run it, then ack, retry or bury it
 --   code 2 DONE  -> already successful, or finished or dead: removed from processing, do not run
 --   code 3 BUSY  -> another worker's guard is still held: moved to scheduled for 1 s later
@@ -33,11 +34,11 @@ end
 local out = {}
 local function skip(id, code)
   out[#out + 1] = id; out[#out + 1] = code; out[#out + 1] = ''; out[#out + 1] = 0
-  out[#out + 1] = 0; out[#out + 1] = ''; out[#out + 1] = 0; out[#out + 1] = 0
+  out[#out + 1] = 0; out[#out + 1] = ''; out[#out + 1] = 0; out[#out + 1] = 0; out[#out + 1] = ''
 end
 for _, id in ipairs(ids) do
   local tkey = prefix .. 't:' .. id
-  local f = redis.pcall('HMGET', tkey, 'msg', 'state', 'deliveries', 'failures', 'workers', 'enqueued_at', 'started_at')
+  local f = redis.pcall('HMGET', tkey, 'msg', 'state', 'deliveries', 'failures', 'workers', 'enqueued_at', 'started_at', 'task')
   if f.err or (f[3] and not tonumber(f[3])) or (f[4] and not tonumber(f[4])) then
     skip(id, 5)  -- checked before any write, so a bad hash cannot abort this script half-way
   elseif not f[1] then
@@ -57,6 +58,7 @@ for _, id in ipairs(ids) do
       if not f[7] then redis.call('HSET', tkey, 'started_at', now) end
       out[#out + 1] = id; out[#out + 1] = 1; out[#out + 1] = f[1]; out[#out + 1] = d
       out[#out + 1] = tonumber(f[4]) or 0; out[#out + 1] = workers; out[#out + 1] = tonumber(f[6]) or 0; out[#out + 1] = started
+      out[#out + 1] = f[8] or ''
     elseif redis.call('GET', skey) == 'success' then
       redis.call('LREM', KEYS[2], 1, id)
       redis.call('HSET', tkey, 'state', 'finished')
