@@ -25,6 +25,23 @@ POLL = 0.01  # seconds between two reads of a done counter (one Redis command ea
 # -- statistics ---------------------------------------------------------------
 
 
+START_KEY = "bench:start"
+_start_client: redis.Redis | None = None
+
+
+def record_start(x: int) -> int:
+    """The latency task of every queue measured: push ``"<x> <time.time()>"`` to START_KEY, return ``x``.
+
+    The start time is taken first, so the extra RPUSH is outside the measured interval.
+    """
+    started = time.time()
+    global _start_client
+    if _start_client is None:
+        _start_client = redis.Redis.from_url(os.environ["BENCH_REDIS_URL"], protocol=2)
+    _start_client.rpush(START_KEY, f"{x} {started!r}")
+    return x
+
+
 def percentile(values: Sequence[float], p: float) -> float:
     """Linear-interpolated percentile (p in 0..100) of a non-empty sequence."""
     xs = sorted(values)

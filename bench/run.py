@@ -61,7 +61,7 @@ for _p in (str(ENGINE), str(BENCH)):
     sys.path.insert(0, _p)
 
 import redis  # noqa: E402
-from common import Procs, group_cpu_seconds, rate_loop, redis_cpu_seconds, start_latency, summary, tail, vmrss_kb, watch_drain  # noqa: E402
+from common import START_KEY, Procs, group_cpu_seconds, rate_loop, redis_cpu_seconds, start_latency, summary, tail, vmrss_kb, watch_drain  # noqa: E402
 
 PEERS_VENV = BENCH / ".peers-venv"
 PEER_PACKAGES = ["dramatiq[redis]==2.2.1", "huey==3.5.4", "rq==2.12.0", "hiredis"]
@@ -395,7 +395,7 @@ class Bench:
                         return True
                 return False
 
-            return start_latency(lambda i: task.delay(i), self.r, "bench:start", self.cfg["lat_samples"], wait_done=wait_ack)
+            return start_latency(lambda i: task.delay(i), self.r, START_KEY, self.cfg["lat_samples"], wait_done=wait_ack)
         finally:
             sub.close()
             self.procs.stop([p], grace=15)

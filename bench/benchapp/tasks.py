@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-import os
-import time
-
-import redis
+from common import record_start
 
 import django_redisq
-
-START_KEY = "bench:start"
-_client: redis.Redis | None = None
 
 
 @django_redisq.task
@@ -20,10 +14,4 @@ def noop(x: int) -> int:
 
 @django_redisq.task
 def stamp(x: int) -> int:
-    """Record ``"<x> <time.time()>"`` at start, for the enqueue->start latency (one extra RPUSH)."""
-    started = time.time()
-    global _client
-    if _client is None:
-        _client = redis.Redis.from_url(os.environ["BENCH_REDIS_URL"], protocol=2)
-    _client.rpush(START_KEY, f"{x} {started!r}")
-    return x
+    return record_start(x)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import dramatiq
 import redis
+from common import record_start
 from dramatiq.brokers.redis import RedisBroker
 
 NAME = "dramatiq"
@@ -18,7 +18,6 @@ WORKER = f"1 process x {THREADS} threads (its default threads)"
 
 broker = RedisBroker(url=URL)
 dramatiq.set_broker(broker)
-_stamp_client: redis.Redis | None = None
 
 
 @dramatiq.actor
@@ -28,12 +27,7 @@ def noop(x: int) -> int:
 
 @dramatiq.actor
 def stamp(x: int) -> int:
-    started = time.time()
-    global _stamp_client
-    if _stamp_client is None:
-        _stamp_client = redis.Redis.from_url(URL)
-    _stamp_client.rpush("bench:start", f"{x} {started!r}")
-    return x
+    return record_start(x)
 
 
 def enqueue_noop(i: int) -> None:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import redis
+from common import record_start
 from huey import RedisHuey
 
 NAME = "huey"
@@ -15,7 +15,6 @@ URL = os.environ["BENCH_REDIS_URL"]
 WORKER = "1 process x 1 thread (its default)"
 
 huey = RedisHuey("bench", url=URL)
-_stamp_client: redis.Redis | None = None
 
 
 @huey.task()
@@ -25,12 +24,7 @@ def noop(x: int) -> int:
 
 @huey.task()
 def stamp(x: int) -> int:
-    started = time.time()
-    global _stamp_client
-    if _stamp_client is None:
-        _stamp_client = redis.Redis.from_url(URL)
-    _stamp_client.rpush("bench:start", f"{x} {started!r}")
-    return x
+    return record_start(x)
 
 
 def enqueue_noop(i: int) -> None:

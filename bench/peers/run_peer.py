@@ -25,7 +25,7 @@ BENCH = PEERS.parent
 sys.path[:0] = [str(PEERS), str(BENCH)]
 
 import redis  # noqa: E402
-from common import Procs, emit, group_cpu_seconds, rate_loop, redis_cpu_seconds, start_latency, tail, watch_drain  # noqa: E402
+from common import START_KEY, Procs, emit, group_cpu_seconds, rate_loop, redis_cpu_seconds, start_latency, tail, watch_drain  # noqa: E402
 
 
 def main() -> int:
@@ -96,9 +96,9 @@ def main() -> int:
             start_worker(f"latency{rep}")
             try:
                 peer.enqueue_stamp(-1)  # ready when it has run one task
-                if r.blpop(["bench:start"], timeout=60) is None:
+                if r.blpop([START_KEY], timeout=60) is None:
                     raise RuntimeError(f"{args.peer} worker did not run a task within 60 s")
-                res = start_latency(peer.enqueue_stamp, r, "bench:start", args.lat_samples)
+                res = start_latency(peer.enqueue_stamp, r, START_KEY, args.lat_samples)
             finally:
                 procs.stop(grace=10)
             out["latency"].append(res)
