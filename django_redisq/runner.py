@@ -9,6 +9,7 @@ same ``Outcome``.
 from __future__ import annotations
 
 import inspect
+import logging
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -27,6 +28,8 @@ from .conf import Options
 from .exceptions import BadMessage, InvalidArguments, RedisQError, Retry, UnknownSchema
 from .message import Message, decode, dumps
 from .task import RedisTask, get_registered
+
+logger = logging.getLogger("django_redisq")
 
 MAX_TRACEBACK = 32 * 1024
 CRASH_ALLOWANCE = 10
@@ -67,9 +70,6 @@ class Runner:
         self.options = options
         self.alias = backend_alias
         self._tasks: dict[tuple[str, str], tuple[Task, inspect.Signature, type, int | None]] = {}
-
-    def resolve(self, message: Message) -> Task:
-        return self._prepared(message)[0]
 
     def _prepared(self, message: Message) -> tuple[Task, inspect.Signature, type, int | None]:
         """The task of a message with what each run needs, worked out once per task and queue."""
@@ -157,9 +157,7 @@ class Runner:
         try:
             task_finished.send(sender=sender, task_result=result)
         except Exception:  # a broken receiver must not change the task's fate
-            import logging
-
-            logging.getLogger("django_redisq").exception("a task_finished receiver raised")
+            logger.exception("a task_finished receiver raised")
 
     def _failure(self, task: Task, exc: BaseException, d: Delivery, max_retries: int, opts: Options) -> Outcome:
         error = error_dict(exc)
