@@ -480,6 +480,7 @@ class Bench:
                     for per_op in samples[size].values():
                         for v in per_op.values():
                             v.clear()
+                broker.heartbeat(["default"], FLAT_WORKER, {})  # a fetching worker is registered
                 ids: list[str] = []
                 timed(size, "enqueue", lambda i, task=task: task.delay(i))
                 timed(size, "fetch", lambda i, b=broker, ids=ids: ids.extend(d.id for d in b.fetch("default", FLAT_WORKER, 1)))

@@ -19,7 +19,7 @@ from redis.exceptions import NoScriptError
 from . import scripts
 from .conf import Options
 from .connection import BLOCK_TIMEOUT, get_client
-from .exceptions import LeaseLost
+from .exceptions import Fenced, LeaseLost
 from .keys import QueueKeys
 
 RUN, DONE, BUSY, NOMSG, CORRUPT = 1, 2, 3, 4, 5
@@ -47,6 +47,39 @@ class Delivery:
     enqueued_at: int = 0
     started_at: int = 0
     task: str = ""  # the dotted path stored beside the message
+    problem: str = ""  # why a CORRUPT delivery cannot run
+
+
+MAX_MS = 253_402_300_799_999
+"""The last millisecond of the year 9999: a larger stored time is not a Redis millisecond time."""
+
+
+def parse_ms(value: Any, field: str) -> int:
+    """A stored Redis millisecond time ('' or missing = 0); ``ValueError`` naming the field if it is not one."""
+    if value in (None, "", 0):
+        return 0
+    if isinstance(value, int) and not isinstance(value, bool):
+        n = value
+    elif isinstance(value, str) and value.isascii() and value.isdigit():
+        n = int(value)
+    else:
+        raise ValueError(f"{field} {str(value)[:40]!r} is not a time in Redis milliseconds")
+    if not 0 <= n <= MAX_MS:
+        raise ValueError(f"{field} {n} is not a time in Redis milliseconds (microseconds or seconds written by another producer?)")
+    return n
+
+
+def delivery(queue: str, row: Sequence[Any]) -> Delivery:
+    """One fetch.lua row as a Delivery; a field that does not parse makes it CORRUPT (buried with the reason)."""
+    task_id, code, raw, deliveries, failures, workers, enqueued_at, started_at, task = row
+    d = Delivery(task_id, queue, int(code), raw, 0, 0, workers if isinstance(workers, str) else "", task=task if isinstance(task, str) else "")
+    try:
+        d.deliveries, d.failures = int(deliveries), int(failures)
+        d.enqueued_at = parse_ms(enqueued_at, "enqueued_at")
+        d.started_at = parse_ms(started_at, "started_at")
+    except (TypeError, ValueError) as exc:
+        d.code, d.problem = CORRUPT, str(exc)
+    return d
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,18 +146,21 @@ class Broker:
     # -- consuming -------------------------------------------------------
 
     def fetch(self, queue: str, worker: str, count: int, moved_id: str = "", lease: float | None = None) -> list[Delivery]:
-        """Claim up to ``count`` pending tasks (plus ``moved_id``, already moved by BLMOVE)."""
+        """Claim up to ``count`` pending tasks (plus ``moved_id``, already moved by BLMOVE).
+
+        Raises ``Fenced`` when the worker is not registered on the queue (it was
+        reaped): it must drop what it holds and heartbeat again before fetching.
+        """
         k = self.keys(queue)
         o = self.options.for_queue(queue)
         out = self._script("fetch")(
-            keys=[k.pending, k.processing(worker), k.scheduled],
-            args=[k.prefix, count, self._ms(lease or o.worker_timeout), worker, self._ms(o.result_ttl), moved_id],
+            keys=[k.pending, k.processing(worker), k.scheduled, k.workers],
+            args=[k.prefix, count, self._ms(lease or o.worker_timeout), worker, self._ms(o.result_ttl), moved_id,
+                  self._ms(o.idempotency_ttl)],
         )
-        return [
-            Delivery(out[i], queue, int(out[i + 1]), out[i + 2], int(out[i + 3]), int(out[i + 4]),
-                     out[i + 5], int(out[i + 6] or 0), int(out[i + 7] or 0), out[i + 8])
-            for i in range(0, len(out), 9)
-        ]
+        if len(out) == 1:
+            raise Fenced(f"worker {worker} is not registered on queue {queue}: it was reaped")
+        return [delivery(queue, out[i : i + 9]) for i in range(0, len(out), 9)]
 
     def wait(self, queue: str, worker: str, timeout: float = BLOCK_TIMEOUT) -> str | None:
         """Block until a task is pending, moving its id into our processing list (BLMOVE)."""
@@ -174,7 +210,7 @@ class Broker:
         """Hand back unstarted tasks; with none given, everything left, and leave the heartbeat set."""
         k = self.keys(queue)
         return int(
-            self._script("release")(keys=[k.processing(worker), k.pending, k.workers], args=[k.prefix, worker, *unstarted])
+            self._script("release")(keys=[k.processing(worker), k.pending, k.workers, k.alive], args=[k.prefix, worker, *unstarted])
         )
 
     # -- background duties ----------------------------------------------
@@ -185,24 +221,48 @@ class Broker:
         moved, wait = self._script("promote")(keys=[k.scheduled, k.pending], args=[k.prefix, batch])
         return int(moved), int(wait)
 
-    def reap(self, queue: str, max_workers: int = 10) -> tuple[int, list[str]]:
-        """Give back the tasks of workers silent for ``WORKER_TIMEOUT``: (tasks, workers)."""
+    def reap(self, queue: str, reaper: str = "", max_workers: int = 10) -> tuple[int, list[str]]:
+        """Give back the tasks of workers silent for ``WORKER_TIMEOUT``: (tasks, workers).
+
+        A worker passes its own id as ``reaper``: it is never reaped by itself,
+        and reaps only once its own heartbeats have been fresh and unbroken for
+        ``WORKER_TIMEOUT`` (after an outage every heartbeat looks stale). An
+        operator's call (no ``reaper``) has no such condition.
+        """
         k = self.keys(queue)
         out = self._script("reap")(
-            keys=[k.workers, k.pending], args=[k.prefix, self._ms(self.options.worker_timeout), max_workers]
+            keys=[k.workers, k.pending, k.alive],
+            args=[k.prefix, self._ms(self.options.worker_timeout), max_workers, reaper, self.heartbeat_gap_ms()],
         )
+        if len(out) == 2 and out[1] == -1:
+            return 0, []
         return int(out[0]), list(out[1:])
 
-    def heartbeat(self, queues: Iterable[str], worker: str, info: dict[str, Any]) -> None:
-        """Refresh this worker's heartbeat and guard leases on every queue, in one round trip."""
+    def heartbeat_gap_ms(self) -> int:
+        """A heartbeat later than this after the previous one means the worker (or Redis) was away.
+
+        One interval plus half of what WORKER_TIMEOUT leaves beyond it: an outage shorter
+        than this cannot make a live worker's heartbeat look older than WORKER_TIMEOUT.
+        """
+        o = self.options
+        return self._ms(o.heartbeat_interval + (o.worker_timeout - o.heartbeat_interval) / 2)
+
+    def heartbeat(self, queues: Iterable[str], worker: str, info: dict[str, Any]) -> list[str]:
+        """Refresh this worker's heartbeat and guard leases on every queue, in one round trip.
+
+        Returns the queues on which the worker was not registered before this
+        call (it was reaped there, or this is its first heartbeat).
+        """
         script = self._script("heartbeat")
         lease = self._ms(self.options.worker_timeout)
+        gap = self.heartbeat_gap_ms()
         text = json.dumps(info, separators=(",", ":"))
+        queues = list(queues)
         pipe = self.client.pipeline(transaction=False)
         for q in queues:
             k = self.keys(q)
-            script(keys=[k.workers, k.processing(worker)], args=[k.prefix, worker, lease, text], client=pipe)
-        pipe.execute()
+            script(keys=[k.workers, k.processing(worker), k.alive], args=[k.prefix, worker, lease, text, gap], client=pipe)
+        return [q for q, (_, registered) in zip(queues, pipe.execute(), strict=True) if not registered]
 
     def processing_ids(self, queue: str, worker: str) -> list[str]:
         return cast("list[str]", self.client.lrange(self.keys(queue).processing(worker), 0, -1))

@@ -13,7 +13,7 @@ import threading
 from typing import Any
 
 import redis
-from redis.backoff import ExponentialWithJitterBackoff
+from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
 from redis.retry import Retry
 
 from .conf import Options
@@ -29,12 +29,38 @@ _clients: dict[tuple[Any, ...], redis.Redis] = {}
 _embedded: dict[str, Any] = {}
 
 
-def _target(options: Options) -> tuple[Any, ...]:
+TRANSIENT_REPLIES = ("OOM", "READONLY", "LOADING", "BUSY", "TRYAGAIN", "MASTERDOWN", "CLUSTERDOWN", "MISCONF", "NOREPLICAS")
+"""Error replies that say "not now" (memory full, a failover, a busy script), not "never"."""
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether the same command may succeed if tried again later.
+
+    A lost connection or a timeout, and the error replies of a Redis that is
+    full, failing over, loading or busy (also as the inner error of a script,
+    which Redis 6 wraps in ``ERR Error running script``). Anything else (a
+    script bug, WRONGTYPE, NOPERM) would repeat.
+    """
+    if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
+        return True
+    if not isinstance(exc, redis.ResponseError):
+        return False
+    text = str(exc)
+    return any(text.startswith(code + " ") or f"-{code} " in text or text == code for code in TRANSIENT_REPLIES)
+
+
+def heartbeat_budget(options: Options) -> float:
+    """Seconds one heartbeat round trip may take: half of what WORKER_TIMEOUT leaves beyond one interval."""
+    return (options.worker_timeout - options.heartbeat_interval) / 2
+
+
+def _target(options: Options, purpose: str = "") -> tuple[Any, ...]:
+    tail = (purpose, heartbeat_budget(options)) if purpose else ()
     if options.embedded:
-        return ("embedded", options.embedded_path)
+        return ("embedded", options.embedded_path, *tail)
     if options.cache_alias:
-        return ("cache", options.cache_alias)
-    return ("url", options.redis_url)
+        return ("cache", options.cache_alias, *tail)
+    return ("url", options.redis_url, *tail)
 
 
 def _embedded_socket(path: str) -> str:
@@ -77,15 +103,25 @@ def _settings_of(pool: redis.ConnectionPool) -> dict[str, Any]:
     return {k: v for k, v in pool.connection_kwargs.items() if not k.startswith(skip)}
 
 
-def get_client(options: Options) -> redis.Redis:
-    """The process-wide client for the options' Redis (thread-safe, fork-safe pool)."""
-    key = _target(options)
+def get_client(options: Options, purpose: str = "") -> redis.Redis:
+    """The process-wide client for the options' Redis (thread-safe, fork-safe pool).
+
+    ``purpose="heartbeat"`` gives the worker's heartbeat its own small pool whose
+    socket timeout fits the heartbeat budget and which does not retry by itself:
+    a stuck call is given up in time and the next heartbeat is tried at once, so
+    a live worker's heartbeat never waits longer than WORKER_TIMEOUT.
+    """
+    key = _target(options, purpose)
     client = _clients.get(key)
     if client is None:
         with _lock:
             client = _clients.get(key)
             if client is None:
                 kwargs = _pool_kwargs(options)
+                if purpose == "heartbeat":
+                    budget = heartbeat_budget(options)
+                    kwargs.update(socket_timeout=budget, socket_connect_timeout=budget, retry=Retry(NoBackoff(), 0), max_connections=10)
+                    kwargs.pop("retry_on_error", None)
                 client = _clients[key] = redis.Redis(connection_pool=redis.ConnectionPool(**kwargs))
     return client
 

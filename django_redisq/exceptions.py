@@ -45,3 +45,7 @@ class Retry(RedisQError):
     def __init__(self, delay: float | None = None, reason: str = "") -> None:
         super().__init__(reason or "retry requested")
         self.delay = delay
+
+
+class Fenced(RedisQError):
+    """The worker was reaped (it was paused or cut off past WORKER_TIMEOUT): what it holds is no longer its own."""

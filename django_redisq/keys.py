@@ -13,6 +13,7 @@ key                                type    meaning
 ``P:processing:<worker>``          LIST    ids one worker has taken and not yet settled
 ``P:dead``                         ZSET    id -> died at (Redis ms): the dead-letter queue
 ``P:workers``                      ZSET    worker id -> last heartbeat (Redis ms)
+``P:alive``                        HASH    worker id -> start of its unbroken run of heartbeats
 ``P:worker:<worker>``              STRING  JSON about a live worker (host, pid, queues)
 ``P:t:<id>``                       HASH    the task: message, state, attempts, errors, result
 ``P:status:<id>``                  STRING  idempotency guard: ``running:<worker>`` or ``success``
@@ -39,6 +40,8 @@ DEFAULT_PREFIX = "redisq"
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,100}$")
 """Queue and worker names: no braces (hash tag), colons (separator) or spaces."""
+WORKER_NAME_MAX = 90
+"""An operator's worker name leaves room for the per-process suffix of the worker id."""
 
 STATES = ("pending", "scheduled", "running", "finished", "dead")
 
@@ -46,7 +49,7 @@ STATES = ("pending", "scheduled", "running", "finished", "dead")
 class QueueKeys:
     """Key names of one queue; cheap to build, so callers may cache or not."""
 
-    __slots__ = ("dead", "pending", "prefix", "queue", "scheduled", "workers")
+    __slots__ = ("alive", "dead", "pending", "prefix", "queue", "scheduled", "workers")
 
     def __init__(self, queue: str, key_prefix: str = DEFAULT_PREFIX) -> None:
         self.queue = queue
@@ -56,6 +59,7 @@ class QueueKeys:
         self.scheduled = base + ":scheduled"
         self.dead = base + ":dead"
         self.workers = base + ":workers"
+        self.alive = base + ":alive"
 
     def processing(self, worker: str) -> str:
         return f"{self.prefix}processing:{worker}"

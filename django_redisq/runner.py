@@ -63,6 +63,14 @@ def error_dict(exc: BaseException | None, message: str = "", exc_path: str = "")
     return {"exc": exc_path, "msg": message[:2000], "tb": tb, "at": int(time.time() * 1000)}
 
 
+def _close_connections() -> None:
+    """Close database connections past their lifetime; a broken database must not end the worker."""
+    try:
+        close_old_connections()
+    except Exception:
+        logger.exception("closing old database connections failed")
+
+
 class Runner:
     """Runs tasks in the calling thread."""
 
@@ -122,7 +130,7 @@ class Runner:
             args=message.args, kwargs=message.kwargs, backend=self.alias, errors=[], worker_ids=workers,
         )
         start = time.perf_counter()
-        close_old_connections()
+        _close_connections()
         try:
             task_started.send(sender=sender, task_result=result)
             if task.takes_context:
@@ -131,11 +139,9 @@ class Runner:
                 value = task.call(*message.args, **message.kwargs)
             try:
                 result_json = dumps(normalize_json(value))
-            except (TypeError, ValueError) as exc:
+            except (TypeError, ValueError, RecursionError) as exc:
                 raise InvalidArguments(f"the return value of {message.task} is not JSON: {exc}") from None
-        except KeyboardInterrupt:
-            raise
-        except BaseException as exc:  # noqa: BLE001 - a task's failure is data, never a worker crash
+        except BaseException as exc:  # noqa: BLE001 - a task's failure is data, never a worker crash (KeyboardInterrupt, SystemExit too)
             duration = time.perf_counter() - start
             outcome = self._failure(task, exc, d, max_retries, opts)
             outcome.task_name, outcome.duration = message.task, duration
@@ -145,7 +151,7 @@ class Runner:
             self._finish(sender, result)
             return outcome
         finally:
-            close_old_connections()
+            _close_connections()
         duration = time.perf_counter() - start
         object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
         object.__setattr__(result, "finished_at", ms_to_datetime(int(time.time() * 1000)))

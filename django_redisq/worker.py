@@ -1,12 +1,17 @@
-"""The worker: executor threads that fetch, run and settle; fetchers, heartbeat and upkeep beside.
+"""The worker: executor threads that fetch and run; fetchers, heartbeat, settling and upkeep beside.
 
 Executor threads run tasks in queue order (earlier queues first). When they
 run out, they fetch a batch themselves (no thread hand-off under a backlog)
-and settle finished tasks in batches (ack, retry or bury). Once a queue is dry,
-its fetcher thread blocks in BLMOVE, so a new task on any queue starts at once.
-At most ``prefetch()`` tasks per queue are held. A heartbeat thread keeps the
-worker registered and its guards leased; the main thread promotes due tasks
-and reaps dead workers. Signals belong to the management command, not here.
+and hand finished tasks to the settler (``settle.py``: ack, retry or bury, in
+batches, within ``SETTLE_WITHIN``). Once a queue is dry, its fetcher thread
+blocks in BLMOVE, so a new task on any queue starts at once. At most
+``prefetch()`` tasks per queue are held. The heartbeat (``heartbeat.py``)
+keeps the worker registered and its guards leased, and fences it after it was
+reaped; the main thread promotes due tasks and reaps dead workers. Signals
+belong to the management command, not here.
+
+No exception, from any task or any task data, ends an executor thread: a task
+that cannot even be run is dead-lettered with the reason.
 """
 from __future__ import annotations
 
@@ -26,14 +31,14 @@ from django.utils.crypto import get_random_string
 
 from .broker import CORRUPT, NOMSG, RUN, Broker, Delivery
 from .connection import BLOCK_TIMEOUT
-from .exceptions import LeaseLost
-from .keys import NAME_RE
-from .runner import DEAD, RETRY, SUCCESS, Outcome, Runner, error_dict
+from .exceptions import Fenced
+from .heartbeat import Heartbeat
+from .keys import NAME_RE, WORKER_NAME_MAX
+from .runner import DEAD, Outcome, Runner, error_dict
+from .settle import ACK_BATCH, SETTLE_WITHIN, Batch, Settler, Unsettled
 
 logger = logging.getLogger("django_redisq")
 
-ACK_BATCH = 64
-"""Most finished tasks an executor acks in one round trip (only while more work is waiting)."""
 BAD_MESSAGE = "django_redisq.exceptions.BadMessage"
 HOLD_SECONDS = 0.01
 """Automatic prefetch: hold about this much work per thread beyond the tasks running."""
@@ -66,7 +71,18 @@ class Budget:
 
 def default_name() -> str:
     host = "".join(c if c.isalnum() or c in "-_." else "-" for c in socket.gethostname())[:60] or "host"
-    return f"{host}.{os.getpid()}.{get_random_string(6)}"
+    return f"{host}.{os.getpid()}"
+
+
+def worker_id(name: str) -> str:
+    """The identity of this process: the name plus a per-process incarnation.
+
+    Unique even when a supervisor restarts a worker under a fixed ``--name``:
+    the new process never takes over, or undoes the claims of, the tasks its
+    dead predecessor held (those count their delivery and come back through
+    the reaper), and two live processes given one name do not share a list.
+    """
+    return f"{name}.{get_random_string(6)}"
 
 
 class Worker:
@@ -99,8 +115,9 @@ class Worker:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         self.name = name or default_name()
-        if not NAME_RE.match(self.name):
-            raise ValueError(f"worker name {self.name!r}: use 1-100 letters, digits, '_', '-' or '.'")
+        if not NAME_RE.match(self.name) or len(self.name) > WORKER_NAME_MAX:
+            raise ValueError(f"worker name {self.name!r}: use 1-{WORKER_NAME_MAX} letters, digits, '_', '-' or '.'")
+        self.id = worker_id(self.name)
         self.concurrency, self.burst, self.max_tasks = concurrency, burst, max_tasks
         self.fixed_prefetch = prefetch or self.options.prefetch or None
         self.avg_duration = 0.001  # seconds, moving average of task run time
@@ -119,8 +136,11 @@ class Worker:
         self.processed = 0
         self._stop = threading.Event()
         self._force = threading.Event()
-        self._hb_stop = threading.Event()
+        self._flush_stop = threading.Event()
         self.started_at = time.time()
+        self.heartbeat = Heartbeat(self.options, self.id, self.queues, self.info, self._known, self._fenced)
+        self.settler = Settler(self.broker, self.id, self._force, self._settled)
+        self.unsettled = [Unsettled() for _ in range(concurrency)]
 
     # -- control ---------------------------------------------------------
 
@@ -150,15 +170,17 @@ class Worker:
 
     def run(self) -> int:
         """Serve until stopped (or drained, with ``burst``); returns tasks settled."""
-        self.broker.heartbeat(self.queues, self.name, self.info())  # registered before the first fetch
-        threads = [threading.Thread(target=self._heartbeat_loop, name="redisq-heartbeat", daemon=True)]
+        self.heartbeat.beat()  # registered before the first fetch
+        heartbeat = threading.Thread(target=self.heartbeat.loop, name="redisq-heartbeat", daemon=True)
+        flusher = threading.Thread(target=self.settler.flush_loop, args=(self.unsettled, self._flush_stop), name="redisq-settle", daemon=True)
         fetchers = [threading.Thread(target=self._fetch_loop, args=(q,), name=f"redisq-fetch-{q}", daemon=True) for q in self.queues]
-        executors = [threading.Thread(target=self._execute_loop, name=f"redisq-exec-{i}", daemon=True) for i in range(self.concurrency)]
-        for t in threads + fetchers + executors:
+        executors = [threading.Thread(target=self._execute_loop, args=(u,), name=f"redisq-exec-{i}", daemon=True)
+                     for i, u in enumerate(self.unsettled)]
+        for t in [heartbeat, flusher, *fetchers, *executors]:
             t.start()
         logger.log(
             logging.DEBUG if self.burst else logging.INFO,
-            "worker %s serving %s with %d thread(s)", self.name, ", ".join(self.queues), self.concurrency,
+            "worker %s serving %s with %d thread(s)", self.id, ", ".join(self.queues), self.concurrency,
         )
         quiet_rounds, last_reap = 0, 0.0
         try:
@@ -186,19 +208,19 @@ class Worker:
                     wait = 1.0
                 self._stop.wait(max(0.005, wait))
         finally:
-            self._shutdown(fetchers, executors, threads[0])
+            self._shutdown(fetchers, executors, [heartbeat, flusher])
         return self.processed
 
     def info(self) -> dict[str, Any]:
         with self._lock:
             current = sorted(self.running)[:50]
         return {
-            "name": self.name, "host": socket.gethostname(), "pid": os.getpid(), "queues": self.queues,
+            "id": self.id, "name": self.name, "host": socket.gethostname(), "pid": os.getpid(), "queues": self.queues,
             "concurrency": self.concurrency, "started_at": int(self.started_at * 1000),
             "processed": self.processed, "current": current,
         }
 
-    # -- threads ---------------------------------------------------------
+    # -- fetching --------------------------------------------------------
 
     def _fetch_loop(self, q: str) -> None:
         """Per queue: keep up to ``prefetch()`` tasks fetched, blocking in BLMOVE while idle."""
@@ -212,14 +234,19 @@ class Worker:
             if n == 0:
                 continue
             try:
-                got = self.broker.fetch(q, self.name, n)
+                got = self.broker.fetch(q, self.id, n)
                 if not got:
-                    moved = self.broker.wait(q, self.name, 0.05 if self.burst else BLOCK_TIMEOUT)
+                    moved = self.broker.wait(q, self.id, 0.05 if self.burst else BLOCK_TIMEOUT)
                     if moved:
-                        got = self.broker.fetch(q, self.name, n - 1, moved_id=moved)
+                        got = self.broker.fetch(q, self.id, n - 1, moved_id=moved)
                 if got:
                     idle.clear()
                 pause = 0.1
+            except Fenced:  # reaped: the heartbeat drops what we hold and registers us again
+                permits.give(n)
+                self.heartbeat.wake()
+                self._stop.wait(0.05)
+                continue
             except Exception as exc:  # the fetcher must outlive any reply it cannot read
                 permits.give(n)
                 if isinstance(exc, redis.RedisError):
@@ -250,73 +277,102 @@ class Worker:
             if n == 0:
                 continue
             try:
-                got = self.broker.fetch(q, self.name, n)
-            except Exception:  # noqa: BLE001 - the fetcher thread reports and backs off
+                got = self.broker.fetch(q, self.id, n)
+            except Exception as exc:  # noqa: BLE001 - the fetcher thread reports and backs off
                 self.permits[q].give(n)
                 self._idle[q].set()
+                if isinstance(exc, Fenced):
+                    self.heartbeat.wake()
                 return False
             if self._accept(q, n, got):
                 return True
             self._idle[q].set()  # dry: the fetcher thread waits for the next task
         return False
 
-    def _execute_loop(self) -> None:
-        done: list[tuple[Delivery, Outcome]] = []  # run, not yet settled: acked together
+    def _known(self) -> set[str]:
+        with self._lock:
+            return set(self.inflight)
+
+    def _fenced(self, q: str) -> None:
+        """We were reaped on ``q``: drop, unstarted, every task of it we hold (it is pending again)."""
+        with self._lock:
+            dropped = [i for i, d in self.inflight.items() if d.queue == q and i not in self.running]
+            for i in dropped:
+                del self.inflight[i]
+        self.permits[q].give(len(dropped))
+        logger.warning(
+            "worker %s was reaped on queue %s (paused or cut off past WORKER_TIMEOUT): %d fetched task(s) dropped unstarted, "
+            "they run elsewhere; serving again", self.id, q, len(dropped),
+        )
+
+    # -- running ---------------------------------------------------------
+
+    def _execute_loop(self, unsettled: Unsettled) -> None:
         while True:
             try:
-                _, _, d = self.work.get_nowait()
-            except queue_mod.Empty:
-                if done:  # idle: settle what has run before anything else
-                    self._settle(done)
-                    done = []
-                    continue
-                if self._stop.is_set():
+                if not self._execute_one(unsettled):
                     break
-                if self._fetch_now():
-                    continue
-                try:
-                    _, _, d = self.work.get(timeout=0.2)
-                except queue_mod.Empty:
-                    continue
-            if self._stop.is_set():  # stopping: unstarted tasks are handed back in _shutdown
-                self.work.put((self.rank[d.queue], next(self._seq), d))
-                break
-            with self._lock:
-                self.running.add(d.id)
-            if d.code == NOMSG:
-                outcome = Outcome(DEAD, error=error_dict(None, f"no task data for id {d.id!r}", BAD_MESSAGE), reason="missing_task")
-            elif d.code == CORRUPT:
-                outcome = Outcome(DEAD, error=error_dict(None, f"task data of id {d.id!r} is corrupt (wrong key type or counters)", BAD_MESSAGE),
-                                  reason="corrupt_task")
-            else:
-                outcome = self.runner.run(d, self.name)
-            done.append((d, outcome))
-            # under a backlog, settle in batches of half the prefetch, so fetching
-            # refills while the other half runs
-            if len(done) >= min(ACK_BATCH, max(1, self.prefetch() // 2)):
-                self._settle(done)
-                done = []
-        if done:
-            self._settle(done)
+            except BaseException:  # nothing may end an executor thread
+                logger.exception("executor error; going on")
+                time.sleep(0.05)
+        self.settler.settle(unsettled.take())
 
-    def _settle(self, batch: list[tuple[Delivery, Outcome]]) -> None:
-        """Ack, retry or bury each task; acks of one queue share a round trip."""
-        acks: dict[str, list[tuple[str, str]]] = {}
-        for d, o in batch:
-            if o.kind == SUCCESS:
-                acks.setdefault(d.queue, []).append((d.id, o.result_json))
-        for q, results in acks.items():
-            lost = self._with_retries(lambda q=q, results=results: self.broker.ack_many(q, self.name, results), f"acking {len(results)} task(s)")
-            for task_id in lost or ():
-                logger.warning("task %s was no longer held by worker %s at ack; another worker has it now", task_id, self.name)
-        for d, o in batch:
-            if o.kind == RETRY:
-                self._with_retries(lambda d=d, o=o: self.broker.retry(d.queue, self.name, d.id, o.delay_ms, o.error), f"retrying {d.id}")
-            elif o.kind == DEAD:
-                self._with_retries(lambda d=d, o=o: self.broker.bury(d.queue, self.name, d.id, o.error, o.reason, o.failed), f"burying {d.id}")
+    def _execute_one(self, unsettled: Unsettled) -> bool:
+        """Run (or fetch) the next task; False once the worker stops."""
+        try:
+            _, _, d = self.work.get_nowait()
+        except queue_mod.Empty:
+            if len(unsettled):  # idle: settle what has run before anything else
+                self.settler.settle(unsettled.take())
+                return True
+            if self._stop.is_set():
+                return False
+            if self._fetch_now():
+                return True
+            try:
+                _, _, d = self.work.get(timeout=0.2)
+            except queue_mod.Empty:
+                return True
+        if self._stop.is_set():  # stopping: unstarted tasks are handed back in _shutdown
+            self.work.put((self.rank[d.queue], next(self._seq), d))
+            return False
+        with self._lock:
+            if self.inflight.get(d.id) is not d:
+                return True  # dropped by a fence: it is pending again, maybe run elsewhere
+            leased = self.heartbeat.may_start()
+            if leased:
+                self.running.add(d.id)
+        if not leased:  # past our lease (we were paused?): wait for the heartbeat to tell whether we were reaped
+            self.work.put((self.rank[d.queue], next(self._seq), d))
+            self.heartbeat.wake()
+            time.sleep(0.02)
+            return True
+        try:
+            outcome = self._outcome(d)
+        except BaseException as exc:  # a task that breaks the runner is dead-lettered, the thread goes on
+            logger.exception("running task %s failed inside the worker", d.id)
+            outcome = Outcome(DEAD, error=error_dict(exc), reason="worker_error")
+        unsettled.add(d, outcome)
+        # under a backlog, settle in batches of half the prefetch, so fetching refills while the other
+        # half runs; a slow task is settled at once, and the flusher settles what waits SETTLE_WITHIN
+        if len(unsettled) >= min(ACK_BATCH, max(1, self.prefetch() // 2)) or outcome.duration >= SETTLE_WITHIN \
+                or unsettled.age() >= SETTLE_WITHIN:
+            self.settler.settle(unsettled.take())
+        return True
+
+    def _outcome(self, d: Delivery) -> Outcome:
+        if d.code == NOMSG:
+            return Outcome(DEAD, error=error_dict(None, f"no task data for id {d.id!r}", BAD_MESSAGE), reason="missing_task")
+        if d.code == CORRUPT:
+            detail = d.problem or "wrong key type or counters"
+            return Outcome(DEAD, error=error_dict(None, f"task data of id {d.id!r} is corrupt: {detail}", BAD_MESSAGE), reason="corrupt_task")
+        return self.runner.run(d, self.id)
+
+    def _settled(self, batch: Batch) -> None:
         with self._lock:
             for d, _ in batch:
-                self.inflight.pop(d.id, None)
+                if self.inflight.get(d.id) is d:
+                    del self.inflight[d.id]
                 self.running.discard(d.id)
             self.processed += len(batch)
             done = self.processed
@@ -327,58 +383,20 @@ class Worker:
                 logger.info(
                     "task %s id=%s queue=%s attempt=%d outcome=%s duration=%.1fms%s",
                     o.task_name or "?", d.id, d.queue, d.deliveries, o.kind, o.duration * 1000,
-                    f" reason={o.reason}" if o.kind == DEAD else (f" retry_in={o.delay_ms}ms" if o.kind == RETRY else ""),
+                    f" reason={o.reason}" if o.kind == DEAD else (f" retry_in={o.delay_ms}ms" if o.kind == "retry" else ""),
                 )
         if self.max_tasks and done >= self.max_tasks:
             self.request_stop()
 
-    def _with_retries(self, step: Any, what: str) -> Any:
-        """Run one settle step, retrying on connection errors until it lands or a force stop."""
-        for attempt in itertools.count():
-            try:
-                return step()
-            except LeaseLost as exc:
-                logger.warning("%s; another worker has it now", exc)
-                return None
-            except redis.ResponseError:  # Redis answered with an error: trying again gives the same answer
-                logger.exception("%s failed; the task is handed back by the sweep", what)
-                return None
-            except redis.RedisError as exc:  # connection lost, timeout: Redis may be back soon
-                if self._force.is_set():
-                    return None
-                logger.warning("%s failed (%s); retrying", what, exc)
-                time.sleep(min(5.0, 0.05 * 2**attempt))
-            except Exception:  # not retryable: the task stays in our list and is handed back by the sweep
-                logger.exception("%s failed", what)
-                return None
-        return None
-
-    def _heartbeat_loop(self) -> None:
-        suspects: dict[str, set[str]] = {}
-        while not self._hb_stop.wait(self.options.heartbeat_interval):
-            try:
-                self.broker.heartbeat(self.queues, self.name, self.info())
-                self._sweep(suspects)
-            except redis.RedisError as exc:
-                logger.warning("heartbeat failed (%s)", exc)
-            except Exception:  # the heartbeat must never stop while tasks run
-                logger.exception("heartbeat failed")
-
-    def _sweep(self, suspects: dict[str, set[str]]) -> None:
-        """Hand back ids in our processing list that we do not know (a fetch reply lost)."""
-        for q in self.queues:
-            ids = self.broker.processing_ids(q, self.name)
-            with self._lock:
-                orphans = {i for i in ids if i not in self.inflight}
-            confirmed = orphans & suspects.get(q, set())
-            if confirmed:
-                logger.warning("handing back %d task(s) of queue %s whose fetch reply was lost", len(confirmed), q)
-                self.broker.release(q, self.name, sorted(confirmed))
-            suspects[q] = orphans - confirmed
+    # -- upkeep ----------------------------------------------------------
 
     def _reap(self) -> None:
         for q in self.queues:
-            tasks, workers = self.broker.reap(q)
+            try:
+                tasks, workers = self.broker.reap(q, self.id)
+            except redis.RedisError as exc:
+                logger.warning("reaping queue %s failed (%s: %s)", q, type(exc).__name__, exc)
+                continue
             if workers:
                 logger.warning("reaped worker(s) %s: %d task(s) of queue %s back to pending", ", ".join(workers), tasks, q)
 
@@ -390,10 +408,10 @@ class Worker:
         for q in self.queues:
             k = self.broker.keys(q)
             pipe.llen(k.pending)
-            pipe.llen(k.processing(self.name))
+            pipe.llen(k.processing(self.id))
         return not any(pipe.execute())
 
-    def _shutdown(self, fetchers: list[threading.Thread], executors: list[threading.Thread], heartbeat: threading.Thread) -> None:
+    def _shutdown(self, fetchers: list[threading.Thread], executors: list[threading.Thread], last: list[threading.Thread]) -> None:
         self._stop.set()
         for t in fetchers:
             t.join(BLOCK_TIMEOUT + 5)
@@ -408,15 +426,20 @@ class Worker:
                 _, _, d = self.work.get_nowait()
             except queue_mod.Empty:
                 break
-            unstarted.setdefault(d.queue, []).append(d.id)
-        self._hb_stop.set()  # heartbeat stops last: only once no task of ours is running
-        heartbeat.join(5)
+            with self._lock:
+                if self.inflight.get(d.id) is d:
+                    unstarted.setdefault(d.queue, []).append(d.id)
+        # heartbeat and flusher stop last: only once no task of ours is running
+        self._flush_stop.set()
+        self.heartbeat.stop()
+        for t in last:
+            t.join(5)
         try:
             for q, ids in unstarted.items():
-                self.broker.release(q, self.name, ids)
+                self.broker.release(q, self.id, ids)
             if clean:  # hand back anything left and leave the heartbeat set
                 for q in self.queues:
-                    self.broker.release(q, self.name)
+                    self.broker.release(q, self.id)
         except redis.RedisError as exc:
             clean = False
             logger.warning("could not hand back tasks at shutdown (%s); the reaper will", exc)
@@ -425,6 +448,6 @@ class Worker:
                 for i in ids:
                     self.inflight.pop(i, None)
         if not clean:
-            logger.warning("worker %s stopped with %d task(s) unfinished; they return after WORKER_TIMEOUT", self.name, len(self.inflight))
+            logger.warning("worker %s stopped with %d task(s) unfinished; they return after WORKER_TIMEOUT", self.id, len(self.inflight))
         else:
-            logger.log(logging.DEBUG if self.burst else logging.INFO, "worker %s stopped after %d task(s)", self.name, self.processed)
+            logger.log(logging.DEBUG if self.burst else logging.INFO, "worker %s stopped after %d task(s)", self.id, self.processed)

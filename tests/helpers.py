@@ -79,6 +79,12 @@ def where_is(r: redis.Redis, task_id: str, queue: str = "default") -> list[str]:
     return places
 
 
+def held_by(r: redis.Redis, name: str, queue: str = "default") -> list[str]:
+    """The ids in the processing lists of the worker(s) started with ``--name name`` (ids are ``name.<incarnation>``)."""
+    k = keys(queue)
+    return [i for plist in sorted(r.scan_iter(match=f"{k.prefix}processing:{name}.*", count=1000)) for i in r.lrange(plist, 0, -1)]
+
+
 def wait_for(predicate, timeout: float = 15.0, step: float = 0.02) -> bool:
     """Poll ``predicate`` until true or ``timeout`` seconds pass; whether it became true."""
     import time

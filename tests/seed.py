@@ -57,6 +57,7 @@ def seed_dead(
         rows = [(i, *row(i)) for i in range(lo, min(lo + batch, start + n))]
         items = [(get_random_string(24), message(task, queue, [i], {"note": f"seed {i}"}), task, 0, "") for i, task, _, _ in rows]
         broker.enqueue(queue, items)
+        broker.heartbeat([queue], SEED_WORKER, {})
         got = broker.fetch(queue, SEED_WORKER, len(items))
         assert len(got) == len(items), "seed_dead needs an otherwise empty pending list"
         pipe = broker.client.pipeline(transaction=False)

@@ -106,6 +106,7 @@ def test_takes_context(r, make_worker):
 
 def test_result_of_a_running_task(r, broker):
     result = tasks.noop.delay(1)
+    broker.heartbeat(["default"], "w1", {})
     broker.fetch("default", "w1", 1)
     assert tasks.noop.get_result(result.id).status == TaskResultStatus.RUNNING
 

@@ -6,7 +6,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from tests.helpers import keys, redis_ms, wait_for, where_is
+from tests.helpers import held_by, keys, redis_ms, wait_for, where_is
 from tests.testapp import tasks
 from tests.testapp.tasks import EFFECTS
 
@@ -24,7 +24,7 @@ def test_sigkill_mid_run_loses_nothing_and_recovers_within_15s(r, run_worker_pro
     victim.proc.send_signal(signal.SIGKILL)
     victim.proc.wait(5)
     killed_at = redis_ms(r)
-    orphaned = r.lrange(keys(Q).processing("victim"), 0, -1)
+    orphaned = held_by(r, "victim", Q)
     assert orphaned, "the victim held no task when killed"
     done_before = r.hlen(EFFECTS)
     rescuer = run_worker_process(Q, "--concurrency", "4", "--name", "rescuer")
@@ -77,6 +77,7 @@ def test_cost_per_task_does_not_scan_the_queue(r, broker):
     items = [(f"t{i}", message(), "tests.testapp.tasks.add", 0, "") for i in range(50_000)]
     for start in range(0, len(items), 5000):
         broker.enqueue("default", items[start:start + 5000])
+    broker.heartbeat(["default"], "w1", {})
     r.config_resetstat()
     got = broker.fetch("default", "w1", 1)
     broker.ack("default", "w1", got[0].id, "3")

@@ -136,7 +136,7 @@ def test_graceful_stop_finishes_the_running_task(r, make_worker):
     t.join(10)
     assert not t.is_alive()
     assert tasks.slow.get_result(res.id).status == TaskResultStatus.SUCCESSFUL
-    assert r.zscore(keys().workers, w.name) is None  # left the heartbeat set cleanly
+    assert r.zscore(keys().workers, w.id) is None  # left the heartbeat set cleanly
 
 
 def test_stop_hands_back_prefetched_tasks_unstarted(r, make_worker):
@@ -180,8 +180,9 @@ def test_heartbeat_publishes_worker_info(r, make_worker):
     t.start()
     try:
         time.sleep(0.2)
-        info = json.loads(r.get(keys().worker_info("hb-worker")))
-        assert info["name"] == "hb-worker" and info["queues"] == ["default", "emails", "low"]
+        assert w.id.startswith("hb-worker.") and w.id != "hb-worker"  # unique per process
+        info = json.loads(r.get(keys().worker_info(w.id)))
+        assert info["name"] == "hb-worker" and info["id"] == w.id and info["queues"] == ["default", "emails", "low"]
     finally:
         w.request_stop()
         t.join(10)
@@ -191,11 +192,11 @@ def test_lost_fetch_reply_is_handed_back(r, make_worker):
     """An id in our processing list that we never heard of (lost reply) is released by the sweep."""
     seed_pending(r, "t0")
     w = make_worker(burst=False, name="sweeper")
-    w.broker.fetch("default", "sweeper", 1)  # claimed behind the worker's back
-    suspects: dict = {}
-    w._sweep(suspects)
-    assert where_is(r, "t0") == ["processing:sweeper"]  # first sighting: only a suspect
-    w._sweep(suspects)
+    w.heartbeat.beat()
+    w.broker.fetch("default", w.id, 1)  # claimed behind the worker's back
+    w.heartbeat.sweep("default")
+    assert where_is(r, "t0") == ["processing:" + w.id]  # first sighting: only a suspect
+    w.heartbeat.sweep("default")
     assert where_is(r, "t0") == ["pending"]
 
 
@@ -246,7 +247,7 @@ def test_a_settle_step_that_redis_refuses_is_not_retried_forever(r, make_worker,
         assert wait_for(lambda: calls, timeout=5)
         time.sleep(0.3)
         assert len(calls) == 1  # not retried in a loop
-        assert where_is(r, res.id) == ["processing:refused"]  # not lost: the sweep or the reaper hands it back
+        assert where_is(r, res.id) == ["processing:" + w.id]  # not lost: the sweep or the reaper hands it back
     finally:
         w.request_stop()
         t.join(10)

@@ -1,31 +1,58 @@
 -- reap: give back the tasks of workers whose heartbeat stopped. Each dead
 -- worker's processing list goes back to the front of pending (they run next),
--- its guards are released, and it is removed from the heartbeat set.
+-- its guards are released, and it is removed from the heartbeat set. The
+-- delivery each one counted stays counted: its worker may have died running it.
+--
+-- A worker reaps only while its own heartbeats are fresh and have been
+-- unbroken for at least WORKER_TIMEOUT: after Redis was paused or unreachable,
+-- every heartbeat looks stale, and the first worker back must not reap the
+-- others before they had the time to heartbeat again. It never reaps itself.
 --
 -- KEYS[1] -> P:workers  (ZSET, worker id -> last heartbeat in Redis ms)
 -- KEYS[2] -> P:pending  (LIST)
+-- KEYS[3] -> P:alive    (HASH, worker id -> start of its unbroken run of heartbeats)
 -- ARGV[1] -> P:         the queue's key prefix (processing lists, task hashes, guards)
 -- ARGV[2] -> dead after in ms: a worker silent for longer is dead
 -- ARGV[3] -> most workers reaped by one call
+-- ARGV[4] -> the reaping worker's id ('' = an operator's call: no condition on the caller)
+-- ARGV[5] -> gap in ms: the reaper's own last heartbeat must be at most this old
 --
--- Returns: {tasks given back, reaped worker id, ...}
+-- Returns: {tasks given back, reaped worker id, ...}; {0, -1} when the reaper may not reap yet
+for i, want in ipairs({'zset', 'list', 'hash'}) do
+  local kt = redis.call('TYPE', KEYS[i])['ok']
+  if kt ~= want and kt ~= 'none' then
+    return redis.error_reply('WRONGTYPE ' .. KEYS[i] .. ' is a ' .. kt .. ', expected a ' .. want .. ' (written by another program?)')
+  end
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local prefix = ARGV[1]
-local dead = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[2]), 'LIMIT', 0, tonumber(ARGV[3]))
+local prefix, timeout, me = ARGV[1], tonumber(ARGV[2]), ARGV[4]
+if me ~= '' then
+  local mine = tonumber(redis.call('ZSCORE', KEYS[1], me))
+  local since = tonumber(redis.call('HGET', KEYS[3], me))
+  if not mine or not since or now - mine > tonumber(ARGV[5]) or now - since < timeout then return {0, -1} end
+end
+local dead = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - timeout, 'LIMIT', 0, tonumber(ARGV[3]) + 1)
 local out = {0}
+local reaped = 0
 for _, w in ipairs(dead) do
   local plist = prefix .. 'processing:' .. w
-  while true do
-    local id = redis.call('LMOVE', plist, KEYS[2], 'RIGHT', 'RIGHT')
-    if not id then break end
-    redis.call('HSET', prefix .. 't:' .. id, 'state', 'pending')
-    local skey = prefix .. 'status:' .. id
-    if redis.call('GET', skey) == 'running:' .. w then redis.call('DEL', skey) end
-    out[1] = out[1] + 1
+  local pt = redis.call('TYPE', plist)['ok']
+  if w ~= me and reaped < tonumber(ARGV[3]) and (pt == 'list' or pt == 'none') then
+    while true do
+      local id = redis.call('LMOVE', plist, KEYS[2], 'RIGHT', 'RIGHT')
+      if not id then break end
+      local tkey = prefix .. 't:' .. id
+      if redis.call('TYPE', tkey)['ok'] == 'hash' then redis.call('HSET', tkey, 'state', 'pending') end
+      local skey = prefix .. 'status:' .. id
+      if redis.call('TYPE', skey)['ok'] == 'string' and redis.call('GET', skey) == 'running:' .. w then redis.call('DEL', skey) end
+      out[1] = out[1] + 1
+    end
+    redis.call('ZREM', KEYS[1], w)
+    redis.call('HDEL', KEYS[3], w)
+    redis.call('DEL', prefix .. 'worker:' .. w)
+    out[#out + 1] = w
+    reaped = reaped + 1
   end
-  redis.call('ZREM', KEYS[1], w)
-  redis.call('DEL', prefix .. 'worker:' .. w)
-  out[#out + 1] = w
 end
 return out

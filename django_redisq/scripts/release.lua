@@ -2,26 +2,39 @@
 -- undoing the claim (delivery count, worker id, guard), so they run next
 -- elsewhere as if never taken. With no ids given, it hands back everything
 -- left in its processing list and leaves the heartbeat set (clean exit).
+-- Worker ids are unique per process, so only the process that claimed a task
+-- can undo its claim: a restart under the same name never does.
 --
 -- KEYS[1] -> P:processing:<worker>  (LIST)
 -- KEYS[2] -> P:pending              (LIST)
 -- KEYS[3] -> P:workers              (ZSET)
+-- KEYS[4] -> P:alive                (HASH)
 -- ARGV[1] -> P:          the queue's key prefix
 -- ARGV[2] -> worker id
 -- ARGV[3..] -> ids never started (undo their claim); none = release all and deregister
 --
 -- Returns: number of tasks handed back
+for i, want in ipairs({'list', 'list', 'zset', 'hash'}) do
+  local kt = redis.call('TYPE', KEYS[i])['ok']
+  if kt ~= want and kt ~= 'none' then
+    return redis.error_reply('WRONGTYPE ' .. KEYS[i] .. ' is a ' .. kt .. ', expected a ' .. want .. ' (written by another program?)')
+  end
+end
 local prefix, w = ARGV[1], ARGV[2]
 local n = 0
 local function give_back(id, undo)
   local tkey = prefix .. 't:' .. id
-  redis.call('RPUSH', KEYS[2], id)
-  redis.call('HSET', tkey, 'state', 'pending')
   local skey = prefix .. 'status:' .. id
-  if redis.call('GET', skey) == 'running:' .. w then
+  local is_hash = redis.call('TYPE', tkey)['ok'] == 'hash'
+  local ours = redis.call('TYPE', skey)['ok'] == 'string' and redis.call('GET', skey) == 'running:' .. w
+  redis.call('RPUSH', KEYS[2], id)
+  if is_hash then redis.call('HSET', tkey, 'state', 'pending') end
+  if ours then
     redis.call('DEL', skey)
-    if undo then
-      if tonumber(redis.call('HINCRBY', tkey, 'deliveries', -1)) <= 0 then redis.call('HDEL', tkey, 'started_at') end
+    if undo and is_hash then
+      local d = tonumber(redis.call('HGET', tkey, 'deliveries')) or 1
+      redis.call('HSET', tkey, 'deliveries', math.max(0, d - 1))
+      if d <= 1 then redis.call('HDEL', tkey, 'started_at') end
       local workers = redis.call('HGET', tkey, 'workers') or ''
       local cut = string.find(workers, ',[^,]*$')
       if cut then workers = string.sub(workers, 1, cut - 1) else workers = '' end
@@ -41,6 +54,7 @@ else
     give_back(id, false)
   end
   redis.call('ZREM', KEYS[3], w)
+  redis.call('HDEL', KEYS[4], w)
   redis.call('DEL', prefix .. 'worker:' .. w)
 end
 return n

@@ -3,6 +3,7 @@ from tests.helpers import keys, seed_pending, where_is
 
 def test_release_unstarted_undoes_the_claim(r, broker):
     seed_pending(r, "t0", deliveries=1, workers="w0")
+    broker.heartbeat(["default"], "w1", {})
     broker.fetch("default", "w1", 1)
     assert broker.release("default", "w1", ["t0"]) == 1
     data = r.hgetall(keys().task("t0"))

@@ -1,0 +1,132 @@
+"""Settling: what becomes of a task that has run (ack, retry or bury), promptly and never lost.
+
+Under a backlog an executor acks the tasks it ran in batches (one round trip
+for many), but a finished task never waits long for its batch: the executor
+settles at once after a task slower than ``SETTLE_WITHIN``, and a flusher
+thread settles whatever has waited that long while its executor is busy with
+the next task. So ``get_result`` tells the truth within tens of milliseconds,
+and a crash re-runs only what had not finished (DESIGN invariant 9).
+
+A settle step that Redis cannot take now (connection lost, memory full, a
+failover, a busy script) is retried with backoff until it lands; one that
+would fail again (a script bug) is logged and left in the worker's processing
+list, where the sweep or the reaper hands it back: never lost.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import redis
+
+from .broker import Broker, Delivery
+from .connection import is_transient
+from .exceptions import LeaseLost
+from .runner import DEAD, RETRY, SUCCESS, Outcome
+
+logger = logging.getLogger("django_redisq")
+
+ACK_BATCH = 64
+"""Most finished tasks an executor acks in one round trip (only while more work is waiting)."""
+SETTLE_WITHIN = 0.05
+"""Seconds a finished task may wait for the rest of its batch before it is settled anyway."""
+
+Batch = list[tuple[Delivery, Outcome]]
+
+
+class Unsettled:
+    """Tasks one executor has run and not yet settled, oldest first."""
+
+    __slots__ = ("_lock", "items", "since")
+
+    def __init__(self) -> None:
+        self.items: Batch = []
+        self.since = 0.0  # monotonic time the oldest item finished
+        self._lock = threading.Lock()
+
+    def add(self, d: Delivery, outcome: Outcome) -> None:
+        with self._lock:
+            if not self.items:
+                self.since = time.monotonic()
+            self.items.append((d, outcome))
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def age(self) -> float:
+        return time.monotonic() - self.since if self.items else 0.0
+
+    def take(self, older_than: float = 0.0) -> Batch:
+        """Everything held, if the oldest has waited at least ``older_than`` seconds."""
+        with self._lock:
+            if not self.items or (older_than and time.monotonic() - self.since < older_than):
+                return []
+            batch, self.items = self.items, []
+            return batch
+
+
+class Settler:
+    """Acks, retries and buries batches of run tasks for one worker id."""
+
+    def __init__(self, broker: Broker, worker_id: str, force: threading.Event, on_settled: Callable[[Batch], None]) -> None:
+        self.broker = broker
+        self.worker_id = worker_id
+        self.force = force
+        self.on_settled = on_settled
+
+    def settle(self, batch: Batch) -> None:
+        """Ack, retry or bury each task; acks of one queue share a round trip."""
+        if not batch:
+            return
+        try:
+            acks: dict[str, list[tuple[str, str]]] = {}
+            for d, o in batch:
+                if o.kind == SUCCESS:
+                    acks.setdefault(d.queue, []).append((d.id, o.result_json))
+            for q, results in acks.items():
+                lost = self.with_retries(partial(self.broker.ack_many, q, self.worker_id, results), f"acking {len(results)} task(s)")
+                for task_id in lost or ():
+                    logger.warning("task %s was no longer held by worker %s at ack; another worker has it now", task_id, self.worker_id)
+            for d, o in batch:
+                if o.kind == RETRY:
+                    self.with_retries(partial(self.broker.retry, d.queue, self.worker_id, d.id, o.delay_ms, o.error), f"retrying {d.id}")
+                elif o.kind == DEAD:
+                    self.with_retries(partial(self.broker.bury, d.queue, self.worker_id, d.id, o.error, o.reason, o.failed), f"burying {d.id}")
+        finally:  # whatever happened above, the worker forgets these tasks (what Redis still holds, the sweep hands back)
+            self.on_settled(batch)
+
+    def with_retries(self, step: Callable[[], Any], what: str) -> Any:
+        """Run one settle step, retrying while Redis says "not now", until it lands or a force stop."""
+        for attempt in itertools.count():
+            try:
+                return step()
+            except LeaseLost as exc:
+                logger.warning("%s; another worker has it now", exc)
+                return None
+            except redis.RedisError as exc:
+                if not is_transient(exc):  # an answer that would repeat (a script bug): the sweep hands the task back
+                    logger.exception("%s failed; the task is handed back by the sweep", what)
+                    return None
+                if self.force.is_set():
+                    return None
+                logger.warning("%s failed (%s: %s); retrying", what, type(exc).__name__, exc)
+                time.sleep(min(2.0, 0.02 * 2**attempt))
+            except Exception:  # not retryable: the task stays in our list and is handed back by the sweep
+                logger.exception("%s failed", what)
+                return None
+        return None
+
+    def flush_loop(self, held: list[Unsettled], stop: threading.Event) -> None:
+        """Settle what executors busy with a long task have held for ``SETTLE_WITHIN``."""
+        while not stop.wait(SETTLE_WITHIN / 2):
+            for unsettled in held:
+                try:
+                    self.settle(unsettled.take(older_than=SETTLE_WITHIN))
+                except Exception:  # the flusher must outlive any failure
+                    logger.exception("settling held tasks failed")
