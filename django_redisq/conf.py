@@ -38,6 +38,8 @@ GLOBALS: dict[str, tuple[str, type, float]] = {
 CONNECTION_KEYS = ("REDIS_URL", "CACHE_ALIAS", "EMBEDDED", "EMBEDDED_PATH")
 KNOWN = set(TUNABLES) | set(GLOBALS) | set(CONNECTION_KEYS) | {"KEY_PREFIX", "QUEUE_OPTIONS"}
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
+MIN_HEARTBEAT_BUDGET = 0.1
+"""Seconds, at least, a heartbeat's round trip may take (see connection.heartbeat_budget)."""
 
 
 @dataclass(frozen=True)
@@ -162,6 +164,11 @@ def validate(alias: str, params: Any) -> list[tuple[str, str, str]]:
     if not any(p[0] == "E012" for p in problems) and to <= 2 * ht:
         problems.append(("E016", f"{w}: WORKER_TIMEOUT ({to}) must exceed twice HEARTBEAT_INTERVAL ({ht}).",
                          "Otherwise live workers would be reaped; the defaults are 10 and 2 seconds."))
+    elif not any(p[0] == "E012" for p in problems) and (to - ht) / 2 < MIN_HEARTBEAT_BUDGET:
+        problems.append(("E017", f"{w}: WORKER_TIMEOUT ({to}) leaves {(to - ht) / 2:.3g} s for a heartbeat round trip "
+                         f"beyond HEARTBEAT_INTERVAL ({ht}); it needs at least {MIN_HEARTBEAT_BUDGET} s.",
+                         "A heartbeat's connection times out after (WORKER_TIMEOUT - HEARTBEAT_INTERVAL) / 2 so that a live "
+                         "worker is never reaped; raise WORKER_TIMEOUT."))
     return problems
 
 

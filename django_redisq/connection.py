@@ -31,6 +31,15 @@ _embedded: dict[str, Any] = {}
 
 TRANSIENT_REPLIES = ("OOM", "READONLY", "LOADING", "BUSY", "TRYAGAIN", "MASTERDOWN", "CLUSTERDOWN", "MISCONF", "NOREPLICAS")
 """Error replies that say "not now" (memory full, a failover, a busy script), not "never"."""
+TRANSIENT_CLASSES = (
+    redis.ConnectionError,  # BusyLoadingError (LOADING) is one
+    redis.TimeoutError,
+    redis.exceptions.OutOfMemoryError,
+    redis.exceptions.ReadOnlyError,
+    redis.exceptions.TryAgainError,
+    redis.exceptions.MasterDownError,
+    redis.exceptions.ClusterDownError,
+)
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -41,11 +50,11 @@ def is_transient(exc: BaseException) -> bool:
     which Redis 6 wraps in ``ERR Error running script``). Anything else (a
     script bug, WRONGTYPE, NOPERM) would repeat.
     """
-    if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
+    if isinstance(exc, TRANSIENT_CLASSES):
         return True
     if not isinstance(exc, redis.ResponseError):
         return False
-    text = str(exc)
+    text = str(exc)  # redis-py keeps the code in the text only of replies it has no class for
     return any(text.startswith(code + " ") or f"-{code} " in text or text == code for code in TRANSIENT_REPLIES)
 
 

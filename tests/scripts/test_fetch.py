@@ -104,5 +104,5 @@ def test_a_pending_list_of_the_wrong_type_is_a_clear_error(r, broker):
     import redis
 
     r.set(keys().pending, "not a list")
-    with pytest.raises(redis.ResponseError, match="WRONGTYPE .*pending is a string, expected a list"):
+    with pytest.raises(redis.ResponseError, match=r"WRONGTYPE .*pending is a string, expected a list"):
         broker.fetch("default", "w1", 1)

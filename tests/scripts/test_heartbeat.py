@@ -14,3 +14,32 @@ def test_heartbeat_registers_and_renews_leases(r, broker):
     assert json.loads(r.get(keys().worker_info("w1"))) == {"pid": 1}
     assert r.pttl(keys().status("mine")) > 5000
     assert r.pttl(keys().status("other")) <= 50_000
+
+
+def test_a_guard_of_the_wrong_type_does_not_stop_the_renewal_of_the_others(r, broker):
+    """status:<id> holding a hash aborted the heartbeat after its ZADD: no guard after it was renewed."""
+    for tid in ("first", "bad", "last"):
+        seed_processing(r, tid, "w1")
+        r.pexpire(keys().status(tid), 50)
+    r.delete(keys().status("bad"))
+    r.hset(keys().status("bad"), "x", "1")
+    broker.heartbeat(["default"], "w1", {})
+    assert r.pttl(keys().status("first")) > 5000 and r.pttl(keys().status("last")) > 5000
+    assert r.type(keys().status("bad")) == "hash"  # left for the task's settle step
+
+
+def test_heartbeat_reports_the_queues_it_was_not_registered_on(r, broker):
+    assert broker.heartbeat(["default", "emails"], "w1", {}) == ["default", "emails"]  # first beat
+    assert broker.heartbeat(["default", "emails"], "w1", {}) == []
+    r.zrem(keys("emails").workers, "w1")  # reaped there
+    assert broker.heartbeat(["default", "emails"], "w1", {}) == ["emails"]
+
+
+def test_a_late_heartbeat_starts_a_new_unbroken_run(r, broker):
+    broker.heartbeat(["default"], "w1", {})
+    since = int(r.hget(keys().alive, "w1"))
+    broker.heartbeat(["default"], "w1", {})
+    assert int(r.hget(keys().alive, "w1")) == since
+    r.zadd(keys().workers, {"w1": redis_ms(r) - broker.heartbeat_gap_ms() - 100})  # as after a Redis pause
+    broker.heartbeat(["default"], "w1", {})
+    assert int(r.hget(keys().alive, "w1")) > since

@@ -27,3 +27,27 @@ def test_reap_leaves_a_guard_it_does_not_own(r, broker):
 def test_reap_with_nobody_dead(r, broker):
     set_heartbeat_age(r, "w", 100)
     assert broker.reap("default") == (0, [])
+
+
+def test_reap_survives_keys_of_the_wrong_type(r, broker):
+    """A dead worker's list holding ids whose hash or guard is of the wrong type: all come back."""
+    for tid in ("t0", "t1", "t2"):
+        seed_processing(r, tid, "dead-w")
+    r.delete(keys().task("t1"))
+    r.set(keys().task("t1"), "not a hash")
+    r.delete(keys().status("t2"))
+    r.rpush(keys().status("t2"), "not a string")
+    set_heartbeat_age(r, "dead-w", 60_000)
+    assert broker.reap("default") == (3, ["dead-w"])
+    assert sorted(r.lrange(keys().pending, 0, -1)) == ["t0", "t1", "t2"]
+    assert r.get(keys().task("t1")) == "not a hash"  # fetch finds it CORRUPT and it is buried with the reason
+
+
+def test_a_processing_list_of_the_wrong_type_does_not_block_reaping_the_others(r, broker):
+    r.set(keys().processing("bad-w"), "garbage")
+    seed_processing(r, "t0", "dead-w")
+    set_heartbeat_age(r, "bad-w", 60_000)
+    set_heartbeat_age(r, "dead-w", 60_000)
+    tasks, workers = broker.reap("default")
+    assert (tasks, workers) == (1, ["dead-w"]) and r.lrange(keys().pending, 0, -1) == ["t0"]
+    assert r.zscore(keys().workers, "bad-w") is not None  # left, with its list, for an operator to look at

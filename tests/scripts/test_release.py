@@ -19,3 +19,17 @@ def test_release_all_deregisters(r, broker):
     assert broker.release("default", "w1") == 1
     assert where_is(r, "t0") == ["pending"]
     assert r.zscore(keys().workers, "w1") is None and not r.exists(keys().worker_info("w1"))
+
+
+def test_release_survives_keys_of_the_wrong_type(r, broker):
+    from tests.helpers import seed_processing
+
+    for tid in ("t0", "t1", "t2"):
+        seed_processing(r, tid, "w1")
+    r.delete(keys().task("t1"))
+    r.set(keys().task("t1"), "not a hash")
+    r.delete(keys().status("t2"))
+    r.hset(keys().status("t2"), "x", "1")
+    assert broker.release("default", "w1", ["t0", "t1", "t2"]) == 3
+    assert sorted(r.lrange(keys().pending, 0, -1)) == ["t0", "t1", "t2"]
+    assert r.hget(keys().task("t0"), "deliveries") == "0"

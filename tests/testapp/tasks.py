@@ -111,3 +111,37 @@ from tests.testapp import chaos_tasks as chaos_tasks  # noqa: E402  (fault-injec
 def work_retrying(key: str) -> str:
     """``work`` with retries: its own effect store may be briefly down (Redis restart tests)."""
     return work.func(key)
+
+
+RUNS: dict[str, int] = {}
+"""Runs of ``sleeper`` in this process (in-process worker tests; no Redis write in the task)."""
+
+
+@task
+def sleeper(key: str, seconds: float) -> float:
+    """Sleeps, counts its run in RUNS, returns the time it finished (ms): for settle-latency tests."""
+    time.sleep(seconds)
+    RUNS[key] = RUNS.get(key, 0) + 1
+    return time.time() * 1000
+
+
+@task(max_retries=3)
+def interrupts(kind: str) -> None:
+    """Raises what a worker thread must survive: KeyboardInterrupt or SystemExit."""
+    raise KeyboardInterrupt if kind == "keyboard" else SystemExit(3)
+
+
+@task(max_retries=0)
+def kills_its_worker() -> None:
+    """SIGKILLs the process running it (a segfault, an OOM kill): a crash-looping task."""
+    import signal
+
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@task(queue_name="emails", max_retries=0)
+def work_slowly(key: str, seconds: float) -> str:
+    """Counts its effect under ``key`` after ``seconds``: a short task a frozen worker may hold."""
+    time.sleep(seconds)
+    record(key)
+    return key
