@@ -241,11 +241,12 @@ class Broker:
     def heartbeat_gap_ms(self) -> int:
         """A heartbeat later than this after the previous one means the worker (or Redis) was away.
 
-        One interval plus half of what WORKER_TIMEOUT leaves beyond it: an outage shorter
-        than this cannot make a live worker's heartbeat look older than WORKER_TIMEOUT.
+        Half of WORKER_TIMEOUT: more than the normal spacing of heartbeats (E016:
+        WORKER_TIMEOUT > 2 x HEARTBEAT_INTERVAL), and an outage shorter than it
+        cannot make a live worker's last heartbeat older than WORKER_TIMEOUT
+        (at most one interval plus the outage).
         """
-        o = self.options
-        return self._ms(o.heartbeat_interval + (o.worker_timeout - o.heartbeat_interval) / 2)
+        return self._ms(self.options.worker_timeout / 2)
 
     def heartbeat(self, queues: Iterable[str], worker: str, info: dict[str, Any]) -> list[str]:
         """Refresh this worker's heartbeat and guard leases on every queue, in one round trip.

@@ -2,27 +2,42 @@
 
 Hypothesis drives random sequences of broker operations -- enqueue (now,
 delayed, with an idempotency key, a retried enqueue of an existing id),
-BLMOVE + fetch, ack, retry, bury, release, heartbeat, worker death + reap,
-promote, replay, purge and time passing on the Redis side -- and after every
-step compares Redis with a plain-Python model:
+BLMOVE + fetch, ack, retry, bury, release, heartbeat, worker death, worker
+restarts under the same name, reaping by an operator and by a worker,
+promote, replay, purge, time passing on the Redis side, a Redis outage
+longer than WORKER_TIMEOUT, and write steps tried while Redis answers OOM --
+and after every step compares Redis with a plain-Python model:
 
 * every task id is in exactly one of pending / scheduled / processing:<w> /
   dead / finished (or deleted for good by purge or dead-letter trimming), and
   the lists hold exactly the ids the model expects, in the model's order;
 * the task hash's ``state``, ``deliveries`` and ``failures`` fields, the
   idempotency guard and the ``processed`` / ``failed`` / ``dead_count``
-  counters agree with the model.
+  counters agree with the model;
+* the ``workers`` ZSET (last heartbeat) and the ``alive`` HASH (start of each
+  worker's unbroken run of heartbeats) hold exactly the model's values.
+
+Worker ids are ``<name>.<incarnation>``: a restart under the same name makes a
+new id; the old incarnation never acts again, and its tasks come back only
+through reap, their deliveries still counted. A worker that is not registered
+(reaped, released everything, or never heartbeated) is fenced: its fetch
+raises ``Fenced`` and hands back what a late BLMOVE put in its list.
 
 Worker death is simulated by rewinding the worker's heartbeat score in the
 ``workers`` ZSET relative to Redis ``TIME``; time passing by rewriting the
-scores of ``scheduled`` and ``workers`` and shortening the guards' PX TTLs.
-Workers keep acting after they were reaped (a paused process that wakes up):
-their late ack/retry/bury must be refused or absorbed, never lose a task.
+scores of ``scheduled`` and ``workers`` and the values of ``alive`` and
+shortening the guards' PX TTLs (a Redis outage is the same, by more than
+WORKER_TIMEOUT at once). Workers keep acting after they were reaped (a paused
+process that wakes up): their late ack/retry/bury must be refused or
+absorbed, never lose a task.
 """
 
 from __future__ import annotations
 
+import copy
 import os
+from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -34,49 +49,75 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from django_redisq.broker import BUSY, DONE, NOMSG, RUN, Broker
 from django_redisq.conf import get_options
-from django_redisq.exceptions import LeaseLost
+from django_redisq.connection import is_transient
+from django_redisq.exceptions import Fenced, LeaseLost
 from django_redisq.message import encode
 
 QUEUES = ("default", "emails")
-WORKERS = ("w1", "w2", "w3")
+NAMES = ("w1", "w2", "w3")  # the operator's --name of each worker; its id is "<name>.<incarnation>"
 TIMEOUT_MS = 10_000  # WORKER_TIMEOUT (also the guard lease)
+INTERVAL_MS = 2_000  # HEARTBEAT_INTERVAL: the heartbeat gap is 2000 + (10000 - 2000) / 2 = 6000 ms
 DEAD_MAX = 3  # small, so dead-letter trimming happens
 TASK_PATH = "tests.testapp.tasks.noop"
 EXAMPLES = int(os.environ.get("REDISQ_SM_EXAMPLES", "100"))
+
+OOM_MAY_COMPLETE = frozenset({"retry", "bury", "release", "promote", "replay"})
+"""Steps that may run to the end while Redis answers OOM. Redis refuses a script only at its
+first write that may grow memory (a "denyoom" command), and only if it has written nothing
+yet; these scripts' first write is LREM / RPOP / ZREM, so they are never refused: they
+complete, atomically. Every other write step must be refused, having changed nothing."""
+
+MODEL = ("n", "tasks", "pending", "scheduled", "processing", "dead", "idem_keys", "counters", "holds", "moved",
+         "hb", "alive", "current", "born", "finished_by_guard", "left_dead")
+"""The machine's model attributes: saved before a step tried under OOM, restored when Redis refused it."""
 
 
 def _msg(n: int, queue: str) -> str:
     return encode([n], {})
 
 
+def incarnation(name: str, k: int) -> str:
+    return f"{name}.{chr(ord('a') + k)}" if k < 26 else f"{name}.z{k}"
+
+
 class Task:
-    __slots__ = ("deliveries", "failures", "guard", "has_msg", "id", "idem", "loc", "queue")
+    __slots__ = ("deliveries", "failures", "guard", "has_msg", "id", "idem", "loc", "moved", "queue")
 
     def __init__(self, task_id: str, queue: str, loc: str, idem: str = "", has_msg: bool = True) -> None:
         self.id, self.queue, self.loc, self.idem, self.has_msg = task_id, queue, loc, idem, has_msg
         self.deliveries = self.failures = 0
         self.guard: str | None = None  # None, "running:<w>" or "success"
+        self.moved = False  # in a processing list by BLMOVE, not claimed (its state is still 'pending')
 
 
 class BrokerMachine(RuleBasedStateMachine):
     def __init__(self, client: redis.Redis, broker: Broker) -> None:
         super().__init__()
         self.r, self.b = client, broker
+        self.gap = broker.heartbeat_gap_ms()
+        assert broker.options.worker_timeout * 1000 == TIMEOUT_MS and INTERVAL_MS < self.gap < TIMEOUT_MS
         self.r.flushall()
         self.n = 0
         self.tasks: dict[str, Task] = {}
         self.pending: dict[str, list[str]] = {q: [] for q in QUEUES}  # index 0 = left (LPUSH end); fetch pops the right
         self.scheduled: dict[str, set[str]] = {q: set() for q in QUEUES}
-        self.processing: dict[tuple[str, str], list[str]] = {(q, w): [] for q in QUEUES for w in WORKERS}
+        self.processing: defaultdict[tuple[str, str], list[str]] = defaultdict(list)  # (queue, worker id) -> list, index 0 = left
         self.dead: dict[str, dict[str, float]] = {q: {} for q in QUEUES}  # id -> died at (from Redis)
         self.idem_keys: dict[tuple[str, str], str] = {}  # (queue, key) -> holder id
         self.counters = {q: {"processed": 0, "failed": 0, "dead_count": 0} for q in QUEUES}
-        # what each worker believes it holds: id -> "run" (claimed) or "nomsg" (to bury)
-        self.holds: dict[str, dict[str, str]] = {w: {} for w in WORKERS}
-        self.moved: dict[tuple[str, str], list[str]] = {(q, w): [] for q in QUEUES for w in WORKERS}  # BLMOVEd, unclaimed
-        self.registered: set[str] = set()  # workers that heartbeated once
+        self.current = {name: incarnation(name, 0) for name in NAMES}  # name -> id of the live process
+        self.born = dict.fromkeys(NAMES, 0)
+        # what each live process believes it holds: id -> "run" (claimed) or "nomsg" (to bury)
+        self.holds: dict[str, dict[str, str]] = {w: {} for w in self.current.values()}
+        # the id each fetcher (queue, worker id) BLMOVEd and has not claimed yet, as it believes
+        # (a reap may have handed it back meanwhile): one at a time, as the fetch loop runs
+        self.moved: dict[tuple[str, str], str] = {}
+        self.hb: dict[tuple[str, str], int] = {}  # (queue, worker id) -> last heartbeat (the workers ZSET)
+        self.alive: dict[tuple[str, str], int] = {}  # (queue, worker id) -> start of its unbroken run (the alive HASH)
         self.finished_by_guard = 0  # fetched, found 'success' (a late ack), finished without running
         self.left_dead = {q: 0 for q in QUEUES}  # dead letters replayed, purged or trimmed
+        for w in self.current.values():  # Worker.run heartbeats before its first fetch
+            self._beat(w)
 
     # -- helpers ---------------------------------------------------------
 
@@ -100,8 +141,17 @@ class BrokerMachine(RuleBasedStateMachine):
     def remove_from_processing(self, t: Task) -> None:
         w = t.loc.split(":", 1)[1]
         self.processing[(t.queue, w)].remove(t.id)
-        if t.id in self.moved[(t.queue, w)]:  # BLMOVEd again by a reaped worker, then settled by its old run
-            self.moved[(t.queue, w)].remove(t.id)
+        t.moved = False
+
+    def back_to_pending(self, tid: str) -> None:
+        """Onto the right of pending (it runs next): reap, release, a fenced fetch's hand-back."""
+        t = self.tasks[tid]
+        self.pending[t.queue].append(tid)
+        t.loc = "pending"
+        t.moved = False
+
+    def registered(self, q: str) -> dict[str, int]:
+        return {w: s for (qq, w), s in self.hb.items() if qq == q}
 
     def move_to_dead(self, t: Task, w: str, failed: bool, trimmed: int) -> None:
         q = t.queue
@@ -177,6 +227,7 @@ class BrokerMachine(RuleBasedStateMachine):
         assert [d.id for d in got] == ids, (ids, got)
         for d in got:
             t = self.tasks[d.id]
+            t.moved = False
             if not t.has_msg:
                 assert d.code == NOMSG, d
                 self.holds[w][t.id] = "nomsg"
@@ -195,6 +246,8 @@ class BrokerMachine(RuleBasedStateMachine):
                 assert (d.deliveries, d.failures) == (t.deliveries, t.failures), (d, t.deliveries, t.failures)
                 assert d.raw.startswith('{"v":1,')
                 self.holds[w][t.id] = "run"
+                if t.deliveries >= 3:
+                    event("a task delivered 3+ times (crash loop: reaps never undo deliveries)")
             elif expected == DONE:
                 self.remove_from_processing(t)
                 t.loc = "finished"
@@ -204,56 +257,77 @@ class BrokerMachine(RuleBasedStateMachine):
                 t.loc = "scheduled"
                 self.scheduled[q].add(t.id)
 
-    def register(self, w: str) -> None:
-        """A worker heartbeats before its first fetch (as Worker.run does)."""
-        if w not in self.registered:
-            self.b.heartbeat(QUEUES, w, {"name": w})
-            self.registered.add(w)
+    def _hand_back(self, q: str, w: str) -> None:
+        """A fenced fetch: what a BLMOVE put in the unregistered worker's list goes back to the right of pending."""
+        plist = self.processing[(q, w)]
+        # a reap or a clean exit emptied the list; only a BLMOVE since (one, unclaimed) can refill it
+        assert len(plist) <= 1 and all(self.tasks[i].moved for i in plist), (q, w, plist)
+        if plist:
+            event("fenced fetch handed back a BLMOVEd id")
+        while plist:
+            self.back_to_pending(plist.pop())
 
-    @rule(q=st.sampled_from(QUEUES), w=st.sampled_from(WORKERS), n=st.sampled_from([0, 1, 2, 3, 3]))
-    def fetch(self, q: str, w: str, n: int) -> None:
-        self.register(w)
+    def _fetch(self, q: str, w: str, n: int, moved: str = "") -> None:
+        """``Broker.fetch`` of up to n ids, claiming first the id the fetcher BLMOVEd (if any)."""
+        if (q, w) not in self.hb:  # reaped, released everything, or never heartbeated: the fence
+            with pytest.raises(Fenced):
+                self.b.fetch(q, w, n, moved_id=moved)
+            self._hand_back(q, w)
+            event("fetch fenced")
+            return
         ids = []
+        if moved and moved in self.processing[(q, w)]:
+            assert self.tasks[moved].moved, moved
+            ids.append(moved)
+        elif moved:  # reaped after its BLMOVE and registered again since: the id is not ours any more
+            event("claim of a BLMOVEd id that was reaped: not claimed")
         for _ in range(min(n, len(self.pending[q]))):
             tid = self.pending[q].pop()
             self.processing[(q, w)].insert(0, tid)
             self.tasks[tid].loc = f"processing:{w}"
             ids.append(tid)
-        got = self.b.fetch(q, w, n)
+        got = self.b.fetch(q, w, n, moved_id=moved)
         self._apply_fetch(q, w, ids, got)
 
-    @precondition(lambda self: any(self.pending.values()))
-    @rule(data=st.data(), w=st.sampled_from(WORKERS))
-    def blmove(self, data: st.DataObject, w: str) -> None:
-        """The blocking half of a fetch: BLMOVE one id, claim it later (or die first).
+    @rule(q=st.sampled_from(QUEUES), name=st.sampled_from(NAMES), n=st.sampled_from([0, 1, 2, 3, 3]))
+    def fetch(self, q: str, name: str, n: int) -> None:
+        w = self.current[name]
+        self._fetch(q, w, n, self.moved.pop((q, w), ""))  # the fetch loop claims what it BLMOVEd first
 
-        Only on a non-empty list: an empty one would block ~100 ms (Redis's timer resolution).
-        """
-        q = data.draw(st.sampled_from([q for q in QUEUES if self.pending[q]]))
-        self.register(w)
+    def _blmove_choices(self) -> list[tuple[str, str]]:
+        """(queue, name) whose fetcher may BLMOVE: ids pending, and not holding a BLMOVEd id unclaimed.
+
+        Only on a non-empty list: an empty one would block ~100 ms (Redis's timer resolution)."""
+        return [(q, name) for q in QUEUES if self.pending[q] for name in NAMES if (q, self.current[name]) not in self.moved]
+
+    @precondition(lambda self: self._blmove_choices())
+    @rule(data=st.data())
+    def blmove(self, data: st.DataObject) -> None:
+        """The blocking half of a fetch: BLMOVE one id, claim it later (or die, or be reaped, first).
+
+        A plain BLMOVE knows no fence: a worker reaped while it waited still moves an id."""
+        q, name = data.draw(st.sampled_from(self._blmove_choices()))
+        w = self.current[name]
         moved = self.b.wait(q, w, timeout=0.01)
         tid = self.pending[q].pop()
         assert moved == tid
         self.processing[(q, w)].insert(0, tid)
-        self.tasks[tid].loc = f"processing:{w}"
-        self.moved[(q, w)].append(tid)
+        t = self.tasks[tid]
+        t.loc, t.moved = f"processing:{w}", True
+        self.moved[(q, w)] = tid
+        if (q, w) not in self.hb:
+            event("BLMOVE by an unregistered worker")
 
-    @precondition(lambda self: any(self.moved.values()))
-    @rule(data=st.data(), n=st.integers(0, 2))
-    def claim_moved(self, data: st.DataObject, n: int) -> None:
-        q, w = data.draw(st.sampled_from(sorted(k for k, v in self.moved.items() if v)))
-        tid = self.moved[(q, w)].pop(0)
-        # reap and clean_exit forget moved ids, so the claim is never stale here;
-        # a stale claim is test_claim_of_reaped_moved_id
-        assert self.tasks[tid].loc == f"processing:{w}"
-        ids = [tid]
-        for _ in range(min(n, len(self.pending[q]))):
-            nxt = self.pending[q].pop()
-            self.processing[(q, w)].insert(0, nxt)
-            self.tasks[nxt].loc = f"processing:{w}"
-            ids.append(nxt)
-        got = self.b.fetch(q, w, n, moved_id=tid)
-        self._apply_fetch(q, w, ids, got)
+    @precondition(lambda self: self.moved)
+    @rule(data=st.data(), n=st.integers(0, 2), raced=st.sampled_from([False, False, True]))
+    def claim_moved(self, data: st.DataObject, n: int, raced: bool) -> None:
+        """The fetch after a BLMOVE. ``raced``: an unregistered worker's heartbeat thread registers it
+        again just before the claim reaches Redis (the claim then must not take the reaped id)."""
+        q, w = data.draw(st.sampled_from(sorted(self.moved)))
+        if raced and (q, w) not in self.hb:
+            self._beat(w, drop=False)
+            event("claim raced by the heartbeat that re-registered the worker")
+        self._fetch(q, w, n, self.moved.pop((q, w)))
 
     def _held(self, kind: str | None = None) -> list[tuple[str, str]]:
         return sorted((w, i) for w, h in self.holds.items() for i, k in h.items() if kind is None or k == kind)
@@ -316,26 +390,30 @@ class BrokerMachine(RuleBasedStateMachine):
         self.move_to_dead(t, w, failed, trimmed)
 
     @precondition(lambda self: self._held() or any(self.processing.values()))
-    @rule(data=st.data(), everything=st.sampled_from([False, False, True]))
-    def release(self, data: st.DataObject, everything: bool) -> None:
+    @rule(data=st.data(), everything=st.sampled_from([False, False, True]), then_restart=st.booleans())
+    def release(self, data: st.DataObject, everything: bool, then_restart: bool) -> None:
         """A stopping worker hands back tasks it fetched but never started, or (clean exit)
-        everything left in its processing lists, and leaves the heartbeat set."""
+        everything left in its processing lists, and leaves the heartbeat set (then, maybe, the
+        process starts again under the same name: a new id)."""
         if everything:
-            w = data.draw(st.sampled_from(WORKERS))
+            name = data.draw(st.sampled_from(NAMES))
+            w = self.current[name]
             for q in QUEUES:
                 plist = self.processing[(q, w)]
                 n = len(plist)
                 while plist:
                     tid = plist.pop()
                     t = self.tasks[tid]
-                    self.pending[q].append(tid)
-                    t.loc = "pending"
+                    self.back_to_pending(tid)
                     if t.guard == f"running:{w}":
                         t.guard = None
+                self.hb.pop((q, w), None)
+                self.alive.pop((q, w), None)
+                self.moved.pop((q, w), None)
                 assert self.b.release(q, w) == n
-                self.moved[(q, w)].clear()
             self.holds[w].clear()
-            self.registered.discard(w)
+            if then_restart:
+                self._restart(name, beats=data.draw(st.booleans()))
             return
         if not self._held():
             return
@@ -344,39 +422,95 @@ class BrokerMachine(RuleBasedStateMachine):
         for tid in sorted(self.holds[w]):
             if data.draw(st.booleans()):
                 by_queue.setdefault(self.tasks[tid].queue, []).append(tid)
+        # the ids a predecessor of the same name still holds: a restarted worker never undoes their claims
+        name = w.split(".", 1)[0]
+        theirs = sorted(i for (_, o), plist in self.processing.items() if o != w and o.split(".", 1)[0] == name for i in plist)
+        if theirs and data.draw(st.booleans()):
+            tid = data.draw(st.sampled_from(theirs))
+            by_queue.setdefault(self.tasks[tid].queue, []).append(tid)
+            event("release names a predecessor's task")
         for q, ids in by_queue.items():
             expected = 0
             for tid in ids:
                 t = self.tasks[tid]
-                del self.holds[w][tid]
+                self.holds[w].pop(tid, None)
                 if t.loc != f"processing:{w}":
                     continue
                 expected += 1
                 self.remove_from_processing(t)
-                self.pending[q].append(tid)
-                t.loc = "pending"
+                self.back_to_pending(tid)
                 if t.guard == f"running:{w}":
                     t.guard = None
                     t.deliveries -= 1
             assert self.b.release(q, w, ids) == expected
 
-    # -- liveness, time, background duties ---------------------------------
+    # -- liveness, restarts, time ------------------------------------------
 
-    @rule(w=st.sampled_from(WORKERS), dies=st.booleans())
-    def liveness(self, w: str, dies: bool) -> None:
-        """A heartbeat; or death: rewind the worker's heartbeat score so it looks silent for
-        longer than WORKER_TIMEOUT (it may heartbeat again later: a paused process waking up)."""
-        if not dies:
-            self.b.heartbeat(QUEUES, w, {"name": w})
-            self.registered.add(w)
-            return
+    def _beat(self, w: str, drop: bool = True) -> None:
+        """``Broker.heartbeat`` on every queue: it names the queues where w was not registered; the
+        model's run start moves to now unless the previous beat is at most the gap old."""
+        gone = self.b.heartbeat(QUEUES, w, {"name": w})
+        assert gone == [q for q in QUEUES if (q, w) not in self.hb], (w, gone, self.registered(QUEUES[0]))
+        pipe = self.r.pipeline(transaction=False)
+        for q in QUEUES:
+            pipe.zscore(self.b.keys(q).workers, w)
+        for q, score in zip(QUEUES, pipe.execute(), strict=True):
+            now = int(score)  # Redis TIME in the script
+            prev, since = self.hb.get((q, w)), self.alive.get((q, w))
+            if prev is None or since is None or now - prev > self.gap:
+                self.alive[(q, w)] = now
+                if prev is not None:
+                    event("heartbeat after a gap: a new run")
+            self.hb[(q, w)] = now
+        if gone and len(gone) < len(QUEUES):
+            event("heartbeat: unregistered on some queues only")
+        if drop:  # the heartbeat fences the queues it was gone from: the worker drops its unclaimed BLMOVE
+            for q in gone:
+                self.moved.pop((q, w), None)
+
+    def _rewind(self, w: str) -> None:
+        """Make w's heartbeats look silent for longer than WORKER_TIMEOUT (where it is registered)."""
         now = self.now_ms()
         for q in QUEUES:
-            if self.r.zadd(self.b.keys(q).workers, {w: now - TIMEOUT_MS - 5000}, xx=True, ch=True):
-                event("worker died")
+            if (q, w) in self.hb:
+                score = now - TIMEOUT_MS - 5000
+                assert self.r.zadd(self.b.keys(q).workers, {w: score}, xx=True, ch=True) == 1
+                self.hb[(q, w)] = score
 
-    @rule(delta=st.sampled_from([1300, 4700, 25_000]))
-    def time_passes(self, delta: int) -> None:
+    @rule(name=st.sampled_from(NAMES), dies=st.booleans())
+    def liveness(self, name: str, dies: bool) -> None:
+        """A heartbeat; or death: the worker's heartbeat score looks silent for longer than
+        WORKER_TIMEOUT (it may heartbeat again later: a paused process waking up)."""
+        w = self.current[name]
+        if not dies:
+            self._beat(w)
+            return
+        self._rewind(w)
+        event("worker died")
+
+    def _restart(self, name: str, beats: bool) -> None:
+        old = self.current[name]
+        del self.holds[old]  # the old process is gone: what it held locally is forgotten
+        for q in QUEUES:
+            self.moved.pop((q, old), None)
+        self.born[name] += 1
+        new = self.current[name] = incarnation(name, self.born[name])
+        self.holds[new] = {}
+        if beats:  # Worker.run heartbeats before its first fetch
+            self._beat(new)
+
+    @rule(name=st.sampled_from(NAMES), beats=st.sampled_from([True, True, False]), long_ago=st.booleans())
+    def restart(self, name: str, beats: bool, long_ago: bool) -> None:
+        """The process of a worker dies (SIGKILL, OOM killer) and is started again with the same --name.
+
+        The old incarnation never acts again; what it held stays in its processing list until a reap
+        hands it back (deliveries still counted). ``long_ago``: it died a timeout before the restart."""
+        if long_ago:
+            self._rewind(self.current[name])
+        self._restart(name, beats)
+        event("worker restarted under the same name")
+
+    def _shift(self, delta: int) -> None:
         """Everything that measures time in Redis moves ``delta`` ms into the past."""
         pipe = self.r.pipeline(transaction=True)
         for q in QUEUES:
@@ -384,7 +518,13 @@ class BrokerMachine(RuleBasedStateMachine):
             for key in (k.scheduled, k.workers):
                 for member, score in self.r.zrange(key, 0, -1, withscores=True):
                     pipe.zadd(key, {member: score - delta})
+            for member, value in self.r.hgetall(k.alive).items():
+                pipe.hset(k.alive, member, int(value) - delta)
         pipe.execute()
+        for key in self.hb:
+            self.hb[key] -= delta
+        for key in self.alive:
+            self.alive[key] -= delta
         for q in QUEUES:
             for key in self.r.scan_iter(match=self.b.keys(q).prefix + "status:*", count=1000):
                 ttl = self.r.pttl(key)
@@ -395,6 +535,45 @@ class BrokerMachine(RuleBasedStateMachine):
                     self.tasks[key.rsplit(":", 1)[1]].guard = None
                 else:
                     self.r.pexpire(key, ttl - delta)
+
+    @rule(delta=st.sampled_from([1300, 4700, 25_000]))
+    def time_passes(self, delta: int) -> None:
+        self._shift(delta)
+
+    @rule(data=st.data())
+    def fleet_runs(self, data: st.DataObject) -> None:
+        """Some workers heartbeat steadily through 11 s of Redis time: their runs outlast
+        WORKER_TIMEOUT with the last beat fresh (they may reap); everyone else goes stale."""
+        names = data.draw(st.lists(st.sampled_from(NAMES), min_size=1, max_size=3, unique=True))
+        for delta in (4000, 4000, 3000):
+            for name in names:
+                self._beat(self.current[name])
+            self._shift(delta)
+
+    @rule(data=st.data(), extra=st.sampled_from([1, 5000]))
+    def redis_outage(self, data: st.DataObject, extra: int) -> None:
+        """Redis was paused (SIGSTOP) or unreachable for longer than WORKER_TIMEOUT: to the scripts,
+        every heartbeat and run start aged at once. The first workers back heartbeat: their runs
+        restart, so none of them may reap the others yet; an operator's reap still reaps them."""
+        before = {q: set(self.registered(q)) for q in QUEUES}
+        self._shift(TIMEOUT_MS + extra)
+        back = data.draw(st.lists(st.sampled_from(NAMES), min_size=1, max_size=3, unique=True))
+        for name in back:
+            w = self.current[name]
+            self._beat(w)
+            assert all(self.alive[(q, w)] == self.hb[(q, w)] for q in QUEUES), "the run did not restart after the outage"
+            q = data.draw(st.sampled_from(QUEUES))
+            verdict, _ = self._call_reap(q, w, 10)
+            assert verdict == "refused", (w, verdict)
+        if data.draw(st.booleans()):
+            q = data.draw(st.sampled_from(QUEUES))
+            others = before[q] - {self.current[name] for name in back}
+            _, reaped = self._call_reap(q, "", 10)
+            if len(others) <= 10:
+                assert set(reaped) == others, (reaped, others)
+            event("operator reap after an outage")
+
+    # -- background duties -------------------------------------------------
 
     @rule(q=st.sampled_from(QUEUES))
     def promote(self, q: str) -> None:
@@ -413,33 +592,74 @@ class BrokerMachine(RuleBasedStateMachine):
             self.pending[q].insert(0, tid)
             self.tasks[tid].loc = "pending"
 
-    @rule(q=st.sampled_from(QUEUES))
-    def reap(self, q: str) -> None:
-        k = self.b.keys(q)
-        scores = dict(self.r.zrange(k.workers, 0, -1, withscores=True))
-        now = self.now_ms()
-        count, reaped = self.b.reap(q)
-        for w, s in scores.items():
-            if s < now - TIMEOUT_MS - 1500:
-                assert w in reaped, (w, s, now)
-            elif s > now - TIMEOUT_MS + 1500:
-                assert w not in reaped, (w, s, now)
+    def _check_reaped(self, q: str, me: str, before: int, after: int, max_workers: int, reaped: list[str]) -> None:
+        """The workers reaped are the oldest silent for longer than WORKER_TIMEOUT at the script's
+        now (somewhere between ``before`` and ``after``), at most ``max_workers``, never the reaper."""
+        scores = {w: s for w, s in self.registered(q).items() if w != me}
+        assert set(reaped) <= {w for w, s in scores.items() if s <= after - TIMEOUT_MS}, (reaped, scores, after)
+        assert len(reaped) <= max_workers and len(set(reaped)) == len(reaped)
+        assert reaped == sorted(reaped, key=lambda w: (scores[w], w)), reaped
+        missed = sorted((s, w) for w, s in scores.items() if s <= before - TIMEOUT_MS and w not in reaped)
+        if missed:  # only the cap leaves a dead worker, and only the younger ones
+            assert len(reaped) == max_workers, (reaped, missed)
+            assert all((scores[w], w) < missed[0] for w in reaped), (reaped, missed)
+            event("reap capped by max_workers")
+
+    def _apply_reap(self, q: str, reaped: list[str]) -> int:
         expected = 0
         for w in reaped:
-            self.registered.discard(w)  # its next fetch heartbeats again, as a woken worker would
-            self.moved[(q, w)].clear()
+            del self.hb[(q, w)]
+            self.alive.pop((q, w), None)
             plist = self.processing[(q, w)]
             expected += len(plist)
+            if plist and w not in self.current.values():
+                event("a predecessor's tasks reaped (deliveries kept)")
             while plist:
                 tid = plist.pop()
                 t = self.tasks[tid]
-                self.pending[q].append(tid)  # reaped tasks run next
-                t.loc = "pending"
+                self.back_to_pending(tid)  # reaped tasks run next; their delivery stays counted
                 if t.guard == f"running:{w}":
                     t.guard = None
-        assert count == expected
         if expected:
             event("reaped tasks")
+        return expected
+
+    def _call_reap(self, q: str, me: str, max_workers: int) -> tuple[str, list[str]]:
+        """``Broker.reap`` by ``me`` ('' = an operator): returns the verdict on the reaper's
+        condition ('operator', 'refused', 'allowed', or 'edge' when Redis's now may fall either
+        side of it) and the workers reaped."""
+        mine, since = self.hb.get((q, me)), self.alive.get((q, me))
+        before = self.now_ms()
+        count, reaped = self.b.reap(q, me, max_workers)
+        after = self.now_ms()
+        assert me not in reaped, "a worker reaped itself"
+        verdict = "operator"
+        if me:
+            if mine is None or since is None:
+                may = must = False
+            else:  # it may reap while its run is WORKER_TIMEOUT old and its last beat at most the gap old
+                lo, hi = since + TIMEOUT_MS, mine + self.gap
+                may = max(before, lo) <= min(after, hi)
+                must = lo <= before and after <= hi
+            verdict = "allowed" if must else "edge" if may else "refused"
+            event(f"worker reap {verdict}")
+        if verdict == "refused":
+            assert (count, reaped) == (0, []), (me, mine, since, before, count, reaped)
+            return verdict, []
+        if verdict != "edge" or reaped:
+            self._check_reaped(q, me, before, after, max_workers, reaped)
+        assert count == self._apply_reap(q, reaped)
+        return verdict, reaped
+
+    @rule(q=st.sampled_from(QUEUES), max_workers=st.sampled_from([10, 10, 1]))
+    def reap(self, q: str, max_workers: int) -> None:
+        """An operator's reap: no condition on the caller."""
+        self._call_reap(q, "", max_workers)
+
+    @rule(q=st.sampled_from(QUEUES), name=st.sampled_from(NAMES), max_workers=st.sampled_from([10, 10, 1]))
+    def worker_reaps(self, q: str, name: str, max_workers: int) -> None:
+        """A worker's periodic reap: refused unless its own beats are fresh and unbroken for WORKER_TIMEOUT."""
+        self._call_reap(q, self.current[name], max_workers)
 
     # -- operator actions --------------------------------------------------
 
@@ -475,6 +695,83 @@ class BrokerMachine(RuleBasedStateMachine):
             if tid in self.dead[q]:
                 assert self.r.zscore(self.b.keys(q).dead, tid) == self.dead[q][tid]
 
+    # -- transient error replies -------------------------------------------
+
+    def _oom_steps(self) -> dict[str, Callable[[st.DataObject], None]]:
+        """Write steps that can be tried now, each as the rule that runs it (with fresh draws)."""
+        qs, names = st.sampled_from(QUEUES), st.sampled_from(NAMES)
+        steps: dict[str, Callable[[st.DataObject], None]] = {
+            "enqueue": lambda d: self.enqueue(d.draw(qs), d.draw(st.sampled_from([0, 5000])), d.draw(st.sampled_from(["", "k1"])), 1),
+            "fetch": lambda d: self.fetch(d.draw(qs), d.draw(names), d.draw(st.integers(1, 3))),  # n >= 1: it must write
+            "heartbeat": lambda d: self.liveness(d.draw(names), dies=False),
+            "reap": lambda d: self.reap(d.draw(qs), 10),
+            "worker_reaps": lambda d: self.worker_reaps(d.draw(qs), d.draw(names), 10),
+            "promote": lambda d: self.promote(d.draw(qs)),
+        }
+        if self._blmove_choices():
+            steps["blmove"] = lambda d: self.blmove(d)
+        if self.moved:
+            steps["claim"] = lambda d: self.claim_moved(d, d.draw(st.integers(1, 2)), raced=False)
+        if self._held("run"):
+            steps["ack"] = lambda d: self.ack(d)
+            steps["retry"] = lambda d: self.retry(d, d.draw(st.sampled_from([0, 30_000])))
+        if self._held():
+            steps["bury"] = lambda d: self.bury(d, d.draw(st.booleans()))
+        if self._held() or any(self.processing.values()):
+            steps["release"] = lambda d: self.release(d, d.draw(st.booleans()), then_restart=False)
+        if any(self.dead.values()):
+            steps["replay"] = lambda d: self.operator(d, "replay")
+        return steps
+
+    def _snapshot(self) -> dict[str, tuple[bytes, bool]]:
+        """Every key's serialized value (DUMP: type, encoding and content) and whether it has a TTL."""
+        keys = sorted(self.r.scan_iter(match="*", count=1000))
+        pipe = self.r.pipeline(transaction=False)
+        for key in keys:
+            pipe.dump(key)
+            pipe.pttl(key)
+        out = pipe.execute()
+        return {key: (out[2 * i], out[2 * i + 1] >= 0) for i, key in enumerate(keys)}
+
+    @rule(data=st.data())
+    def transient_error(self, data: st.DataObject) -> None:
+        """Redis answers OOM (CONFIG SET maxmemory 1): a write step must raise an error that
+        ``is_transient`` calls transient (the caller waits and tries again) and change nothing,
+        byte for byte; or, for the steps of OOM_MAY_COMPLETE, complete exactly as modelled."""
+        try:
+            policy = self.r.config_get("maxmemory-policy").get("maxmemory-policy")
+            old = self.r.config_get("maxmemory")["maxmemory"]
+        except redis.ResponseError:  # CONFIG disabled (a managed Redis given by REDISQ_TEST_REDIS_URL)
+            event("CONFIG disabled: no OOM step")
+            return
+        if policy != "noeviction":  # maxmemory 1 would evict the queues
+            event("maxmemory-policy is not noeviction: no OOM step")
+            return
+        steps = self._oom_steps()
+        step = data.draw(st.sampled_from(sorted(steps)))
+        saved = copy.deepcopy({f: getattr(self, f) for f in MODEL})
+        before = self._snapshot()
+        refused: redis.ResponseError | None = None
+        self.r.config_set("maxmemory", 1)
+        try:
+            steps[step](data)
+        except redis.ResponseError as exc:
+            refused = exc
+        finally:
+            self.r.config_set("maxmemory", old)
+        if refused is not None:
+            assert is_transient(refused), f"{step} under OOM raised {type(refused).__name__}({refused}): is_transient says no"
+            for f, v in saved.items():
+                setattr(self, f, v)
+            assert self._snapshot() == before, f"{step} was refused under OOM but changed Redis"
+            event(f"OOM refused {step}")
+            return
+        if step in OOM_MAY_COMPLETE:
+            event(f"OOM let {step} complete (its first write frees memory)")
+        else:  # a step that had nothing to write (a reap with no one dead, a duplicate enqueue) may return
+            assert self._snapshot() == before, f"{step} wrote to Redis while it answered OOM"
+            event(f"OOM: {step} had nothing to write")
+
     # -- the invariants ----------------------------------------------------
 
     @invariant()
@@ -500,9 +797,9 @@ class BrokerMachine(RuleBasedStateMachine):
                 assert plist == self.processing[(q, w)], (q, w, plist, self.processing[(q, w)])
                 for tid in plist:
                     seen.setdefault(tid, []).append(f"processing:{w}")
-            for w in WORKERS:
-                if self.processing[(q, w)]:
-                    assert self.r.exists(k.processing(w)), (q, w)
+        for (q, w), plist in self.processing.items():
+            if plist:
+                assert self.r.exists(self.b.keys(q).processing(w)), (q, w)
         pipe = self.r.pipeline(transaction=False)
         tasks = list(self.tasks.values())
         for t in tasks:
@@ -518,6 +815,7 @@ class BrokerMachine(RuleBasedStateMachine):
                 assert places == [], (t.id, t.loc, places)
             else:
                 assert places == [t.loc], (t.id, t.loc, places)
+            assert not t.moved or t.loc.startswith("processing:"), (t.id, t.loc)
             if t.loc == "gone":
                 assert not exists, t.id
                 continue
@@ -527,14 +825,32 @@ class BrokerMachine(RuleBasedStateMachine):
                     assert state == "dead"
                 continue
             if t.loc.startswith("processing:"):
-                # claimed, or BLMOVEd and not claimed yet
-                want = "pending" if t.id in self.moved[(t.queue, t.loc.split(":", 1)[1])] else "running"
+                want = "pending" if t.moved else "running"  # BLMOVEd and not claimed yet, or claimed
             else:
                 want = t.loc
             assert state == want, (t.id, t.loc, state, t.guard)
             assert (int(deliveries), int(failures)) == (t.deliveries, t.failures), (t.id, deliveries, failures)
             assert guard == t.guard, (t.id, guard, t.guard)
         assert not seen, f"ids in queue lists that were never enqueued: {seen}"
+
+    @invariant()
+    def heartbeats_agree(self) -> None:
+        """The workers ZSET and the alive HASH hold exactly the model's heartbeats and run starts;
+        a worker's info key outlives neither its reap nor its clean exit."""
+        pipe = self.r.pipeline(transaction=False)
+        for q in QUEUES:
+            k = self.b.keys(q)
+            pipe.zrange(k.workers, 0, -1, withscores=True)
+            pipe.hgetall(k.alive)
+        replies = pipe.execute()
+        for i, q in enumerate(QUEUES):
+            scores = {w: int(s) for w, s in replies[2 * i]}
+            assert scores == self.registered(q), (q, scores, self.registered(q))
+            alive = {w: int(v) for w, v in replies[2 * i + 1].items()}
+            assert alive == {w: s for (qq, w), s in self.alive.items() if qq == q}, (q, alive)
+            prefix = self.b.keys(q).prefix + "worker:"
+            for key in self.r.scan_iter(match=prefix + "*", count=1000):
+                assert key[len(prefix):] in scores, (q, key)
 
     @invariant()
     def counters_agree(self) -> None:
@@ -551,34 +867,43 @@ class BrokerMachine(RuleBasedStateMachine):
 
 @pytest.fixture
 def sm_broker(r: redis.Redis) -> Broker:
-    return Broker(replace(get_options("default"), dead_letter_max=DEAD_MAX, worker_timeout=TIMEOUT_MS / 1000))
+    return Broker(replace(get_options("default"), dead_letter_max=DEAD_MAX, worker_timeout=TIMEOUT_MS / 1000,
+                          heartbeat_interval=INTERVAL_MS / 1000))
 
 
 def test_broker_state_machine(r: redis.Redis, sm_broker: Broker) -> None:
-    run_state_machine_as_test(
-        lambda: BrokerMachine(r, sm_broker),
-        settings=settings(
-            max_examples=EXAMPLES, stateful_step_count=60, deadline=None,
-            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-        ),
-    )
+    try:
+        run_state_machine_as_test(
+            lambda: BrokerMachine(r, sm_broker),
+            settings=settings(
+                max_examples=EXAMPLES, stateful_step_count=60, deadline=None,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+            ),
+        )
+    finally:  # never leave the session's Redis refusing writes
+        r.config_set("maxmemory", 0)
 
 
 def test_claim_of_reaped_moved_id(r: redis.Redis, sm_broker: Broker) -> None:
     """A worker BLMOVEs an id, stalls past WORKER_TIMEOUT, is reaped, then claims the id.
 
-    The id is back in pending; fetch.lua must not claim it (guard, state 'running',
-    deliveries + 1) for a worker whose processing list does not hold it (regression).
+    The id is back in pending. The claim is fenced (the worker is no longer registered) and
+    takes nothing; and once its heartbeat has registered it again (racing the claim), fetch.lua
+    must still not claim (guard, state 'running', deliveries + 1) an id its processing list
+    does not hold (regression).
     """
-    b = sm_broker
+    b, k = sm_broker, sm_broker.keys("default")
     b.enqueue("default", [("x1", _msg(1, "default"), TASK_PATH, 0, "")])
-    b.heartbeat(QUEUES, "w1", {})
-    assert b.wait("default", "w1", 0.01) == "x1"
+    assert b.heartbeat(QUEUES, "w1.a", {}) == list(QUEUES)  # its first heartbeat
+    assert b.wait("default", "w1.a", 0.01) == "x1"
     now = int(r.time()[0]) * 1000
-    r.zadd(b.keys("default").workers, {"w1": now - TIMEOUT_MS - 5000})
-    assert b.reap("default") == (1, ["w1"])
-    got = b.fetch("default", "w1", 0, moved_id="x1")  # the stalled worker wakes up
-    k = b.keys("default")
+    r.zadd(k.workers, {"w1.a": now - TIMEOUT_MS - 5000})
+    assert b.reap("default") == (1, ["w1.a"])
+    with pytest.raises(Fenced):  # the stalled worker wakes up
+        b.fetch("default", "w1.a", 0, moved_id="x1")
     assert r.lrange(k.pending, 0, -1) == ["x1"]
-    assert [d.code for d in got] != [RUN], "claimed a task that is not in this worker's processing list"
-    assert r.hget(k.task("x1"), "state") == "pending"
+    assert r.hget(k.task("x1"), "state") == "pending" and r.get(k.status("x1")) is None
+    assert b.heartbeat(QUEUES, "w1.a", {}) == ["default"]  # told it was reaped there
+    assert b.fetch("default", "w1.a", 0, moved_id="x1") == [], "claimed a task that is not in this worker's processing list"
+    assert r.lrange(k.pending, 0, -1) == ["x1"]
+    assert r.hget(k.task("x1"), "state") == "pending" and r.hget(k.task("x1"), "deliveries") == "0"

@@ -32,14 +32,15 @@ if me ~= '' then
   local since = tonumber(redis.call('HGET', KEYS[3], me))
   if not mine or not since or now - mine > tonumber(ARGV[5]) or now - since < timeout then return {0, -1} end
 end
-local dead = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - timeout, 'LIMIT', 0, tonumber(ARGV[3]) + 1)
+local dead = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - timeout, 'LIMIT', 0, tonumber(ARGV[3]) + 1)  -- +1: we may be among them
 local out = {0}
 local reaped = 0
 for _, w in ipairs(dead) do
   local plist = prefix .. 'processing:' .. w
   local pt = redis.call('TYPE', plist)['ok']
-  if w ~= me and reaped < tonumber(ARGV[3]) and (pt == 'list' or pt == 'none') then
-    while true do
+  if w ~= me and reaped < tonumber(ARGV[3]) then
+    -- a "list" of another type holds no task id: left in place for an operator, its worker deregistered
+    while pt == 'list' do
       local id = redis.call('LMOVE', plist, KEYS[2], 'RIGHT', 'RIGHT')
       if not id then break end
       local tkey = prefix .. 't:' .. id
