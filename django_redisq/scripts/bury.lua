@@ -32,9 +32,9 @@ local prefix, id = ARGV[1], ARGV[2]
 want(KEYS[1], 'list')
 want(KEYS[2], 'zset')
 local kind = redis.call('TYPE', KEYS[3])['ok']
-if kind ~= 'hash' and kind ~= 'none' then set_aside(KEYS[3], ARGV[5]) end  -- kept for inspection
 local guard = want(KEYS[4], 'string')
 if redis.call('LREM', KEYS[1], 1, id) == 0 then return -1 end
+if kind ~= 'hash' and kind ~= 'none' then set_aside(KEYS[3], ARGV[5]) end  -- kept for inspection
 local f = redis.call('HMGET', KEYS[3], 'errors', 'errors_len', 'errors_dropped', 'failures')
 local errs, lens, dropped = errors_append(f[1], f[2], f[3], ARGV[3], now)
 local failures = tonumber(f[4]) or 0

@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from django_redisq.exceptions import LeaseLost
 from django_redisq.keys import QueueKeys
 from tests.helpers import keys, message, redis_ms, seed_dead, seed_processing, seed_scheduled, where_is
 
@@ -210,3 +211,11 @@ def test_redis_time_is_used_for_a_corrupt_dead_letter(r, broker):
     before = redis_ms(r)
     broker.ack("default", "w1", "t0", "1")
     assert before <= int(r.hget(K.task("t0"), "died_at")) <= redis_ms(r)
+
+
+def test_a_bury_that_lost_the_lease_leaves_a_corrupt_hash_to_its_holder(r, broker):
+    seed_processing(r, "t0", "w2")
+    plant(r, K.task("t0"), "string")
+    with pytest.raises(LeaseLost):
+        broker.bury("default", "w1", "t0", ERR, "failed", failed=True)
+    assert r.type(K.task("t0")) == "string" and where_is(r, "t0") == ["processing:w2"]
