@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import secrets
 from collections.abc import Iterable, Sequence
@@ -21,6 +22,7 @@ from .broker import Broker
 from .conf import Options, build_options, check_errors
 from .message import encode as encode_message
 from .message import encode_arguments
+from .records import stored_errors
 from .task import RedisTask, get_registered
 
 # The one table from our task states to Django's statuses.
@@ -30,6 +32,7 @@ STATE_TO_STATUS: dict[str, TaskResultStatus] = {
     "running": TaskResultStatus.RUNNING,
     "finished": TaskResultStatus.SUCCESSFUL,
     "dead": TaskResultStatus.FAILED,
+    "moving": TaskResultStatus.FAILED,  # a dead letter being replayed into another queue
 }
 
 
@@ -98,11 +101,27 @@ class RedisQueueBackend(BaseTaskBackend):
         results = []
         for (result, _), outcome in zip(prepared, stored, strict=False):
             if outcome.duplicate_of:
-                results.append(self.get_result(outcome.duplicate_of))
+                results.append(self._duplicate_result(result, outcome.duplicate_of))
             else:
                 task_enqueued.send(type(self), task_result=result)
                 results.append(result)
         return results
+
+    def _duplicate_result(self, result: TaskResult, holder: str) -> TaskResult:
+        """The result of the task holding the idempotency key.
+
+        The key outlives the holder's result when IDEMPOTENCY_TTL exceeds RESULT_TTL. A key
+        whose task is gone means the holder succeeded (only a success gives the key a TTL;
+        enqueue.lua takes a key whose task vanished otherwise), so this call's result is
+        returned under the holder's id as SUCCESSFUL, with an unknown return value (None)
+        and no timestamps; ``get_result`` on that id raises ``TaskResultDoesNotExist``.
+        A holder left without a message (a dead letter whose data was corrupt) reads as FAILED.
+        """
+        found = self.broker.get_task(holder, [result.task.queue_name])
+        if found is not None and "msg" in found[1]:
+            return self.build_result(holder, found[0], found[1])
+        status = TaskResultStatus.SUCCESSFUL if found is None else TaskResultStatus.FAILED
+        return dataclasses.replace(result, id=holder, status=status, enqueued_at=None)
 
     # -- results ---------------------------------------------------------
 
@@ -129,11 +148,16 @@ class RedisQueueBackend(BaseTaskBackend):
 
     def build_result(self, task_id: str, queue: str, data: dict[str, str]) -> TaskResult:
         """A ``TaskResult`` from a task hash."""
-        msg = json.loads(data["msg"])
+        try:
+            msg = json.loads(data["msg"])
+        except ValueError:
+            msg = None
+        if not isinstance(msg, dict):
+            msg = {}  # a message that does not decode: the worker dead-letters it; show the rest
         task = self.resolve_task(data.get("task") or msg.get("task", ""), queue)
         errors = [
-            TaskError(exception_class_path=e.get("exc", ""), traceback=e.get("tb", ""))
-            for e in json.loads(data.get("errors") or "[]")
+            TaskError(exception_class_path=e["exc"], traceback=e["tb"] or e["msg"])
+            for e in stored_errors(data.get("errors"), data.get("errors_dropped"))
         ]
         workers = [w for w in (data.get("workers") or "").split(",") if w]
         status = STATE_TO_STATUS.get(data.get("state", ""), TaskResultStatus.READY)
@@ -143,9 +167,13 @@ class RedisQueueBackend(BaseTaskBackend):
             started_at=ms_to_datetime(data.get("started_at")),
             finished_at=ms_to_datetime(data.get("finished_at") or data.get("died_at")),
             last_attempted_at=ms_to_datetime(data.get("last_attempted_at")),
-            args=msg.get("args", []), kwargs=msg.get("kwargs", {}), backend=self.alias,
+            args=msg.get("args", []) if isinstance(msg.get("args"), list) else [],
+            kwargs=msg.get("kwargs", {}) if isinstance(msg.get("kwargs"), dict) else {}, backend=self.alias,
             errors=errors, worker_ids=workers,
         )
         if status == TaskResultStatus.SUCCESSFUL and "result" in data:
-            object.__setattr__(result, "_return_value", json.loads(data["result"]))
+            try:
+                object.__setattr__(result, "_return_value", json.loads(data["result"]))
+            except ValueError:
+                object.__setattr__(result, "_return_value", data["result"])
         return result

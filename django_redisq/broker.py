@@ -131,6 +131,10 @@ class Broker:
     def _ms(self, seconds: float) -> int:
         return max(1, int(seconds * 1000))
 
+    def _aside_ms(self, o: Options) -> int:
+        """How long a task key of the wrong type, set aside as ``<key>:corrupt``, is kept (0: the scripts' default)."""
+        return int(o.dead_letter_ttl * 1000)
+
     # -- producing -------------------------------------------------------
 
     def enqueue(self, queue: str, items: Sequence[tuple[str, str, str, int, str]]) -> list[Enqueued]:
@@ -176,16 +180,17 @@ class Broker:
         """Ack tasks ``(id, result JSON)`` in one script call; returns the ids whose lease was lost."""
         k = self.keys(queue)
         o = self.options.for_queue(queue)
-        argv: list[Any] = [k.prefix, self._ms(o.result_ttl), self._ms(o.idempotency_ttl)]
+        argv: list[Any] = [k.prefix, self._ms(o.result_ttl), self._ms(o.idempotency_ttl), self._aside_ms(o)]
         for task_id, result_json in results:
             argv += (task_id, result_json)
-        return list(self._script("ack")(keys=[k.processing(worker)], args=argv))
+        return list(self._script("ack")(keys=[k.processing(worker), k.dead], args=argv))
 
     def retry(self, queue: str, worker: str, task_id: str, delay_ms: int, error: dict[str, Any]) -> None:
         k = self.keys(queue)
         code = self._script("retry")(
-            keys=[k.processing(worker), k.scheduled, k.task(task_id), k.status(task_id)],
-            args=[k.prefix, task_id, max(0, int(delay_ms)), json.dumps(error, separators=(",", ":")), worker],
+            keys=[k.processing(worker), k.scheduled, k.task(task_id), k.status(task_id), k.dead],
+            args=[k.prefix, task_id, max(0, int(delay_ms)), json.dumps(error, separators=(",", ":")), worker,
+                  self._aside_ms(self.options.for_queue(queue))],
         )
         if code == -1:
             raise LeaseLost(f"task {task_id} was no longer held by worker {worker} at retry")
@@ -281,6 +286,28 @@ class Broker:
             return 0
         k = self.keys(queue)
         return int(self._script("purge")(keys=[k.dead], args=[k.prefix, *ids]))
+
+    def move_out(self, queue: str, to: str, ids: Sequence[str]) -> list[tuple[str, int, list[str]]]:
+        """Step 1 of a replay into another queue: mark dead letters 'moving' to ``to``.
+
+        Returns ``(id, code, fields)`` per id, code as in move_out.lua (1 = marked, with
+        the fields message, task, errors, errors_len, errors_dropped, workers, enqueued_at, idem).
+        """
+        if not ids:
+            return []
+        k = self.keys(queue)
+        out = self._script("move_out")(keys=[k.dead], args=[k.prefix, to, *ids])
+        return [(out[i], int(out[i + 1]), list(out[i + 2 : i + 10])) for i in range(0, len(out), 10)]
+
+    def move_in(self, queue: str, source: str, tasks: Sequence[tuple[str, str, list[str]]]) -> list[int]:
+        """Step 2: store ``(id, rewritten message, move_out fields)`` as pending in ``queue``; 1 stored, 0 already here."""
+        if not tasks:
+            return []
+        k = self.keys(queue)
+        argv: list[Any] = [k.prefix, len(tasks)]
+        for task_id, msg, (_, task, errors, errors_len, dropped, workers, enqueued_at, idem) in tasks:
+            argv += [task_id, msg, task, errors or "[]", errors_len, dropped, workers, enqueued_at, source, idem]
+        return [int(c) for c in self._script("move_in")(keys=[k.pending], args=argv)]
 
     def dead_ids(self, queue: str, count: int, newest_first: bool = False) -> list[str]:
         k = self.keys(queue)

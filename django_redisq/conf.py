@@ -27,6 +27,7 @@ TUNABLES: dict[str, tuple[str, type, float]] = {
     "IDEMPOTENCY_TTL": ("idempotency_ttl", float, 1),
     "DEAD_LETTER_TTL": ("dead_letter_ttl", float, 0),
     "DEAD_LETTER_MAX": ("dead_letter_max", int, 0),
+    "RESULT_MAX_BYTES": ("result_max_bytes", int, 64),
 }
 GLOBALS: dict[str, tuple[str, type, float]] = {
     "HEARTBEAT_INTERVAL": ("heartbeat_interval", float, 0.05),
@@ -60,6 +61,7 @@ class Options:
     idempotency_ttl: float = 86400.0
     dead_letter_ttl: float = 7 * 86400.0
     dead_letter_max: int = 100_000
+    result_max_bytes: int = 1024 * 1024  # an encoded return value larger than this is not stored (runner.py)
     heartbeat_interval: float = 2.0
     worker_timeout: float = 10.0
     prefetch: int = 0  # 0 = the worker's concurrency

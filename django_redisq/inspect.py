@@ -29,7 +29,7 @@ from .conf import Options, get_options
 from .connection import get_client
 from .exceptions import RedisQError
 from .keys import QueueKeys
-from .records import Attempt, Pagination, QueueStats, Scan, TaskDetail, TaskRow, WorkerInfo, to_datetime
+from .records import Attempt, Pagination, QueueStats, Scan, TaskDetail, TaskRow, WorkerInfo, stored_errors, to_datetime
 
 __all__ = [
     "Attempt", "DeadFilter", "Inspector", "Pagination", "QueueStats", "Scan", "TaskDetail", "TaskRow",
@@ -358,7 +358,7 @@ class Inspector:
         detail = TaskDetail(row=self._row(task_id, queue, data), raw_message=data.get("msg", ""), idempotency_key=data.get("idem", ""),
                             workers=[w for w in data.get("workers", "").split(",") if w],
                             started_at=to_datetime(data.get("started_at")), finished_at=to_datetime(data.get("finished_at")),
-                            result=data.get("result"), replayed=data.get("replayed") == "1",
+                            result=data.get("result"), replayed=data.get("replayed", "0") not in ("", "0"),
                             dead_score=to_datetime(dead_score))
         try:
             msg = json.loads(detail.raw_message)
@@ -367,11 +367,6 @@ class Inspector:
             detail.args, detail.kwargs = msg.get("args", []), msg.get("kwargs", {})
         except ValueError as exc:
             detail.message_error = f"the stored message does not decode: {exc}" if detail.raw_message else "no message stored"
-        try:
-            errors = json.loads(data.get("errors") or "[]")
-        except ValueError:
-            errors = [{"msg": "the stored error history does not decode", "tb": data.get("errors", "")}]
-        for e in errors if isinstance(errors, list) else []:
-            if isinstance(e, dict):
-                detail.attempts.append(Attempt(str(e.get("exc", "")), str(e.get("msg", "")), str(e.get("tb", "")), to_datetime(e.get("at"))))
+        for e in stored_errors(data.get("errors"), data.get("errors_dropped")):
+            detail.attempts.append(Attempt(e["exc"], e["msg"], e["tb"], to_datetime(e["at"])))
         return detail

@@ -21,6 +21,9 @@ key                                type    meaning
 ``P:processed`` / ``P:failed``     STRING  counters of acks / failed attempts / dead letters
 ``P:dead_count``
 ``P:<counter>:<minute>``           STRING  the same counters per minute (kept 2 hours)
+``<any key above>:corrupt``        any     a key found of the wrong type, set aside by a script
+                                           (lib/types.lua); expires (``t:<id>:corrupt`` after
+                                           the dead-letter retention, and goes with its dead letter)
 =================================  ======  =================================================
 
 ``P`` is ``<KEY_PREFIX>:{<queue>}`` (``redisq:{default}`` by default).
@@ -29,7 +32,9 @@ Task hash fields: ``msg`` (the JSON message), ``task`` (dotted path), ``state``
 ``started_at``, ``last_attempted_at``, ``finished_at``, ``died_at`` (Redis ms),
 ``deliveries``, ``failures``, ``workers`` (comma-joined worker ids),
 ``errors`` (JSON list), ``error``/``exc`` (the last failure), ``result`` (JSON),
-``idem`` (the user idempotency key), ``reason`` (why it was dead-lettered).
+``idem`` (the user idempotency key), ``reason`` (why it was dead-lettered),
+``errors_len`` / ``errors_dropped`` (see scripts/lib/errors.lua), ``replayed``,
+``replayed_from``, ``moving_to`` (a dead letter being replayed into that queue).
 """
 
 from __future__ import annotations
@@ -43,7 +48,8 @@ NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,100}$")
 WORKER_NAME_MAX = 90
 """An operator's worker name leaves room for the per-process suffix of the worker id."""
 
-STATES = ("pending", "scheduled", "running", "finished", "dead")
+STATES = ("pending", "scheduled", "running", "finished", "dead", "moving")
+"""``moving``: a dead letter being replayed into another queue (scripts/move_out.lua)."""
 
 
 class QueueKeys:
@@ -75,6 +81,11 @@ class QueueKeys:
 
     def idem(self, key: str) -> str:
         return f"{self.prefix}idem:{key}"
+
+    @staticmethod
+    def corrupt(key: str) -> str:
+        """Where a script sets aside ``key`` when it finds it of the wrong type."""
+        return key + ":corrupt"
 
     def counter(self, name: str, minute: int | None = None) -> str:
         """``processed``, ``failed`` or ``dead_count``; per minute when given."""

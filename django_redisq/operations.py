@@ -2,7 +2,7 @@
 
 Shared by the admin and ``manage.py redisq``. Work is done in batches of
 ``BATCH`` ids, each one atomic script call (replay.lua, purge.lua, or
-move_in.lua then purge.lua), so a worker never waits on Redis for more than
+move_out.lua, move_in.lua, then purge.lua), so a worker never waits on Redis for more than
 one batch (a few ms). A run over every dead letter matching a filter is
 resumable: ``Progress`` carries the snapshot and position, so the admin can do
 one time slice per request and the command can draw a progress bar.
@@ -15,16 +15,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from redis.commands.core import Script
-
-from . import scripts
 from .broker import Broker
 from .inspect import DeadFilter, Inspector
 
 REPLAY, DELETE = "replay", "delete"
 ACTIONS = (REPLAY, DELETE)
 BATCH = 500
-MOVE_FIELDS = ("msg", "task", "errors", "workers", "enqueued_at")
 
 
 @dataclass(slots=True)
@@ -45,7 +41,6 @@ class Operations:
     def __init__(self, inspector: Inspector, broker: Broker | None = None) -> None:
         self.inspector = inspector
         self.broker = broker or Broker(inspector.options, inspector.client)
-        self._move_in: Script | None = None
 
     def check(self, action: str, queue: str, to: str | None = None) -> None:
         """Refuse an unknown action, or a queue the settings do not name, before anything changes."""
@@ -105,35 +100,34 @@ class Operations:
         return self._replay_to(queue, to, ids)
 
     def _replay_to(self, queue: str, to: str, ids: list[str]) -> tuple[int, int]:
-        """Copy into ``to`` (move_in.lua), then delete the originals (purge.lua)."""
-        src, dst = self.inspector.keys(queue), self.inspector.keys(to)
-        pipe = self.inspector.client.pipeline(transaction=False)
-        for i in ids:
-            pipe.zscore(src.dead, i)
-            pipe.hmget(src.task(i), MOVE_FIELDS)
-        replies = pipe.execute()
-        argv: list[str | int] = []
-        moving: list[str] = []
-        skipped = 0
-        for n, i in enumerate(ids):
-            score, (msg, task, errors, workers, enqueued_at) = replies[2 * n], replies[2 * n + 1]
-            if score is None:
-                continue  # no longer dead here: someone else replayed or deleted it
-            try:
-                data = json.loads(msg or "")
-                if not isinstance(data, dict):
-                    raise ValueError("not an object")
-            except ValueError:
-                skipped += 1  # the message cannot be rewritten for the new queue; it stays dead here
-                continue
-            data["queue"] = to
-            argv += [i, json.dumps(data, separators=(",", ":"), ensure_ascii=False), task or data.get("task", ""),
-                     errors or "[]", workers or "", enqueued_at or "", queue]
-            moving.append(i)
-        if not moving:
-            return 0, skipped
-        if self._move_in is None:
-            self._move_in = self.inspector.client.register_script(scripts.source("move_in"))
-        self._move_in(keys=[dst.pending], args=[dst.prefix, len(moving), *argv])
-        return self.broker.purge(queue, moving), skipped
+        """Three atomic steps (see move_out.lua): mark moving here, store pending in ``to``, delete here.
 
+        A crash between them leaves each task dead here, marked 'moving' (and maybe already
+        pending in ``to``); replaying it into ``to`` again finishes the move.
+        """
+        marked = self.broker.move_out(queue, to, ids)
+        copies: list[tuple[str, str, list[str]]] = []
+        skipped = 0
+        for task_id, code, fields in marked:
+            if code == 1:
+                copies.append((task_id, self._rewrite(fields[0], to), fields))
+            elif code < 0:
+                skipped += 1  # no message to move, or being moved elsewhere: it stays dead here
+            # code 0: no longer dead here (someone else replayed, moved or deleted it)
+        if not copies:
+            return 0, skipped
+        self.broker.move_in(to, queue, copies)
+        # stored, or already there from an interrupted move: either way the original goes
+        return self.broker.purge(queue, [task_id for task_id, _, _ in copies]), skipped
+
+    @staticmethod
+    def _rewrite(msg: str, to: str) -> str:
+        """The message with its queue set to ``to``; unchanged if it does not decode (its worker dead-letters it)."""
+        try:
+            data = json.loads(msg)
+        except ValueError:
+            return msg
+        if not isinstance(data, dict):
+            return msg
+        data["queue"] = to
+        return json.dumps(data, separators=(",", ":"), ensure_ascii=False)

@@ -5,11 +5,15 @@ No Redis here; ``inspect.py`` fills them in, the admin and the command show them
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from django.core.paginator import Paginator
+
+ERRORS_FIRST = 1
+"""Attempts kept at the start of a long error history (``ERRORS_FIRST`` in scripts/lib/errors.lua)."""
 
 
 def to_datetime(ms: Any) -> datetime | None:
@@ -18,6 +22,36 @@ def to_datetime(ms: Any) -> datetime | None:
     except (TypeError, ValueError):
         return None
     return datetime.fromtimestamp(value / 1000, tz=UTC) if value > 0 else None
+
+
+def stored_errors(text: str | None, dropped: Any = None) -> list[dict[str, Any]]:
+    """A task hash's error history as ``{"exc", "msg", "tb", "at"}`` dicts, whatever shape was stored.
+
+    The scripts keep ``errors`` a JSON list of objects (scripts/lib/errors.lua), but
+    another producer or an older version may have left anything: what does not decode
+    is shown as text, never raised. A marker entry stands for the attempts left out
+    (``errors_dropped``) after the first ``ERRORS_FIRST``.
+    """
+    try:
+        value: Any = json.loads(text or "[]")
+    except (ValueError, TypeError, RecursionError):
+        value = [{"msg": "the stored error history does not decode", "tb": text or ""}]
+    if not isinstance(value, list):
+        value = [value]
+    out: list[dict[str, Any]] = []
+    for e in value:
+        if not isinstance(e, dict):
+            e = {"msg": e if isinstance(e, str) else json.dumps(e)}
+        out.append({"exc": str(e.get("exc") or ""), "msg": str(e.get("msg") or ""), "tb": str(e.get("tb") or ""),
+                    "at": e.get("at")})
+    try:
+        omitted = int(dropped or 0)
+    except (TypeError, ValueError):
+        omitted = 0
+    if omitted > 0 and out:
+        note = f"({omitted} attempts omitted)"
+        out.insert(ERRORS_FIRST, {"exc": "", "msg": note, "tb": note, "at": None})
+    return out
 
 
 @dataclass(slots=True)

@@ -141,6 +141,11 @@ class Runner:
                 result_json = dumps(normalize_json(value))
             except (TypeError, ValueError, RecursionError) as exc:
                 raise InvalidArguments(f"the return value of {message.task} is not JSON: {exc}") from None
+            if len(result_json) > opts.result_max_bytes // 4 and len(result_json.encode("utf-8", "surrogatepass")) > opts.result_max_bytes:
+                raise InvalidArguments(
+                    f"the return value of {message.task} is {len(result_json.encode('utf-8', 'surrogatepass'))} bytes as JSON; "
+                    f"the limit is {opts.result_max_bytes} (RESULT_MAX_BYTES). Store large results elsewhere and return their id."
+                )
         except BaseException as exc:  # noqa: BLE001 - a task's failure is data, never a worker crash (KeyboardInterrupt, SystemExit too)
             duration = time.perf_counter() - start
             outcome = self._failure(task, exc, d, max_retries, opts)

@@ -74,7 +74,7 @@ def where_is(r: redis.Redis, task_id: str, queue: str = "default") -> list[str]:
     for plist in r.scan_iter(match=f"{k.prefix}processing:*", count=1000):
         if task_id in r.lrange(plist, 0, -1):
             places.append("processing:" + plist.rsplit(":", 1)[1])
-    if r.hget(k.task(task_id), "state") == "finished" and not places:
+    if r.type(k.task(task_id)) == "hash" and r.hget(k.task(task_id), "state") == "finished" and not places:
         places.append("finished")
     return places
 

@@ -35,6 +35,8 @@ def test_defaults():
         ({"OPTIONS": {"MAX_RETRIES": -1}}, ["E012"]),
         ({"OPTIONS": {"MAX_RETRIES": True}}, ["E012"]),
         ({"OPTIONS": {"BACKOFF_BASE": 0.5, "DEAD_LETTER_MAX": 2.5}}, ["E012"]),
+        ({"OPTIONS": {"RESULT_MAX_BYTES": 10}}, ["E012"]),
+        ({"OPTIONS": {"QUEUE_OPTIONS": {"default": {"RESULT_MAX_BYTES": 1.5}}}}, ["E012"]),
         ({"OPTIONS": {"QUEUE_OPTIONS": []}}, ["E013"]),
         ({"OPTIONS": {"QUEUE_OPTIONS": {"other": {}}}}, ["E014"]),
         ({"OPTIONS": {"QUEUE_OPTIONS": {"default": {"PREFETCH": 3}}}}, ["E015"]),
@@ -48,6 +50,11 @@ def test_bad_settings_are_named(params, expected):
 def test_messages_say_how_to_fix():
     [(_cid, msg, hint)] = validate("default", {"OPTIONS": {"MAX_RETRIES": "3"}})
     assert "MAX_RETRIES must be a whole number" in msg and "README" in hint
+
+
+def test_result_max_bytes_defaults_to_a_mebibyte_and_is_per_queue():
+    o = build_options("default", {"QUEUES": ["a", "b"], "OPTIONS": {"QUEUE_OPTIONS": {"b": {"RESULT_MAX_BYTES": 4096}}}})
+    assert o.result_max_bytes == 1024 * 1024 and o.for_queue("b").result_max_bytes == 4096
 
 
 def test_per_queue_overrides():

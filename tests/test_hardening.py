@@ -316,3 +316,21 @@ def test_settings_that_leave_no_time_for_a_heartbeat_are_refused():
     problems = validate("default", {"OPTIONS": {"WORKER_TIMEOUT": 0.2, "HEARTBEAT_INTERVAL": 0.05}})
     assert [p[0] for p in problems] == ["E017"]
     assert validate("default", {"OPTIONS": {"WORKER_TIMEOUT": 1, "HEARTBEAT_INTERVAL": 0.2}}) == []
+
+
+# -- hole 10: a result larger than the limit ----------------------------------
+
+
+def test_a_result_larger_than_result_max_bytes_fails_the_task_with_a_clear_error(r, make_worker, settings):
+    import copy
+
+    tasks_setting = copy.deepcopy(settings.TASKS)
+    tasks_setting["default"]["OPTIONS"]["RESULT_MAX_BYTES"] = 1000
+    settings.TASKS = tasks_setting
+    big, small = tasks.noop.delay("x" * 2000), tasks.noop.delay("y" * 10)
+    run_in_thread(make_worker(concurrency=1))
+    res = tasks.noop.get_result(big.id)
+    assert res.status == TaskResultStatus.FAILED and len(res.errors) == 1  # not retried: it would fail the same way
+    assert "RESULT_MAX_BYTES" in res.errors[0].traceback and "2002 bytes" in res.errors[0].traceback
+    assert "result" not in r.hgetall(keys().task(big.id))
+    assert tasks.noop.get_result(small.id).return_value == "y" * 10

@@ -111,3 +111,63 @@ def test_act_matching_counts_dead_letters_that_cannot_move_and_still_finishes(r,
     progress = ops.act_matching(REPLAY, "default", DeadFilter(), Progress(), to="emails")
     assert (progress.done, progress.skipped, progress.finished) == (3, 1, True)
     assert r.llen(helpers.keys("emails").pending) == 3 and where(r, "bad-1") == ["dead"]
+
+
+# -- a replay into another queue racing other operator actions (steps called in a chosen order) --
+
+def move_steps(broker, task_id: str, to: str = "emails"):
+    """The three steps of Operations._replay_to, to interleave by hand."""
+    marked = broker.move_out("default", to, [task_id])
+    copies = [(i, f[0], f) for i, code, f in marked if code == 1]
+    return marked, lambda: broker.move_in(to, "default", copies), lambda: broker.purge("default", [i for i, _, _ in copies])
+
+
+def test_a_same_queue_replay_during_a_move_finds_it_no_longer_dead(r, broker):
+    [a] = seed_dead(broker, "default", 1)
+    [(_, code, _)], move_in, finish = move_steps(broker, a)
+    assert code == 1
+    assert broker.replay("default", [a]) == 0  # marked moving: not taken here
+    move_in()
+    assert broker.replay("default", [a]) == 0
+    finish()
+    assert where(r, a) == [] and where(r, a, "emails") == ["pending"]
+
+
+def test_a_move_after_a_same_queue_replay_moves_nothing(r, ops, broker):
+    [a] = seed_dead(broker, "default", 1)
+    assert broker.replay("default", [a]) == 1
+    assert ops.act(REPLAY, "default", [a], to="emails") == (0, 0)
+    assert where(r, a) == ["pending"] and where(r, a, "emails") == []
+
+
+def test_two_moves_to_different_queues_move_it_once(r, broker):
+    [a] = seed_dead(broker, "default", 1)
+    [(_, first, _)], move_in, finish = move_steps(broker, a, "emails")
+    [(_, second, _)], _, _ = move_steps(broker, a, "low")
+    assert (first, second) == (1, -2)
+    move_in()
+    finish()
+    assert where(r, a, "emails") == ["pending"] and where(r, a, "low") == [] and where(r, a) == []
+
+
+def test_two_moves_to_the_same_queue_store_it_once(r, ops, broker):
+    [a] = seed_dead(broker, "default", 1)
+    _, move_in, finish = move_steps(broker, a)
+    assert ops.act(REPLAY, "default", [a], to="emails") == (1, 0)  # the second one, start to end
+    move_in()
+    finish()
+    assert where(r, a) == [] and where(r, a, "emails") == ["pending"]
+    assert r.llen(helpers.keys("emails").pending) == 1
+
+
+@pytest.mark.parametrize("crash_after", ["move_out", "move_in"])
+def test_a_move_that_crashed_leaves_the_task_findable_and_the_next_move_finishes_it(r, ops, broker, crash_after):
+    [a] = seed_dead(broker, "default", 1)
+    _, move_in, _ = move_steps(broker, a)
+    if crash_after == "move_in":
+        move_in()
+    assert where(r, a) == ["dead"] and r.hget(helpers.keys().task(a), "state") == "moving"
+    assert ops.inspector.task("default", a) is not None
+    assert ops.act(REPLAY, "default", [a], to="emails") == (1, 0)
+    assert where(r, a) == [] and where(r, a, "emails") == ["pending"]
+    assert r.llen(helpers.keys("emails").pending) == 1

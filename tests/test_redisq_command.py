@@ -127,3 +127,22 @@ def test_purge(r, broker):
     data = run_json("dead", "purge", "--all", "--noinput")
     assert data["done"] == 2 and data["by_queue"] == {"default": 2}
     assert r.zcard(helpers.keys().dead) == 0 and r.zcard(helpers.keys("emails").dead) == 2
+
+
+@pytest.mark.parametrize(("stdin", "refusal"), [("", "stdin is empty"), ("no\n", "purge cancelled"), (None, "stdin is empty")],
+                         ids=["empty-stdin", "answered-no", "stdin-unreadable"])
+def test_purge_all_without_noinput_asks_even_without_a_terminal(r, broker, monkeypatch, stdin, refusal):
+    seed_dead(broker, "default", 2)
+    if stdin is not None:
+        monkeypatch.setattr("sys.stdin", io.StringIO(stdin))  # a pipe, not a TTY
+    with pytest.raises(CommandError, match=refusal):
+        run("dead", "purge", "--all")
+    assert r.zcard(helpers.keys().dead) == 2
+
+
+def test_purge_all_goes_ahead_when_stdin_says_yes(r, broker, monkeypatch):
+    seed_dead(broker, "default", 2)
+    monkeypatch.setattr("sys.stdin", io.StringIO("yes\n"))
+    text, err = run("dead", "purge", "--all")
+    assert text.startswith("deleted 2 dead letter(s)") and "Delete 2 dead letter(s) of queue default" in err
+    assert r.zcard(helpers.keys().dead) == 0

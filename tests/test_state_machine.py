@@ -56,16 +56,17 @@ from django_redisq.message import encode
 QUEUES = ("default", "emails")
 NAMES = ("w1", "w2", "w3")  # the operator's --name of each worker; its id is "<name>.<incarnation>"
 TIMEOUT_MS = 10_000  # WORKER_TIMEOUT (also the guard lease)
-INTERVAL_MS = 2_000  # HEARTBEAT_INTERVAL: the heartbeat gap is 2000 + (10000 - 2000) / 2 = 6000 ms
+INTERVAL_MS = 2_000  # HEARTBEAT_INTERVAL (the heartbeat gap, Broker.heartbeat_gap_ms, lies between the two)
 DEAD_MAX = 3  # small, so dead-letter trimming happens
 TASK_PATH = "tests.testapp.tasks.noop"
 EXAMPLES = int(os.environ.get("REDISQ_SM_EXAMPLES", "100"))
 
-OOM_MAY_COMPLETE = frozenset({"retry", "bury", "release", "promote", "replay"})
+OOM_MAY_COMPLETE = frozenset({"retry", "bury", "release", "promote", "replay", "reap", "worker_reaps"})
 """Steps that may run to the end while Redis answers OOM. Redis refuses a script only at its
 first write that may grow memory (a "denyoom" command), and only if it has written nothing
-yet; these scripts' first write is LREM / RPOP / ZREM, so they are never refused: they
-complete, atomically. Every other write step must be refused, having changed nothing."""
+yet; these scripts' first write is LREM / RPOP / ZREM (reap: when the first dead worker's list
+is empty), so they may complete, atomically. Every other write step must be refused, having
+changed nothing."""
 
 MODEL = ("n", "tasks", "pending", "scheduled", "processing", "dead", "idem_keys", "counters", "holds", "moved",
          "hb", "alive", "current", "born", "finished_by_guard", "left_dead")

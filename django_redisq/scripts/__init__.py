@@ -1,7 +1,14 @@
-"""The Lua scripts, one atomic step each, loaded from package data once."""
+"""The Lua scripts, one atomic step each, loaded from package data once.
+
+A script may splice in a shared fragment from ``scripts/lib/`` with a line of
+its own reading ``--! include <name>.lua``; the line is replaced by the
+fragment's text when the script is loaded (fragments may include others;
+each is spliced once per script). ``NAMES`` lists the callable scripts only.
+"""
 
 from __future__ import annotations
 
+import re
 from functools import cache
 from importlib import resources
 
@@ -18,11 +25,27 @@ NAMES = (
     "replay",
     "purge",
     "scan_dead",
+    "move_out",
     "move_in",
 )
+
+INCLUDE = re.compile(r"^--! include ([A-Za-z0-9_]+\.lua)[ \t]*$", re.MULTILINE)
+
+
+def _splice(text: str, seen: set[str]) -> str:
+    def repl(m: re.Match[str]) -> str:
+        name = m.group(1)
+        if name in seen:
+            return f"-- ({name} already included)"
+        seen.add(name)
+        body = resources.files(__package__).joinpath("lib", name).read_text(encoding="utf-8")
+        return _splice(body.rstrip("\n"), seen)
+
+    return INCLUDE.sub(repl, text)
 
 
 @cache
 def source(name: str) -> str:
-    """The text of ``scripts/<name>.lua``."""
-    return resources.files(__package__).joinpath(f"{name}.lua").read_text(encoding="utf-8")
+    """The text of ``scripts/<name>.lua``, its includes spliced in."""
+    text = resources.files(__package__).joinpath(f"{name}.lua").read_text(encoding="utf-8")
+    return _splice(text, set())

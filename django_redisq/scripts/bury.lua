@@ -1,15 +1,18 @@
 -- bury: move a task to the dead-letter queue with the reason, after its last
 -- attempt failed or because it could not be run at all (bad message, unknown
 -- task, corrupt data). Prove ownership first. Trims the dead-letter queue by
--- age and size. Nothing here can fail after the LREM: a task is never dropped.
+-- age and size. Every key is type-checked (lib/types.lua) before the LREM, so
+-- nothing after it can fail: a task is never dropped. A dead letter keeps its
+-- idempotency key; trimming frees it along with the task.
 --
 -- KEYS[1] -> P:processing:<worker>  (LIST)
 -- KEYS[2] -> P:dead                 (ZSET, score = died at, Redis ms)
--- KEYS[3] -> P:t:<id>               (HASH; a key of another type is renamed to P:t:<id>:corrupt)
+-- KEYS[3] -> P:t:<id>               (HASH; a key of another type is set aside to P:t:<id>:corrupt,
+--                                   kept for the retention, deleted with the dead letter)
 -- KEYS[4] -> P:status:<id>          (STRING guard)
 -- ARGV[1] -> P:              the queue's key prefix (counters, idempotency key, trimmed hashes)
 -- ARGV[2] -> id
--- ARGV[3] -> error JSON      {"exc", "msg", "tb", "at"}, appended to the task's errors
+-- ARGV[3] -> error JSON      {"exc", "msg", "tb", "at"}, appended to the task's errors ("at" := Redis time)
 -- ARGV[4] -> reason          why it is dead: 'failed', 'bad_message', 'unknown_task', ...
 -- ARGV[5] -> retention in ms (dead letters older than this are deleted; 0 = keep)
 -- ARGV[6] -> max dead letters kept (the oldest beyond it are deleted; 0 = no limit)
@@ -20,36 +23,29 @@
 --
 -- Returns:
 --    n >= 0 -> buried; n older dead letters were trimmed
---   -1      -> LEASE_LOST: not in this worker's processing list; nothing changed
+--   -1      -> LEASE_LOST: not in this worker's processing list; nothing changed (but keys of
+--              the wrong type set aside)
+--! include dead.lua
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local prefix, id = ARGV[1], ARGV[2]
-local ktype = redis.call('TYPE', KEYS[3])['ok']
-if ktype ~= 'hash' and ktype ~= 'none' then
-  redis.call('RENAME', KEYS[3], KEYS[3] .. ':corrupt')  -- kept for inspection, same slot
-end
+want(KEYS[1], 'list')
+want(KEYS[2], 'zset')
+local kind = redis.call('TYPE', KEYS[3])['ok']
+local guard = want(KEYS[4], 'string')
 if redis.call('LREM', KEYS[1], 1, id) == 0 then return -1 end
-local f = redis.call('HMGET', KEYS[3], 'errors', 'failures')
-local errs = f[1]
-if errs and string.sub(errs, 1, 1) == '[' and string.sub(errs, -1) == ']' and errs ~= '[]' then
-  errs = string.sub(errs, 1, -2) .. ',' .. ARGV[3] .. ']'
-else
-  errs = '[' .. ARGV[3] .. ']'
-end
-local failures = tonumber(f[2]) or 0
+if kind ~= 'hash' and kind ~= 'none' then set_aside(KEYS[3], ARGV[5]) end  -- kept for inspection
+local f = redis.call('HMGET', KEYS[3], 'errors', 'errors_len', 'errors_dropped', 'failures')
+local errs, lens, dropped = errors_append(f[1], f[2], f[3], ARGV[3], now)
+local failures = tonumber(f[4]) or 0
 if ARGV[8] == '1' then failures = failures + 1 end
-redis.call('HSET', KEYS[3], 'state', 'dead', 'errors', errs, 'died_at', now, 'reason', ARGV[4],
+redis.call('HSET', KEYS[3], 'state', 'dead', 'errors', errs, 'errors_len', lens, 'died_at', now, 'reason', ARGV[4],
   'error', ARGV[9], 'exc', ARGV[10], 'failures', failures)
+if dropped > 0 then redis.call('HSET', KEYS[3], 'errors_dropped', dropped) end
 redis.call('PERSIST', KEYS[3])
 redis.call('ZADD', KEYS[2], now, id)
-if redis.call('GET', KEYS[4]) == 'running:' .. ARGV[7] then redis.call('DEL', KEYS[4]) end
-local idem = redis.call('HGET', KEYS[3], 'idem')
-if idem and idem ~= '' and redis.call('GET', prefix .. 'idem:' .. idem) == id then
-  redis.call('DEL', prefix .. 'idem:' .. idem)
-end
-redis.call('INCR', prefix .. 'dead_count')
-local mkey = prefix .. 'dead_count:' .. math.floor(now / 60000)
-if redis.call('INCR', mkey) == 1 then redis.call('PEXPIRE', mkey, 7200000) end
+if guard == 'string' and redis.call('GET', KEYS[4]) == 'running:' .. ARGV[7] then redis.call('DEL', KEYS[4]) end
+count(prefix, 'dead_count', 1, now)
 -- retention: bounded batches, so the cost per bury stays O(log n)
 local trimmed = 0
 local retention, maxn = tonumber(ARGV[5]), tonumber(ARGV[6])
@@ -57,7 +53,7 @@ if retention > 0 then
   local old = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now - retention, 'LIMIT', 0, 100)
   for _, old_id in ipairs(old) do
     redis.call('ZREM', KEYS[2], old_id)
-    redis.call('DEL', prefix .. 't:' .. old_id)
+    forget(prefix, old_id)
     trimmed = trimmed + 1
   end
 end
@@ -66,7 +62,7 @@ if maxn > 0 then
   if excess > 0 then
     local popped = redis.call('ZPOPMIN', KEYS[2], math.min(excess, 100))
     for i = 1, #popped, 2 do
-      redis.call('DEL', prefix .. 't:' .. popped[i])
+      forget(prefix, popped[i])
       trimmed = trimmed + 1
     end
   end

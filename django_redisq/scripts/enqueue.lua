@@ -2,38 +2,49 @@
 --
 -- KEYS[1] -> P:pending    (LIST)
 -- KEYS[2] -> P:scheduled  (ZSET, score = due time in Redis ms)
--- ARGV[1] -> P:           the queue's key prefix; task keys are ARGV[1] .. 't:' .. id
+-- ARGV[1] -> P:           the queue's key prefix; task keys are ARGV[1] .. 't:' .. id,
+--                         idempotency keys ARGV[1] .. 'idem:' .. key
 -- ARGV[2] -> n            number of tasks that follow, 5 ARGV each:
 --   id, message JSON, task path, delay in ms (0 = run now), idempotency key ('' = none)
+--
+-- An idempotency key P:idem:<key> names the task holding it. It is held while it
+-- exists with a TTL (the holder succeeded: ack.lua started the countdown, even if
+-- the holder's result has expired since), or while the holder's task hash exists
+-- (pending, scheduled, running or dead). A key with neither is stale and is taken.
+-- Keys of the wrong type are set aside (lib/types.lua) and treated as missing.
 --
 -- Returns: an array of n strings, one per task:
 --   ''        -> stored and queued
 --   <id>      -> not stored: the idempotency key is held by task <id>
---   '!'       -> not stored: a task with this id already exists
+--   '!'       -> not stored: a task with this id already exists (our own earlier try)
+--! include idem.lua
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local prefix = ARGV[1]
+want(KEYS[1], 'list')
+want(KEYS[2], 'zset')
 local out = {}
 for i = 0, tonumber(ARGV[2]) - 1 do
   local b = 3 + i * 5
   local id, msg, path, delay, idem = ARGV[b], ARGV[b + 1], ARGV[b + 2], tonumber(ARGV[b + 3]), ARGV[b + 4]
   local tkey = prefix .. 't:' .. id
   local holder = false
+  local ikey
   if idem ~= '' then
-    local ikey = prefix .. 'idem:' .. idem
-    holder = redis.call('GET', ikey)
-    if holder and redis.call('EXISTS', prefix .. 't:' .. holder) == 0 then
-      holder = false
-    end
-    if not holder then
-      redis.call('SET', ikey, id)
-    end
+    ikey = prefix .. 'idem:' .. idem
+    holder = idem_holder(prefix, ikey)
   end
-  if holder then
+  local kind = redis.call('TYPE', tkey)['ok']
+  if kind ~= 'hash' and kind ~= 'none' then
+    set_aside(tkey)  -- not ours: no earlier try writes anything but a hash
+    kind = 'none'
+  end
+  if holder and holder ~= id then
     out[#out + 1] = holder
-  elseif redis.call('EXISTS', tkey) == 1 then
+  elseif kind == 'hash' then
     out[#out + 1] = '!'
   else
+    if ikey then redis.call('SET', ikey, id) end
     if delay > 0 then
       redis.call('HSET', tkey, 'msg', msg, 'task', path, 'state', 'scheduled', 'enqueued_at', now,
         'deliveries', 0, 'failures', 0, 'idem', idem)

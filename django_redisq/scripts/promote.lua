@@ -6,15 +6,23 @@
 -- ARGV[1] -> P:           the queue's key prefix
 -- ARGV[2] -> batch        most tasks moved by one call
 --
+-- An id whose task hash is missing or not a hash is still moved to pending (fetch
+-- reports it as NOMSG or CORRUPT and the worker dead-letters it), but no hash is
+-- created for it.
+--
 -- Returns: {moved, ms until the next due task (-1 = none scheduled)}
+--! include types.lua
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local prefix = ARGV[1]
+want(KEYS[1], 'zset')
+want(KEYS[2], 'list')
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
 for _, id in ipairs(due) do
   redis.call('ZREM', KEYS[1], id)
   redis.call('LPUSH', KEYS[2], id)
-  redis.call('HSET', prefix .. 't:' .. id, 'state', 'pending')
+  local tkey = prefix .. 't:' .. id
+  if redis.call('TYPE', tkey)['ok'] == 'hash' then redis.call('HSET', tkey, 'state', 'pending') end
 end
 local nxt = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 local wait = -1

@@ -5,26 +5,41 @@
 -- KEYS[2] -> P:scheduled            (ZSET)
 -- KEYS[3] -> P:t:<id>               (HASH)
 -- KEYS[4] -> P:status:<id>          (STRING guard)
+-- KEYS[5] -> P:dead                 (ZSET), for a task whose hash turned out corrupt
 -- ARGV[1] -> P:             the queue's key prefix (counters)
 -- ARGV[2] -> id
 -- ARGV[3] -> delay in ms    (computed by backoff.py; the due time is Redis TIME + delay)
--- ARGV[4] -> error JSON     {"exc": dotted class path, "msg": text, "tb": traceback, "at": ms}
+-- ARGV[4] -> error JSON     {"exc": dotted class path, "msg": text, "tb": traceback, "at": ms};
+--                           "at" is replaced by Redis time (lib/errors.lua keeps the history)
 -- ARGV[5] -> worker id      (the guard is released only if this worker holds it)
+-- ARGV[6] -> ms a corrupt task key set aside is kept (the dead-letter retention)
+--
+-- Keys of the wrong type are set aside (lib/types.lua) before anything is written.
 --
 -- Returns:
 --    1 -> scheduled for a retry
---   -1 -> LEASE_LOST: not in this worker's processing list; nothing changed
+--    2 -> the task key was not a hash: set aside, and the id dead-lettered ('corrupt')
+--   -1 -> LEASE_LOST: not in this worker's processing list; nothing changed (but keys of the
+--         wrong type set aside)
+--! include dead.lua
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local prefix = ARGV[1]
-if redis.call('LREM', KEYS[1], 1, ARGV[2]) == 0 then return -1 end
-local errs = redis.call('HGET', KEYS[3], 'errors')
-if errs and errs ~= '' then errs = string.sub(errs, 1, -2) .. ',' .. ARGV[4] .. ']' else errs = '[' .. ARGV[4] .. ']' end
-redis.call('HSET', KEYS[3], 'state', 'scheduled', 'errors', errs,
-  'failures', (tonumber(redis.call('HGET', KEYS[3], 'failures')) or 0) + 1)
-redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), ARGV[2])
-if redis.call('GET', KEYS[4]) == 'running:' .. ARGV[5] then redis.call('DEL', KEYS[4]) end
-redis.call('INCR', prefix .. 'failed')
-local mkey = prefix .. 'failed:' .. math.floor(now / 60000)
-if redis.call('INCR', mkey) == 1 then redis.call('PEXPIRE', mkey, 7200000) end
+local prefix, id = ARGV[1], ARGV[2]
+want(KEYS[1], 'list')
+want(KEYS[2], 'zset')
+want(KEYS[5], 'zset')
+local kind = redis.call('TYPE', KEYS[3])['ok']
+local guard = want(KEYS[4], 'string')
+if redis.call('LREM', KEYS[1], 1, id) == 0 then return -1 end
+if guard == 'string' and redis.call('GET', KEYS[4]) == 'running:' .. ARGV[5] then redis.call('DEL', KEYS[4]) end
+count(prefix, 'failed', 1, now)
+if kind ~= 'hash' and kind ~= 'none' then
+  bury_corrupt(prefix, KEYS[5], id, now, ARGV[6])
+  return 2
+end
+local f = redis.call('HMGET', KEYS[3], 'errors', 'errors_len', 'errors_dropped', 'failures')
+local errs, lens, dropped = errors_append(f[1], f[2], f[3], ARGV[4], now)
+redis.call('HSET', KEYS[3], 'state', 'scheduled', 'errors', errs, 'errors_len', lens, 'failures', (tonumber(f[4]) or 0) + 1)
+if dropped > 0 then redis.call('HSET', KEYS[3], 'errors_dropped', dropped) end
+redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), id)
 return 1

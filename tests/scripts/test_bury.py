@@ -12,14 +12,16 @@ def test_bury_stores_the_reason(r, broker):
     seed_processing(r, "t0", "w1")
     r.hset(keys().task("t0"), "idem", "k1")
     r.set(keys().idem("k1"), "t0")
+    before = redis_ms(r)
     broker.bury("default", "w1", "t0", ERR, "failed", failed=True)
     assert where_is(r, "t0") == ["dead"]
     data = r.hgetall(keys().task("t0"))
     assert data["state"] == "dead" and data["reason"] == "failed" and data["error"] == "boom <b>"
     assert data["exc"] == "builtins.ValueError" and data["died_at"] and data["failures"] == "1"
-    assert json.loads(data["errors"]) == [ERR]
+    [stored] = json.loads(data["errors"])
+    assert stored == {**ERR, "at": stored["at"]} and before <= stored["at"] <= redis_ms(r)  # Redis time, not the client's
     assert r.ttl(keys().task("t0")) == -1
-    assert not r.exists(keys().idem("k1"))  # a new enqueue with the key may run again
+    assert r.get(keys().idem("k1")) == "t0" and r.ttl(keys().idem("k1")) == -1  # the dead letter keeps its key
     assert r.get(keys().counter("dead_count")) == "1"
 
 

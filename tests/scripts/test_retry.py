@@ -15,7 +15,9 @@ def test_retry_schedules_after_the_delay_and_records_the_error(r, broker):
     assert where_is(r, "t0") == ["scheduled"]
     assert before + 3000 <= r.zscore(keys().scheduled, "t0") <= redis_ms(r) + 3000
     data = r.hgetall(keys().task("t0"))
-    assert json.loads(data["errors"]) == [ERR] and data["failures"] == "1"
+    [stored] = json.loads(data["errors"])
+    assert stored == {**ERR, "at": stored["at"]} and before <= stored["at"] <= redis_ms(r)  # Redis time
+    assert data["failures"] == "1"
     assert not r.exists(keys().status("t0"))  # the next attempt may claim it
 
 

@@ -176,10 +176,8 @@ class Command(BaseCommand):
             except ValueError as exc:
                 raise CommandError(str(exc)) from None
             total = self.ins.count_dead(queue, flt)
-            if action == DELETE and opts.get("interactive") and sys.stdin.isatty():
-                answer = input(f"Delete {total} dead letter(s) of queue {queue} for good? Type 'yes' to continue: ")
-                if answer != "yes":
-                    raise CommandError("purge cancelled")
+            if action == DELETE and opts.get("interactive"):
+                self._confirm(f"Delete {total} dead letter(s) of queue {queue} for good? Type 'yes' to continue: ")
             progress = Progress(total=total)
             started = time.monotonic()
             ops.act_matching(action, queue, flt, progress, to, on_batch=self._progress_bar(past))
@@ -207,6 +205,22 @@ class Command(BaseCommand):
         if skipped:
             text += f"; {skipped} could not be moved (their message does not decode)"
         self.emit(opts, data, text)
+
+    def _confirm(self, question: str) -> None:
+        """Ask on stderr, read the answer from stdin (a terminal or not, as Django's commands do).
+
+        An empty or closed stdin is a refusal: without --noinput, nothing is deleted unasked.
+        """
+        self.stderr.write(question, ending="")
+        self.stderr.flush()
+        try:
+            answer = sys.stdin.readline()
+        except (OSError, ValueError):  # closed, or not readable at all
+            answer = ""
+        if not answer:
+            raise CommandError("purge --all needs confirmation and stdin is empty; pass --noinput to purge without asking")
+        if answer.strip() != "yes":
+            raise CommandError("purge cancelled")
 
     def _progress_bar(self, past: str) -> Any:
         tty = self.stderr.isatty()
