@@ -40,18 +40,21 @@ worker identities are unique per process) and the recovery time under fire:
   effects that ran more than once, each matched to a fault that can explain it,
   runs beyond a task's delivery count (must be 0), workers reaped while alive
   (must be 0), a row per fault kind, and the longest time from a worker's
-  SIGKILL to its tasks starting on another worker (must be at most 15 s).
+  SIGKILL to its tasks starting on another worker (at most 15 s when no
+  Redis fault or freeze fell in that time).
 
 Which fault may explain a task whose effect ran twice:
 
 * sigkill, same_name_restart: the killed process had started it before the kill
   and still held it (in its processing list right after the kill);
 * freeze: it was running in the frozen process when it was stopped: a run by
-  that pid begun before the SIGSTOP (+ ``freeze_slack``) and not ended before
-  it (- ``freeze_slack``), from the effects store's start and end records; the
-  worker's info JSON ``current`` read at the stop is reported beside it. A task
-  the frozen worker held but had not started, and ran after SIGCONT, is a
-  failure of its own row (the fence of invariant 8);
+  that pid begun before the SIGSTOP (+ ``freeze_slack``, 50 ms) and not ended
+  before it (- ``settle_slack``, 250 ms: its ack may not have landed yet), from
+  the effects store's start and end records; the worker's info JSON
+  ``current`` read at the stop is reported beside it. A task the frozen worker
+  held but had not started, and ran after SIGCONT, is a failure of its own row
+  (the fence of invariant 8), and so is one it had run earlier and not settled
+  (invariant 9);
 * restart, restart_crash, client_kill, pause: the fault fell between the task's
   first and last run;
 * sigterm, error_replies, long_pause: nothing (an error reply or a paused Redis
@@ -108,8 +111,9 @@ KILLS = ("sigkill", "same_name_restart")
 WINDOW_EXPLAINERS = ("restart", "restart_crash", "client_kill", "pause")
 """Redis faults that explain a duplicate falling between its first and last run."""
 EXPLAINERS = (*KILLS, "freeze", *WINDOW_EXPLAINERS)
-REDIS_FAULTS = (*WINDOW_EXPLAINERS, "error_replies", "long_pause")
-"""Faults of the queue's Redis: a recovery measured across one is not held to RECOVERY_LIMIT."""
+SLOWING_FAULTS = (*WINDOW_EXPLAINERS, "error_replies", "long_pause", "freeze")
+"""Faults of the queue's Redis, and freezes (the reaper may be the frozen one): a recovery
+measured across one is not held to RECOVERY_LIMIT."""
 BURST_QUICK = 40  # quick tasks a burst asks for (freeze, same_name_restart), besides 2 slow ones per worker thread
 REAP_RE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) \w+ reaped worker\(s\) (.+?): (\d+) task\(s\) of queue (\S+)", re.M)
 
@@ -126,7 +130,8 @@ class Config:
     max_pause: float = 3.0  # longest short SIGSTOP of redis-server ("pause")
     long_pause_seconds: tuple[float, float] = (12.0, 15.0)  # "long_pause": longer than WORKER_TIMEOUT
     freeze_seconds: tuple[float, float] = (12.0, 16.0)  # "freeze" of a worker; held on (to +2 s) until it is reaped
-    freeze_slack: float = 0.05  # seconds either side of a freeze's SIGSTOP for "running when frozen"
+    freeze_slack: float = 0.05  # a run that began this little after a freeze's SIGSTOP was begun before it
+    settle_slack: float = 0.25  # a run that ended this little before the SIGSTOP may not be settled yet (invariant 9)
     burst: bool = True  # freeze and same_name_restart first ask the producers for a burst, so the worker hit holds tasks
     error_seconds: tuple[float, float] = (1.0, 2.0)  # "error_replies"
     settle: float = 180.0  # most seconds to wait, after the chaos, for every task to settle
@@ -879,7 +884,7 @@ def account(main: RedisServer, effects: RedisServer, faults: list[Fault], procs:
     unsettled: dict[int, set[str]] = {}  # id(freeze) -> ids it held that had run (ended) before the SIGSTOP
     for f in freezes:
         running[id(f)] = {tid for tid, rs in runs.items() for run in rs
-                          if run.pid == f.pid and run.t <= f.t + slack and (run.end is None or run.end >= f.t - slack)}
+                          if run.pid == f.pid and run.t <= f.t + slack and (run.end is None or run.end >= f.t - cfg.settle_slack)}
         unsettled[id(f)] = set()
         for tid in set(f.ids) - running[id(f)]:  # still held: its last run before the stop, if by it, was not settled
             before = [run for run in runs.get(tid, []) if run.t <= f.t]
@@ -922,11 +927,11 @@ def account(main: RedisServer, effects: RedisServer, faults: list[Fault], procs:
             if tid in f.ids:
                 return f.kind
         rs = runs.get(tid, [])
-        if rs:
+        if rs:  # a fault overlapping its runs, preferring one begun at or after its first run, the nearest
             lo, hi = rs[0].t - 1, rs[-1].t + 1
-            for f in faults:
-                if f.t <= hi and f.end + 2 >= lo and f.kind not in ("sigkill", "sigterm"):
-                    return f.kind
+            around = [f for f in faults if f.t <= hi and f.end + 2 >= lo and f.kind not in ("sigkill", "sigterm")]
+            if around:
+                return min(around, key=lambda f: (f.t < rs[0].t - 0.5, abs(f.t - rs[0].t))).kind
         return "no fault"
 
     dup = [i for i in ids if eff.get(i, 0) > 1]
@@ -963,7 +968,7 @@ def account(main: RedisServer, effects: RedisServer, faults: list[Fault], procs:
     r["burst_tasks"] = prod.get("burst_tasks", 0)
     r["ran_but_not_recorded_by_producer"] = len(set(attempts) - set(kinds))  # enqueue raised, yet the task was stored
     # recovery: from a worker's SIGKILL to each of its tasks starting in another process
-    redis_faults = [f for f in faults if f.kind in REDIS_FAULTS]
+    slowing = [f for f in faults if f.kind in SLOWING_FAULTS]
     rec: list[float] = []
     clean_rec: list[float] = []
     never = 0
@@ -975,7 +980,7 @@ def account(main: RedisServer, effects: RedisServer, faults: list[Fault], procs:
                 continue
             d = min(later) - f.t
             rec.append(d)
-            if not any(f.t - 1 <= g.end and g.t <= f.t + d for g in redis_faults):
+            if not any(f.t - 1 <= g.end and g.t <= f.t + d for g in slowing):
                 clean_rec.append(d)
     r["sigkills_with_tasks"] = sum(bool(f.ids) for f in kills)
     r["tasks_held_by_killed_workers"] = sum(len(f.ids) for f in kills)
@@ -983,10 +988,10 @@ def account(main: RedisServer, effects: RedisServer, faults: list[Fault], procs:
     r["recovery_max_s"] = round(max(rec), 2) if rec else None
     r["recovery_median_s"] = round(sorted(rec)[len(rec) // 2], 2) if rec else None
     r["recovery_max_without_redis_fault_s"] = round(max(clean_rec), 2) if clean_rec else None
-    r["recovery_samples"] = f"{len(rec)} ({len(clean_rec)} without a Redis fault)"
+    r["recovery_samples"] = f"{len(rec)} ({len(clean_rec)} without a Redis fault or a freeze)"
     r["faults"] = dict(Counter(f.kind for f in faults))
     # freezes: what the frozen process was running, and what it held without running
-    r["freezes"] = [{"worker": f.target, "pid": f.pid, "held": len(f.ids), "running": len(running[id(f)]),
+    r["freezes"] = [{"worker": f.target, "pid": f.pid, "held": len(f.ids), "running": len(running[id(f)] & set(f.ids)),
                      "running_per_info_json": len(f.current), "had_run_not_settled": len(unsettled[id(f)]),
                      "held_not_started": len(set(f.ids) - running[id(f)] - unsettled[id(f)]), "note": f.note}
                     for f in freezes]
@@ -1123,7 +1128,7 @@ def table(r: dict[str, Any]) -> str:
         ("  long_pause (redis-server SIGSTOP > WORKER_TIMEOUT)", f.get("long_pause", 0)),
         ("tasks held by SIGKILLed workers", f"{r['tasks_held_by_killed_workers']} (in {r['sigkills_with_tasks']} kills)"),
         ("death -> running elsewhere: max (median)", f"{r['recovery_max_s']} s ({r['recovery_median_s']} s)"),
-        ("  max, no Redis fault in the window (<= 15 s)", f"{r['recovery_max_without_redis_fault_s']} s"),
+        ("  max, no Redis fault or freeze in the window (<= 15 s)", f"{r['recovery_max_without_redis_fault_s']} s"),
         ("  samples (tasks)", r["recovery_samples"]),
         ("worker log: thread crashes / reaps / lease lost", "{} / {} / {}".format(
             r["worker_logs"].get("thread_crashes", 0), r["reaps"], r["worker_logs"].get("lease_lost_warnings", 0))),
