@@ -1,48 +1,96 @@
 #!/usr/bin/env python
-"""Chaos run: ``python bench/chaos.py [--tasks 20000] [--faults 60] [--duration 300] [--json FILE]``.
+"""Chaos run: ``python bench/chaos.py [--tasks 20000] [--faults 60] [--duration 420] [--json FILE]``.
 
-Proves invariant 1 (nothing is lost) and the recovery time under fire:
+Proves invariants 1 (nothing is lost) and 8 (a reaped worker is fenced, and
+worker identities are unique per process) and the recovery time under fire:
 
 * starts a queue redis-server with ``appendonly yes`` / ``appendfsync always``
   on a fixed loopback port (``RedisServer(appendonly=True)``), and a second,
-  fault-free redis-server as the *effects store* (tests/testapp/chaos_tasks.py);
+  fault-free redis-server as the *effects store* (tests/testapp/chaos_tasks.py:
+  every run's start and end, with its pid, and every effect);
 * several producer processes (``bench/chaos.py produce``) enqueue through the
   public API a mix of quick, slow, fail-then-succeed, always-fail, delayed and
   idempotency-keyed tasks, retrying an enqueue that raised;
-* several ``manage.py runworker`` processes run them, with the default
-  HEARTBEAT_INTERVAL (2 s) and WORKER_TIMEOUT (10 s);
-* a chaos loop, bounded in count and time, at random: SIGKILLs a worker and
-  starts a new one; SIGTERMs one (warm stop) and starts a new one; kills every
-  Redis client connection (``CLIENT KILL TYPE normal``); pauses redis-server
-  (SIGSTOP ... SIGCONT); restarts redis-server (SIGTERM, or SIGKILL = crash),
-  which reloads its append-only file;
+* several ``manage.py runworker --name chaos-w<n>`` processes run them, with
+  the default HEARTBEAT_INTERVAL (2 s) and WORKER_TIMEOUT (10 s);
+* a chaos loop, bounded in count and time, injects faults of these kinds, at
+  random by ``Config.weights`` (``--weights``) or in the order of ``--sequence``:
+
+  sigkill            SIGKILL a worker (mostly the one holding the most tasks); start a new one
+  same_name_restart  ask the producers for a burst, SIGKILL the busiest worker and at once
+                     start its replacement with the same ``--name`` (a supervisor with a
+                     fixed name): the newcomer must neither take over nor undo the dead
+                     process's deliveries
+  sigterm            SIGTERM a worker (warm stop); start a new one
+  client_kill        ``CLIENT KILL TYPE normal``: every Redis connection dropped
+  pause              SIGSTOP redis-server for 0.5 s .. ``max_pause``, then SIGCONT
+  restart            restart redis-server, a clean stop (SIGTERM) and a crash (SIGKILL,
+                     counted as ``restart_crash``) in turn; it reloads its append-only file
+  freeze             ask the producers for a burst (slow tasks to fill every thread, quick
+                     ones to wait behind them), then SIGSTOP the worker holding the most
+                     tasks for 12-16 s (> WORKER_TIMEOUT, and until the others reap it),
+                     then SIGCONT
+  error_replies      Redis answers errors for 1-2 s while tasks run and settle: OOM
+                     (``CONFIG SET maxmemory 1``, then 0) and BUSY (a Lua busy loop past a
+                     lowered ``lua-time-limit``, then ``SCRIPT KILL``), in turn
+  long_pause         SIGSTOP redis-server for 12-15 s (> WORKER_TIMEOUT), then SIGCONT
+
 * then waits for every task to settle and prints the table: enqueued,
   finished, dead (only designed failures), lost (must be 0), stuck (must be 0),
-  effects that ran more than once (each matched to a fault during that task),
-  the faults done, and the longest time from a worker's SIGKILL to its tasks
-  starting on another worker (must be at most 15 s).
+  effects that ran more than once, each matched to a fault that can explain it,
+  runs beyond a task's delivery count (must be 0), workers reaped while alive
+  (must be 0), a row per fault kind, and the longest time from a worker's
+  SIGKILL to its tasks starting on another worker (at most 15 s when no
+  Redis fault or freeze fell in that time).
 
-Every process it starts is stopped by PID at the end. Worker logs are kept in
-the run directory it prints. Exit status 0 when every check passes.
+Which fault may explain a task whose effect ran twice:
+
+* sigkill, same_name_restart: the killed process had started it before the kill
+  and still held it (in its processing list right after the kill);
+* freeze: it was running in the frozen process when it was stopped: a run by
+  that pid begun before the SIGSTOP (+ ``freeze_slack``, 50 ms) and not ended
+  before it (- ``settle_slack``, 250 ms: its ack may not have landed yet), from
+  the effects store's start and end records; the worker's info JSON
+  ``current`` read at the stop is reported beside it. A task the frozen worker
+  held but had not started, and ran after SIGCONT, is a failure of its own row
+  (the fence of invariant 8), and so is one it had run earlier and not settled
+  (invariant 9);
+* restart, restart_crash, client_kill, pause: the fault fell between the task's
+  first and last run;
+* sigterm, error_replies, long_pause: nothing (an error reply or a paused Redis
+  must cost no second run: acks are retried, and no live worker is reaped).
+
+Worker ids are looked up by the pid of the process, in the ``worker:<id>``
+info JSON each worker publishes per queue (members of the ``workers`` ZSET),
+else by SCAN of ``processing:<name>*``: the harness does not assume the id is
+the ``--name``. Every process it starts is stopped by PID at the end. Worker
+logs are kept in the run directory it prints. Exit status 0 when every check
+passes.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
+import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
+from datetime import datetime
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -57,6 +105,17 @@ PREFIX = "redisq"
 KINDS = {"quick": 0.55, "slow": 0.06, "flaky": 0.12, "fail": 0.05, "delayed": 0.12, "order": 0.10}
 FAIL_RUNS = 3  # chaos_fail: max_retries=2
 RECOVERY_LIMIT = 15.0
+FAULTS = ("sigkill", "same_name_restart", "sigterm", "client_kill", "pause", "restart", "freeze", "error_replies", "long_pause")
+"""The fault kinds (``do_<kind>``); ``restart`` is counted as ``restart`` or ``restart_crash``."""
+KILLS = ("sigkill", "same_name_restart")
+WINDOW_EXPLAINERS = ("restart", "restart_crash", "client_kill", "pause")
+"""Redis faults that explain a duplicate falling between its first and last run."""
+EXPLAINERS = (*KILLS, "freeze", *WINDOW_EXPLAINERS)
+SLOWING_FAULTS = (*WINDOW_EXPLAINERS, "error_replies", "long_pause", "freeze")
+"""Faults of the queue's Redis, and freezes (the reaper may be the frozen one): a recovery
+measured across one is not held to RECOVERY_LIMIT."""
+BURST_QUICK = 40  # quick tasks a burst asks for (freeze, same_name_restart), besides 2 slow ones per worker thread
+REAP_RE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) \w+ reaped worker\(s\) (.+?): (\d+) task\(s\) of queue (\S+)", re.M)
 
 
 @dataclass
@@ -66,20 +125,38 @@ class Config:
     workers: int = 3
     concurrency: int = 4
     faults: int = 60
-    duration: float = 300.0  # seconds over which producers spread their enqueues
+    duration: float = 420.0  # seconds over which producers spread their enqueues (the chaos may go on 30 s longer)
     gap: tuple[float, float] = (2.0, 6.0)  # seconds between faults
-    max_pause: float = 3.0  # longest SIGSTOP of redis-server
+    max_pause: float = 3.0  # longest short SIGSTOP of redis-server ("pause")
+    long_pause_seconds: tuple[float, float] = (12.0, 15.0)  # "long_pause": longer than WORKER_TIMEOUT
+    freeze_seconds: tuple[float, float] = (12.0, 16.0)  # "freeze" of a worker; held on (to +2 s) until it is reaped
+    freeze_slack: float = 0.05  # a run that began this little after a freeze's SIGSTOP was begun before it
+    settle_slack: float = 0.25  # a run that ended this little before the SIGSTOP may not be settled yet (invariant 9)
+    burst: bool = True  # freeze and same_name_restart first ask the producers for a burst, so the worker hit holds tasks
+    error_seconds: tuple[float, float] = (1.0, 2.0)  # "error_replies"
     settle: float = 180.0  # most seconds to wait, after the chaos, for every task to settle
     seed: int = 1
     slow_seconds: tuple[float, float] = (0.3, 2.0)
     delay_seconds: tuple[float, float] = (0.5, 15.0)
+    # about 6 s per fault on average with the default gap: 60 faults fit in duration + 30 s
     weights: dict[str, float] = field(default_factory=lambda: {
-        "sigkill": 0.30, "sigterm": 0.15, "client_kill": 0.20, "pause": 0.20, "restart": 0.15,
+        "sigkill": 0.20, "same_name_restart": 0.10, "sigterm": 0.10, "client_kill": 0.13, "pause": 0.13,
+        "restart": 0.12, "error_replies": 0.10, "freeze": 0.06, "long_pause": 0.06,
     })
     sequence: list[str] = field(default_factory=list)  # faults in this order (cycled) instead of at random
     kinds: dict[str, float] = field(default_factory=lambda: dict(KINDS))  # the task mix
     workdir: str = ""
     keep: bool = False  # keep the run directory (logs, AOF) after a passing run
+
+    def validate(self) -> None:
+        unknown = sorted((set(self.weights) | set(self.sequence)) - set(FAULTS))
+        if unknown:
+            raise ValueError(f"unknown fault kind(s) {unknown}; known: {', '.join(FAULTS)}")
+        if not self.sequence and not any(w > 0 for w in self.weights.values()):
+            raise ValueError("every fault weight is 0 and no --sequence is given")
+
+
+TUPLE_FIELDS = {f.name for f in fields(Config) if isinstance(f.default, tuple)}
 
 
 @dataclass
@@ -87,8 +164,28 @@ class Fault:
     kind: str
     t: float  # wall clock, seconds
     end: float
-    target: str = ""
-    ids: list[str] = field(default_factory=list)  # SIGKILL: the ids in the dead worker's processing lists
+    target: str = ""  # the worker (its label) or what was done
+    pid: int = 0  # the worker process hit (sigkill, same_name_restart, sigterm, freeze)
+    ids: list[str] = field(default_factory=list)  # kills, freeze: ids in the worker's processing lists once it stopped
+    current: list[str] = field(default_factory=list)  # freeze: "current" of the worker's info JSON at the stop
+    worker_ids: list[str] = field(default_factory=list)  # the process's worker id(s), as its info JSON says
+    note: str = ""
+
+
+@dataclass
+class Proc:
+    """One runworker process. ``label`` is unique per process; ``name`` is its ``--name``."""
+
+    label: str
+    name: str
+    popen: subprocess.Popen[bytes]
+    started: float
+    ids: set[str] = field(default_factory=set)  # worker ids it registered under (learned from its info JSON)
+    ended: float | None = None  # when it was killed or seen to have exited
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
 
 
 def log(msg: str) -> None:
@@ -108,56 +205,85 @@ def retrying[T](fn: Callable[[], T], what: str, attempts: int = 60, pause: float
 
 
 class Procs:
-    """Worker processes (``runworker``), by name; every one is stopped by PID at the end."""
+    """Worker processes (``runworker``); every one is stopped by PID at the end."""
 
     def __init__(self, cfg: Config, env: dict[str, str], workdir: Path) -> None:
         self.cfg, self.env, self.workdir = cfg, env, workdir
         self.n = 0
-        self.live: dict[str, subprocess.Popen[bytes]] = {}
-        self.stopping: dict[str, tuple[subprocess.Popen[bytes], float]] = {}
-        self.all: list[subprocess.Popen[bytes]] = []
+        self.live: dict[str, Proc] = {}
+        self.stopping: dict[str, tuple[Proc, float]] = {}
+        self.all: list[Proc] = []
         self.escalated = 0
+        self.producers: list[subprocess.Popen[bytes]] = []
 
-    def start(self) -> str:
-        self.n += 1
-        name = f"chaos-w{self.n}"
-        out = open(self.workdir / f"{name}.log", "wb")
-        proc = subprocess.Popen(
+    def start(self, name: str | None = None) -> Proc:
+        """Start a worker, under a new name or (a supervisor's restart) under ``name`` again."""
+        if name is None:
+            self.n += 1
+            name = f"chaos-w{self.n}"
+        uses = sum(p.name == name for p in self.all)
+        label = name if uses == 0 else f"{name}+{uses}"
+        out = open(self.workdir / f"{label}.log", "wb")
+        popen = subprocess.Popen(
             [sys.executable, "-m", "django", "runworker", *QUEUES, "--concurrency", str(self.cfg.concurrency),
              "--name", name, "-v", "0"],
             cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT,
         )
         out.close()
-        self.live[name] = proc
+        proc = Proc(label, name, popen, time.time())
+        self.live[label] = proc
         self.all.append(proc)
-        return name
+        return proc
 
     def poll(self) -> None:
         """Forget stopped workers; SIGKILL one that ignored SIGTERM for too long."""
-        for name, proc in list(self.live.items()):
-            if proc.poll() is not None:
-                log(f"worker {name} exited by itself with {proc.returncode}")
-                del self.live[name]
-        for name, (proc, since) in list(self.stopping.items()):
-            if proc.poll() is not None:
-                del self.stopping[name]
+        for label, proc in list(self.live.items()):
+            if proc.popen.poll() is not None:
+                log(f"worker {label} exited by itself with {proc.popen.returncode}")
+                proc.ended = time.time()
+                del self.live[label]
+        for label, (proc, since) in list(self.stopping.items()):
+            if proc.popen.poll() is not None:
+                proc.ended = time.time()
+                del self.stopping[label]
             elif time.monotonic() - since > 45:
-                proc.kill()
-                proc.wait(10)
+                proc.popen.kill()
+                proc.popen.wait(10)
+                proc.ended = time.time()
                 self.escalated += 1
-                del self.stopping[name]
+                del self.stopping[label]
+
+    def burst(self) -> int:
+        """Ask every running producer (SIGUSR1) for a burst of tasks; returns how many were asked."""
+        alive = [p for p in self.producers if p.poll() is None]
+        for p in alive:
+            p.send_signal(signal.SIGUSR1)
+        return len(alive)
 
     def stop_all(self, grace: float = 40.0) -> None:
         for proc in self.all:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
+            if proc.popen.poll() is None:
+                os.kill(proc.pid, signal.SIGCONT)  # harmless unless it was frozen
+                proc.popen.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + grace
         for proc in self.all:
-            while proc.poll() is None and time.monotonic() < deadline:
+            while proc.popen.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.1)
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(10)
+            if proc.popen.poll() is None:
+                proc.popen.kill()
+                proc.popen.wait(10)
+
+
+def _info_pid(text: str | None) -> int | None:
+    """The pid in a worker's info JSON, if it names this host (or no host)."""
+    if not text:
+        return None
+    try:
+        info = json.loads(text)
+        host = info.get("host")
+        return int(info["pid"]) if host in (None, socket.gethostname()) else None
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
 
 
 class Chaos:
@@ -165,6 +291,7 @@ class Chaos:
         self.cfg, self.main, self.procs, self.rng = cfg, main, procs, rng
         self.faults: list[Fault] = []
         self.restarts = 0
+        self.error_modes = 0
 
     def client(self) -> redis.Redis:
         return redis.Redis.from_url(self.main.url, decode_responses=True, socket_timeout=15)
@@ -177,39 +304,129 @@ class Chaos:
             kind = self.rng.choices(kinds, weights)[0]
         getattr(self, "do_" + kind)()
 
-    def _victim(self, busiest: bool = False) -> str | None:
-        names = sorted(self.procs.live)
-        if busiest and names:  # the worker holding the most tasks: a kill that costs something
-            c = self.client()
-            held = retrying(lambda: {n: sum(c.llen(f"{PREFIX}:{{{q}}}:processing:{n}") for q in QUEUES) for n in names}, "llen")
+    # -- which worker ids a process has, and what it holds -------------------------
+
+    def resolve(self) -> None:
+        """Learn the worker id(s) of each live process: the info JSON whose pid is the process's.
+
+        The info keys are found through the ``workers`` ZSET of each queue; a process
+        none of them names yet is looked for by SCAN of ``processing:<name>*``, keeping
+        only ids no other process has shown.
+        """
+        procs = {p.pid: p for p in self.procs.live.values()}
+        if not procs:
+            return
+        c = self.client()
+
+        def read() -> list[tuple[str, str | None]]:
+            found: list[tuple[str, str | None]] = []
+            for q in QUEUES:
+                base = f"{PREFIX}:{{{q}}}:"
+                ids = c.zrange(base + "workers", 0, -1)
+                if ids:
+                    found += zip(ids, c.mget([base + "worker:" + w for w in ids]), strict=True)
+            return found
+
+        try:
+            for wid, text in retrying(read, "worker info"):
+                pid = _info_pid(text)
+                if pid in procs:
+                    procs[pid].ids.add(wid)
+            known = {w for p in self.procs.all for w in p.ids}
+            for p in procs.values():
+                if p.ids:
+                    continue
+                for q in QUEUES:
+                    pat = f"{PREFIX}:{{{q}}}:processing:{p.name}*"
+                    for key in retrying(lambda pat=pat: list(c.scan_iter(match=pat, count=1000)), "scan"):
+                        wid = key.split(":processing:", 1)[1]
+                        if wid not in known:
+                            p.ids.add(wid)
+        finally:
             c.close()
+
+    def _held(self, proc: Proc) -> list[str]:
+        """Ids in the processing lists of the process's worker ids."""
+        if not proc.ids:
+            return []
+        c = self.client()
+        try:
+            return retrying(lambda: [i for w in sorted(proc.ids) for q in QUEUES
+                                     for i in c.lrange(f"{PREFIX}:{{{q}}}:processing:{w}", 0, -1)], "lrange")
+        finally:
+            c.close()
+
+    def _registered(self, proc: Proc) -> bool:
+        """Is any of the process's worker ids still in a ``workers`` ZSET (not reaped)?"""
+        if not proc.ids:
+            return True
+        c = self.client()
+        try:
+            return retrying(lambda: any(c.zscore(f"{PREFIX}:{{{q}}}:workers", w) is not None
+                                        for w in proc.ids for q in QUEUES), "zscore")
+        finally:
+            c.close()
+
+    def _current(self, proc: Proc) -> list[str]:
+        """The "current" (ids running) of the process's info JSON."""
+        c = self.client()
+        try:
+            texts = retrying(lambda: [c.get(f"{PREFIX}:{{{q}}}:worker:{w}") for w in sorted(proc.ids) for q in QUEUES], "get")
+        finally:
+            c.close()
+        out: set[str] = set()
+        for text in texts:
+            try:
+                out.update(json.loads(text).get("current", []) if text else [])
+            except (ValueError, AttributeError):
+                pass
+        return sorted(out)
+
+    def _victim(self, busiest: bool = False) -> Proc | None:
+        procs = sorted(self.procs.live.values(), key=lambda p: p.label)
+        if busiest and procs:  # the worker holding the most tasks: a kill that costs something
+            self.resolve()
+            held = {p.label: len(self._held(p)) for p in procs}
             top = max(held.values())
-            names = [n for n in names if held[n] == top]
-        return self.rng.choice(names) if names else None
+            procs = [p for p in procs if held[p.label] == top]
+        return self.rng.choice(procs) if procs else None
+
+    # -- the faults ----------------------------------------------------------------
+
+    def _kill(self, kind: str, busiest: bool) -> None:
+        # a supervisor's restart matters when the dead process was running tasks: load the workers first
+        proc = self._loaded(more_than=self.cfg.concurrency - 1) if kind == "same_name_restart" else self._victim(busiest)
+        if proc is None:
+            return
+        self.resolve()
+        del self.procs.live[proc.label]
+        t = time.time()
+        proc.popen.kill()
+        proc.popen.wait(10)
+        proc.ended = t
+        if kind == "same_name_restart":
+            self.procs.start(proc.name)  # at once: a supervisor restarting "the same" worker
+        ids = self._held(proc)
+        self.faults.append(Fault(kind, t, time.time(), proc.label, proc.pid, ids, worker_ids=sorted(proc.ids)))
+        if kind == "sigkill":
+            self.procs.start()
 
     def do_sigkill(self) -> None:
-        name = self._victim(busiest=self.rng.random() < 0.7)
-        if name is None:
-            return
-        proc = self.procs.live.pop(name)
-        t = time.time()
-        proc.kill()
-        proc.wait(10)
-        c = self.client()
-        ids = retrying(lambda: [i for q in QUEUES for i in c.lrange(f"{PREFIX}:{{{q}}}:processing:{name}", 0, -1)], "read")
-        c.close()
-        self.faults.append(Fault("sigkill", t, time.time(), name, ids))
-        self.procs.start()
+        self._kill("sigkill", busiest=self.rng.random() < 0.7)
+
+    def do_same_name_restart(self) -> None:
+        self._kill("same_name_restart", busiest=True)  # after a burst, as a freeze
 
     def do_sigterm(self) -> None:
-        name = self._victim()
-        if name is None:
+        proc = self._victim()
+        if proc is None:
             return
-        proc = self.procs.live.pop(name)
+        self.resolve()
+        del self.procs.live[proc.label]
         t = time.time()
-        proc.send_signal(signal.SIGTERM)
-        self.procs.stopping[name] = (proc, time.monotonic())
-        self.faults.append(Fault("sigterm", t, time.time(), name))
+        proc.popen.send_signal(signal.SIGTERM)
+        self.procs.stopping[proc.label] = (proc, time.monotonic())
+        self.faults.append(Fault("sigterm", t, time.time(), proc.label, proc.pid, worker_ids=sorted(proc.ids)))
         self.procs.start()
 
     def do_client_kill(self) -> None:
@@ -219,16 +436,21 @@ class Chaos:
         c.close()
         self.faults.append(Fault("client_kill", t, time.time(), str(killed)))
 
-    def do_pause(self) -> None:
+    def _stop_redis(self, kind: str, seconds: float) -> None:
         assert self.main.proc is not None
-        seconds = self.rng.uniform(0.5, self.cfg.max_pause)
         t = time.time()
         os.kill(self.main.proc.pid, signal.SIGSTOP)
         try:
             time.sleep(seconds)
         finally:
             os.kill(self.main.proc.pid, signal.SIGCONT)
-        self.faults.append(Fault("pause", t, time.time(), f"{seconds:.1f}s"))
+        self.faults.append(Fault(kind, t, time.time(), f"{seconds:.1f}s"))
+
+    def do_pause(self) -> None:
+        self._stop_redis("pause", self.rng.uniform(0.5, self.cfg.max_pause))
+
+    def do_long_pause(self) -> None:
+        self._stop_redis("long_pause", self.rng.uniform(*self.cfg.long_pause_seconds))
 
     def do_restart(self) -> None:
         crash = self.restarts % 2 == 1  # alternate: clean shutdown, then a crash (SIGKILL)
@@ -238,9 +460,105 @@ class Chaos:
         self.main.start()
         self.faults.append(Fault("restart_crash" if crash else "restart", t, time.time()))
 
+    def _loaded(self, more_than: int) -> Proc | None:
+        """Ask the producers for a burst; wait (at most 5 s) until a worker holds more than ``more_than`` tasks.
+
+        Returns the worker holding the most (a random one of the top).
+        """
+        if not self.procs.live:
+            return None
+        if self.cfg.burst:
+            self.procs.burst()
+        deadline = time.monotonic() + 5
+        while True:
+            self.resolve()
+            held = {p.label: len(self._held(p)) for p in self.procs.live.values()}
+            top = max(held.values())
+            if top > more_than or time.monotonic() > deadline:
+                return self.procs.live[self.rng.choice(sorted(k for k, v in held.items() if v == top))]
+            time.sleep(0.2)
+
+    def do_freeze(self) -> None:
+        """SIGSTOP the busiest worker past WORKER_TIMEOUT; the others reap it; SIGCONT."""
+        proc = self._loaded(more_than=self.cfg.concurrency)  # some of what it holds is not running
+        if proc is None:
+            return
+        low, high = self.cfg.freeze_seconds
+        seconds = self.rng.uniform(low, high)
+        t = time.time()
+        os.kill(proc.pid, signal.SIGSTOP)
+        reaped_at: float | None = None
+        try:
+            ids = self._held(proc)  # read once stopped: it cannot change them any more
+            current = self._current(proc)
+            while True:
+                now = time.time()
+                if reaped_at is None and not self._registered(proc):
+                    reaped_at = now - t
+                if now >= t + seconds and ((reaped_at is not None and now - t >= reaped_at + 1) or now >= t + high + 2):
+                    break
+                time.sleep(0.25)
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
+        note = f"{time.time() - t:.1f}s, " + (
+            f"reaped {reaped_at:.1f}s in" if reaped_at is not None else "not reaped while frozen")
+        self.faults.append(Fault("freeze", t, time.time(), proc.label, proc.pid, ids, current, sorted(proc.ids), note))
+
+    def do_error_replies(self) -> None:
+        """Redis answers error replies for a second or two: OOM and BUSY in turn."""
+        mode = ("oom", "busy")[self.error_modes % 2]
+        self.error_modes += 1
+        seconds = self.rng.uniform(*self.cfg.error_seconds)
+        c = self.client()
+        t = time.time()
+        try:
+            if mode == "oom":  # every command that may grow memory (and a script's first such write) fails
+                retrying(lambda: c.config_set("maxmemory", 1), "config set")
+                try:
+                    time.sleep(seconds)
+                finally:
+                    retrying(lambda: c.config_set("maxmemory", 0), "config set")
+            else:
+                self._busy(c, seconds)
+        finally:
+            c.close()
+        self.faults.append(Fault("error_replies", t, time.time(), mode, note=f"{mode} {seconds:.1f}s"))
+
+    def _busy(self, c: redis.Redis, seconds: float) -> None:
+        """A read-only Lua busy loop: past ``lua-time-limit`` every other client gets BUSY; SCRIPT KILL ends it."""
+        limit = retrying(lambda: c.config_get("lua-time-limit"), "config get").get("lua-time-limit", "5000")
+        retrying(lambda: c.config_set("lua-time-limit", 50), "config set")
+        spinner = redis.Redis.from_url(self.main.url, socket_timeout=seconds + 60)
+
+        def spin() -> None:
+            try:
+                spinner.eval("while true do end", 0)
+            except redis.RedisError:
+                pass  # "Script killed by user"
+
+        thread = threading.Thread(target=spin, name="chaos-busy-script", daemon=True)
+        thread.start()
+        try:
+            time.sleep(seconds)
+        finally:
+            deadline = time.monotonic() + 30
+            while thread.is_alive() and time.monotonic() < deadline:
+                try:
+                    c.script_kill()
+                except redis.RedisError:  # NOTBUSY: not started yet, or just ended
+                    pass
+                thread.join(0.1)
+            spinner.close()
+            retrying(lambda: c.config_set("lua-time-limit", limit), "config set")
+
 
 def produce(argv: list[str]) -> None:
-    """A producer process: enqueue ``--count`` tasks through the public API at ``--rate`` per second."""
+    """A producer process: enqueue ``--count`` tasks through the public API at ``--rate`` per second.
+
+    SIGUSR1 asks for a burst at once (a freeze is coming): its share of two slow
+    tasks per worker thread, to fill them, and of BURST_QUICK quick ones, to wait
+    behind them in the worker's prefetch.
+    """
     p = argparse.ArgumentParser(prog="chaos.py produce")
     p.add_argument("--index", type=int, required=True)
     p.add_argument("--count", type=int, required=True)
@@ -248,8 +566,7 @@ def produce(argv: list[str]) -> None:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--config", required=True)
     args = p.parse_args(argv)
-    cfg = Config(**{k: tuple(v) if k in ("gap", "slow_seconds", "delay_seconds") else v
-                    for k, v in json.loads(args.config).items()})
+    cfg = Config(**{k: tuple(v) if k in TUPLE_FIELDS else v for k, v in json.loads(args.config).items()})
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.worker_settings")
     import django
 
@@ -266,6 +583,8 @@ def produce(argv: list[str]) -> None:
     orders: list[tuple[str, str]] = []  # (order key, id it got)
     buf: list[tuple[str, str, str]] = []
     stats = Counter()
+    bursts: list[int] = []
+    signal.signal(signal.SIGUSR1, lambda *_: bursts.append(1))
     start = time.monotonic()
 
     def flush() -> None:
@@ -289,7 +608,25 @@ def produce(argv: list[str]) -> None:
         stats["enqueue_gave_up"] += 1
         return None
 
+    def burst() -> None:
+        base = args.index * 10_000_000 + 5_000_000 + stats["burst_tasks"]
+        slow = math.ceil(2 * cfg.workers * cfg.concurrency / cfg.producers)
+        for j in range(slow + math.ceil(BURST_QUICK / cfg.producers)):
+            if j < slow:
+                secs = round(rng.uniform(1.5, 3.0), 2)
+                result = enqueue(lambda n=base + j, s=secs: ct.chaos_slow.enqueue(n, s))
+            else:
+                result = enqueue(lambda n=base + j: ct.chaos_quick.enqueue(n))
+            stats["burst_tasks"] += 1
+            if result is not None:
+                buf.append((result.id, "slow" if j < slow else "quick", ""))
+                stats["enqueued"] += 1
+        flush()
+
     for i in range(args.count):
+        while bursts:
+            bursts.pop()
+            burst()
         n = args.index * 10_000_000 + i
         kind = rng.choices(kinds, weights)[0]
         extra = ""
@@ -337,6 +674,7 @@ def produce(argv: list[str]) -> None:
 
 
 def run_chaos(cfg: Config) -> dict[str, Any]:
+    cfg.validate()
     rng = random.Random(cfg.seed)
     workdir = Path(cfg.workdir or tempfile.mkdtemp(prefix="redisq-chaos-"))
     workdir.mkdir(parents=True, exist_ok=True)
@@ -366,16 +704,18 @@ def run_chaos(cfg: Config) -> dict[str, Any]:
                 cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
             ))
             out.close()
+        procs.producers = producers
         chaos = Chaos(cfg, main, procs, rng)
         t0 = time.monotonic()
         chaos_until = t0 + cfg.duration + 30
         while len(chaos.faults) < cfg.faults and time.monotonic() < chaos_until:
             time.sleep(rng.uniform(*cfg.gap))
             procs.poll()
+            chaos.resolve()
             chaos.one()
             f = chaos.faults[-1] if chaos.faults else None
             if f:
-                log(f"fault {len(chaos.faults)}/{cfg.faults}: {f.kind} {f.target} {len(f.ids) or ''}")
+                log(f"fault {len(chaos.faults)}/{cfg.faults}: {f.kind} {f.target} {len(f.ids) or ''} {f.note}".rstrip())
         chaos_seconds = time.monotonic() - t0
         log(f"chaos done: {len(chaos.faults)} faults in {time.monotonic() - t0:.0f}s; waiting for producers")
         for p in producers:
@@ -389,13 +729,15 @@ def run_chaos(cfg: Config) -> dict[str, Any]:
         settled_at, unsettled = wait_settled(main, effects, cfg.settle)
         log(f"settled in {settled_at:.0f}s after the chaos ({unsettled} not settled)")
         procs.poll()
-        report = account(main, effects, chaos.faults, workdir)
+        chaos.resolve()
+        report = account(main, effects, chaos.faults, procs.all, cfg, workdir)
         report["faults_total"] = len(chaos.faults)
         report["sigterm_escalated_to_kill"] = procs.escalated
         report["settle_seconds"] = round(settled_at, 1)
         report["chaos_seconds"] = round(chaos_seconds, 1)
         report["config"] = asdict(cfg)
         report["workdir"] = str(workdir)
+        (workdir / "report.json").write_text(json.dumps(report, indent=1, default=str))
         return report
     finally:
         for p in producers:
@@ -410,13 +752,14 @@ def run_chaos(cfg: Config) -> dict[str, Any]:
         effects.cleanup()
 
 
-def _states(c: redis.Redis, ids: list[str], kinds: dict[str, str]) -> list[tuple[str | None, str | None]]:
-    out: list[tuple[str | None, str | None]] = []
+def _states(c: redis.Redis, ids: list[str], kinds: dict[str, str]) -> list[tuple[str | None, str | None, str | None]]:
+    """(state, reason, deliveries) of each task hash."""
+    out: list[tuple[str | None, str | None, str | None]] = []
     for i in range(0, len(ids), 2000):
         pipe = c.pipeline(transaction=False)
         for tid in ids[i: i + 2000]:
             q = "emails" if kinds.get(tid) == "slow" else "default"
-            pipe.hmget(f"{PREFIX}:{{{q}}}:t:{tid}", "state", "reason")
+            pipe.hmget(f"{PREFIX}:{{{q}}}:t:{tid}", "state", "reason", "deliveries")
         out.extend(tuple(x) for x in pipe.execute())
     return out
 
@@ -432,7 +775,7 @@ def wait_settled(main: RedisServer, effects: RedisServer, limit: float) -> tuple
             kinds = e.hgetall("chaos:kind")
             ids = sorted(kinds)
             states = retrying(lambda ids=ids, kinds=kinds: _states(c, ids, kinds), "states")
-            unsettled = sum(s not in ("finished", "dead") for s, _ in states)
+            unsettled = sum(s[0] not in ("finished", "dead") for s in states)
             if unsettled == 0:
                 break
             time.sleep(2)
@@ -442,7 +785,56 @@ def wait_settled(main: RedisServer, effects: RedisServer, limit: float) -> tuple
         e.close()
 
 
-def account(main: RedisServer, effects: RedisServer, faults: list[Fault], workdir: Path) -> dict[str, Any]:
+@dataclass
+class Run:
+    """One run of a task, from the effects store: start (and end) time, worker id, pid, attempt number."""
+
+    t: float
+    worker: str
+    pid: int
+    attempt: int
+    end: float | None = None
+
+
+def read_runs(e: redis.Redis) -> dict[str, list[Run]]:
+    runs: dict[str, list[Run]] = defaultdict(list)
+    for entry in e.lrange("chaos:starts", 0, -1):
+        tid, ms, worker, pid = entry.split("|")
+        runs[tid].append(Run(int(ms) / 1000, worker, int(pid), len(runs[tid]) + 1))
+    for entry in e.lrange("chaos:ends", 0, -1):
+        tid, attempt, ms, _pid = entry.split("|")
+        rs = runs.get(tid, [])
+        if 0 < int(attempt) <= len(rs):
+            rs[int(attempt) - 1].end = int(ms) / 1000
+    return runs
+
+
+def worker_tz() -> ZoneInfo:
+    """The time zone of the workers' log times: Django sets TZ from TIME_ZONE (tests/settings.py)."""
+    from django.conf import global_settings
+
+    from tests import settings
+
+    return ZoneInfo(getattr(settings, "TIME_ZONE", global_settings.TIME_ZONE))
+
+
+def read_reaps(procs: list[Proc], workdir: Path) -> list[tuple[float, str, str, int]]:
+    """``reaped worker(s)`` lines of every worker log: (time, reaped worker id, reaper's label, tasks)."""
+    out = []
+    tz = worker_tz()
+    for proc in procs:
+        path = workdir / f"{proc.label}.log"
+        if not path.exists():
+            continue
+        for m in REAP_RE.finditer(path.read_text(errors="replace")):
+            t = datetime.strptime(m[1], "%Y-%m-%d %H:%M:%S").replace(tzinfo=tz).timestamp() + int(m[2]) / 1000
+            for wid in m[3].split(", "):
+                out.append((t, wid, proc.label, int(m[4])))
+    return sorted(out)
+
+
+def account(main: RedisServer, effects: RedisServer, faults: list[Fault], procs: list[Proc], cfg: Config,
+            workdir: Path) -> dict[str, Any]:
     c = redis.Redis.from_url(main.url, decode_responses=True, socket_timeout=15)
     e = redis.Redis.from_url(effects.url, decode_responses=True)
     kinds = e.hgetall("chaos:kind")
@@ -453,10 +845,7 @@ def account(main: RedisServer, effects: RedisServer, faults: list[Fault], workdi
     prod = Counter()
     for v in e.hgetall("chaos:producers").values():
         prod.update(json.loads(v))
-    starts: dict[str, list[tuple[float, str]]] = defaultdict(list)
-    for entry in e.lrange("chaos:starts", 0, -1):
-        tid, ms, worker, _pid = entry.split("|")
-        starts[tid].append((int(ms) / 1000, worker))
+    runs = read_runs(e)
     ids = sorted(kinds)
     places: dict[str, list[str]] = defaultdict(list)
     for q in QUEUES:
@@ -483,31 +872,87 @@ def account(main: RedisServer, effects: RedisServer, faults: list[Fault], workdi
              fail_tasks=sum(k == "fail" for k in kinds.values()), lost=len(lost), stuck=len(stuck), in_two_places=len(twice))
     r["examples"] = {"lost": lost[:10], "stuck": [(i, places.get(i), states[i]) for i in stuck[:10]],
                      "undesigned_dead": [(i, kinds[i], states[i][1]) for i in dead if i not in designed][:10]}
-    # effects: each finished task's effect ran; more than once only with a fault during that task
+    # effects: each finished task's effect ran; more than once only with a fault that explains it
     no_effect = [i for i in finished if kinds[i] != "fail" and eff.get(i, 0) == 0]
     r["finished_without_effect"] = len(no_effect)
     r["examples"]["finished_without_effect"] = no_effect[:10]
-    redis_faults = [f for f in faults if f.kind in ("restart", "restart_crash", "client_kill", "pause")]
-    kills = [f for f in faults if f.kind == "sigkill"]
+    kills = [f for f in faults if f.kind in KILLS]
+    freezes = [f for f in faults if f.kind == "freeze"]
+    window = [f for f in faults if f.kind in WINDOW_EXPLAINERS]
+    slack = cfg.freeze_slack
+    running: dict[int, set[str]] = {}  # id(freeze) -> ids running in the frozen process at its SIGSTOP
+    unsettled: dict[int, set[str]] = {}  # id(freeze) -> ids it held that had run (ended) before the SIGSTOP
+    for f in freezes:
+        running[id(f)] = {tid for tid, rs in runs.items() for run in rs
+                          if run.pid == f.pid and run.t <= f.t + slack and (run.end is None or run.end >= f.t - cfg.settle_slack)}
+        unsettled[id(f)] = set()
+        for tid in set(f.ids) - running[id(f)]:  # still held: its last run before the stop, if by it, was not settled
+            before = [run for run in runs.get(tid, []) if run.t <= f.t]
+            if before and before[-1].pid == f.pid and before[-1].end is not None:
+                unsettled[id(f)].add(tid)
+
+    def fence_broken(tid: str) -> Fault | None:
+        """A freeze whose process held ``tid`` unstarted, and started it after the SIGSTOP."""
+        for f in freezes:
+            if tid in f.ids and tid not in running[id(f)] and any(run.pid == f.pid and run.t > f.t for run in runs.get(tid, [])):
+                return f
+        return None
+
+    def settled_late(tid: str) -> bool:
+        """Held by a frozen process that had run it before the SIGSTOP but not settled it (invariant 9)."""
+        return any(tid in unsettled[id(f)] for f in freezes)
 
     def explain(tid: str) -> str | None:
-        runs = sorted(starts.get(tid, []))
-        if len(runs) < 2:
+        rs = runs.get(tid, [])
+        if len(rs) < 2 or fence_broken(tid):
             return None
-        for f in kills:
-            if any(w == f.target and t <= f.t for t, w in runs[:-1]):
-                return "sigkill"
-        for f in redis_faults:
-            if runs[0][0] - 1 <= f.t <= runs[-1][0]:
+        for f in kills:  # it had started in the killed process, and was still held by it
+            if tid in f.ids and any(run.pid == f.pid and run.t <= f.t for run in rs):
+                return f.kind
+        for f in freezes:
+            if tid in running[id(f)]:
+                return "freeze"
+        for f in window:
+            if rs[0].t - 1 <= f.t <= rs[-1].t:
                 return f.kind
         return None
 
+    def near(tid: str) -> str:
+        """The fault a failure happened around (to read the report by), or 'no fault'."""
+        if fence_broken(tid):
+            return "freeze (held, not started)"
+        if settled_late(tid):
+            return "freeze (had run, not settled)"
+        for f in kills:
+            if tid in f.ids:
+                return f.kind
+        rs = runs.get(tid, [])
+        if rs:  # a fault overlapping its runs, preferring one begun at or after its first run, the nearest
+            lo, hi = rs[0].t - 1, rs[-1].t + 1
+            around = [f for f in faults if f.t <= hi and f.end + 2 >= lo and f.kind not in ("sigkill", "sigterm")]
+            if around:
+                return min(around, key=lambda f: (f.t < rs[0].t - 0.5, abs(f.t - rs[0].t))).kind
+        return "no fault"
+
     dup = [i for i in ids if eff.get(i, 0) > 1]
-    explained = Counter(explain(i) for i in dup)
+    explained = {i: explain(i) for i in dup}
+    by = Counter(explained.values())
+    unexplained = [i for i in dup if explained[i] is None]
     r["effects_more_than_once"] = len(dup)
-    r["effects_more_than_once_by_fault"] = {k: v for k, v in explained.items() if k}
-    r["effects_more_than_once_unexplained"] = explained.get(None, 0)
-    r["examples"]["unexplained_duplicates"] = [(i, kinds[i], sorted(starts.get(i, []))) for i in dup if explain(i) is None][:10]
+    r["effects_more_than_once_by_fault"] = {k: by.get(k, 0) for k in EXPLAINERS}
+    r["effects_more_than_once_unexplained"] = len(unexplained)
+    r["effects_more_than_once_unexplained_near"] = dict(Counter(near(i) for i in unexplained))
+    fenced = [i for i in dup if fence_broken(i)]
+    r["freeze_held_task_run_again"] = len(fenced)
+    r["freeze_unsettled_task_run_again"] = sum(settled_late(i) for i in unexplained)
+    r["examples"]["unexplained_duplicates"] = [
+        (i, kinds[i], near(i), [(round(run.t, 2), run.worker, run.pid) for run in runs.get(i, [])]) for i in unexplained][:10]
+    # a task never runs more often than it was delivered: a hand-back that "undoes" a delivery
+    # that did run makes the count drop, and crash-loop protection (max deliveries) with it
+    beyond = [i for i in ids if _int(states[i][2]) is not None and attempts.get(i, 0) > (_int(states[i][2]) or 0)]
+    r["runs_beyond_deliveries"] = len(beyond)
+    r["runs_beyond_deliveries_near"] = dict(Counter(near(i) for i in beyond))
+    r["examples"]["runs_beyond_deliveries"] = [(i, kinds[i], near(i), attempts.get(i), states[i][2]) for i in beyond][:10]
     # designed failures ran exactly FAIL_RUNS times unless a fault explains more
     over = [i for i in ids if kinds[i] == "fail" and attempts.get(i, 0) > FAIL_RUNS and explain(i) is None]
     r["fail_extra_runs_unexplained"] = len(over)
@@ -520,20 +965,22 @@ def account(main: RedisServer, effects: RedisServer, faults: list[Fault], workdi
     r["order_repeat_got_new_id"] = prod.get("order_repeat_new_id", 0)
     r["enqueue_errors_retried"] = prod.get("enqueue_errors", 0)
     r["enqueue_gave_up"] = prod.get("enqueue_gave_up", 0)
+    r["burst_tasks"] = prod.get("burst_tasks", 0)
     r["ran_but_not_recorded_by_producer"] = len(set(attempts) - set(kinds))  # enqueue raised, yet the task was stored
-    # recovery: from a worker's SIGKILL to each of its tasks starting on another worker
+    # recovery: from a worker's SIGKILL to each of its tasks starting in another process
+    slowing = [f for f in faults if f.kind in SLOWING_FAULTS]
     rec: list[float] = []
     clean_rec: list[float] = []
     never = 0
     for f in kills:
         for tid in f.ids:
-            later = [t for t, w in starts.get(tid, []) if t >= f.t and w != f.target]
+            later = [run.t for run in runs.get(tid, []) if run.t >= f.t and run.pid != f.pid]
             if not later:
                 never += 1  # e.g. settled by the 'success' guard, or a designed failure already finished
                 continue
             d = min(later) - f.t
             rec.append(d)
-            if not any(f.t - 1 <= g.t <= f.t + d for g in redis_faults):
+            if not any(f.t - 1 <= g.end and g.t <= f.t + d for g in slowing):
                 clean_rec.append(d)
     r["sigkills_with_tasks"] = sum(bool(f.ids) for f in kills)
     r["tasks_held_by_killed_workers"] = sum(len(f.ids) for f in kills)
@@ -541,8 +988,45 @@ def account(main: RedisServer, effects: RedisServer, faults: list[Fault], workdi
     r["recovery_max_s"] = round(max(rec), 2) if rec else None
     r["recovery_median_s"] = round(sorted(rec)[len(rec) // 2], 2) if rec else None
     r["recovery_max_without_redis_fault_s"] = round(max(clean_rec), 2) if clean_rec else None
-    r["recovery_samples"] = f"{len(rec)} ({len(clean_rec)} without a Redis fault)"
+    r["recovery_samples"] = f"{len(rec)} ({len(clean_rec)} without a Redis fault or a freeze)"
     r["faults"] = dict(Counter(f.kind for f in faults))
+    # freezes: what the frozen process was running, and what it held without running
+    r["freezes"] = [{"worker": f.target, "pid": f.pid, "held": len(f.ids), "running": len(running[id(f)] & set(f.ids)),
+                     "running_per_info_json": len(f.current), "had_run_not_settled": len(unsettled[id(f)]),
+                     "held_not_started": len(set(f.ids) - running[id(f)] - unsettled[id(f)]), "note": f.note}
+                    for f in freezes]
+    r["freezes_reaped"] = sum("reaped " in f.note and "not reaped" not in f.note for f in freezes)
+    r["error_replies_modes"] = dict(Counter(f.target for f in faults if f.kind == "error_replies"))
+    # reaps: a worker may be reaped only once dead (killed, exited) or while frozen
+    owners: dict[str, list[Proc]] = defaultdict(list)
+    for proc in procs:
+        for wid in proc.ids:
+            owners[wid].append(proc)
+
+    def legit(wid: str, t: float) -> bool | None:
+        if not owners.get(wid):
+            return None  # an id no process was seen to register under
+        for proc in owners[wid]:
+            if proc.ended is not None and proc.ended <= t + 1:
+                return True
+            if any(f.pid == proc.pid and f.t <= t <= f.end + 2 for f in freezes):
+                return True
+        return False
+
+    events: list[tuple[float, str]] = []  # (time, worker id): one reap of one worker, whatever the queues
+    last: dict[str, float] = {}
+    for t, wid, _reaper, _n in read_reaps(procs, workdir):
+        if t - last.get(wid, -1e18) > 15:
+            events.append((t, wid))
+        last[wid] = t
+    wrong = [(t, wid) for t, wid in events if legit(wid, t) is False]
+    r["reaps"] = len(events)
+    r["reaps_of_unknown_ids"] = sum(legit(wid, t) is None for t, wid in events)
+    r["live_workers_reaped"] = len(wrong)
+    long_pauses = [f for f in faults if f.kind == "long_pause"]
+    r["live_workers_reaped_after_long_pause"] = sum(any(f.t <= t <= f.end + 15 for f in long_pauses) for t, _ in wrong)
+    r["examples"]["live_workers_reaped"] = [(time.strftime("%H:%M:%S", time.localtime(t)), wid, near_fault(faults, t))
+                                            for t, wid in wrong][:10]
     logs = Counter()
     for path in workdir.glob("chaos-w*.log"):
         text = path.read_text(errors="replace")
@@ -552,21 +1036,38 @@ def account(main: RedisServer, effects: RedisServer, faults: list[Fault], workdi
         logs["reap_warnings"] += text.count("reaped worker")
         logs["fetch_reply_lost_handbacks"] += text.count("fetch reply was lost")
     r["worker_logs"] = dict(logs)
-    r["fault_log"] = [asdict(f) | {"ids": len(f.ids)} for f in faults]
+    r["fault_log"] = [asdict(f) | {"ids": len(f.ids), "current": len(f.current)} for f in faults]
     c.close()
     e.close()
     return r
+
+
+def _int(text: str | None) -> int | None:
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def near_fault(faults: list[Fault], t: float) -> str:
+    """The last fault begun before ``t``, as 'kind (+seconds after its end)'."""
+    before = [f for f in faults if f.t <= t]
+    if not before:
+        return "-"
+    f = before[-1]
+    return f"{f.kind} (+{t - f.end:.1f}s)"
 
 
 def checks(r: dict[str, Any]) -> list[str]:
     """The claims; each failing one is a line of the returned list."""
     bad = []
     for key in ("lost", "stuck", "in_two_places", "dead_undesigned", "finished_without_effect",
-                "effects_more_than_once_unexplained", "fail_extra_runs_unexplained", "order_repeat_got_new_id",
-                "order_keys_with_two_tasks",
-                "enqueue_gave_up"):
+                "effects_more_than_once_unexplained", "freeze_held_task_run_again", "runs_beyond_deliveries",
+                "live_workers_reaped", "fail_extra_runs_unexplained", "order_repeat_got_new_id",
+                "order_keys_with_two_tasks", "enqueue_gave_up"):
         if r.get(key):
-            bad.append(f"{key} = {r[key]}")
+            detail = r.get(key + "_near")
+            bad.append(f"{key} = {r[key]}" + (f" (near: {_pairs(detail)})" if detail else ""))
     if r["finished"] + r["dead"] != r["enqueued"]:
         bad.append(f"finished + dead = {r['finished'] + r['dead']} != enqueued {r['enqueued']}")
     if r["dead_designed"] != r["fail_tasks"]:
@@ -578,11 +1079,18 @@ def checks(r: dict[str, Any]) -> list[str]:
     return bad
 
 
+def _pairs(d: dict[str, Any]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in d.items()) or "-"
+
+
 def table(r: dict[str, Any]) -> str:
     f = r["faults"]
-    rows = [
+    fz = r["freezes"]
+    by = r["effects_more_than_once_by_fault"]
+    rows: list[tuple[str, Any]] = [
         ("tasks enqueued (returned by enqueue)", r["enqueued"]),
         ("  by kind", ", ".join(f"{k} {v}" for k, v in sorted(r["by_kind"].items()))),
+        ("  of them in bursts before freezes", r["burst_tasks"]),
         ("finished", r["finished"]),
         ("dead letters", r["dead"]),
         ("  designed failures (always-fail tasks)", f"{r['dead_designed']} of {r['fail_tasks']}"),
@@ -592,25 +1100,38 @@ def table(r: dict[str, Any]) -> str:
         ("in two places at once (must be 0)", r["in_two_places"]),
         ("finished without its effect (must be 0)", r["finished_without_effect"]),
         ("effects that ran more than once", r["effects_more_than_once"]),
-        ("  explained by a fault during the task", ", ".join(f"{k} {v}" for k, v in r["effects_more_than_once_by_fault"].items()) or "-"),
+        *[(f"  explained by {k}", by.get(k, 0)) for k in EXPLAINERS],
         ("  unexplained (must be 0)", r["effects_more_than_once_unexplained"]),
+        ("    around", _pairs(r["effects_more_than_once_unexplained_near"])),
+        ("    held unstarted by a frozen worker, run by it after SIGCONT", r["freeze_held_task_run_again"]),
+        ("    had run in a frozen worker, not yet settled (invariant 9)", r["freeze_unsettled_task_run_again"]),
+        ("runs beyond the task's delivery count (must be 0)", r["runs_beyond_deliveries"]),
+        ("  around", _pairs(r["runs_beyond_deliveries_near"])),
+        ("workers reaped while alive and not frozen (must be 0)", r["live_workers_reaped"]),
+        ("  within 15 s after a long_pause", r["live_workers_reaped_after_long_pause"]),
         ("order effects more than once (counted above too)", r["order_effects_more_than_once"]),
         ("orders that got two tasks (must be 0)", r["order_keys_with_two_tasks"]),
         ("order re-enqueued / got a new task (must be 0)", f"{r['order_repeats']} / {r['order_repeat_got_new_id']}"),
         ("enqueue calls that raised and were retried", r["enqueue_errors_retried"]),
         ("  stored although enqueue raised", r["ran_but_not_recorded_by_producer"]),
         ("faults injected", r["faults_total"]),
-        ("  worker SIGKILL / SIGTERM", f"{f.get('sigkill', 0)} / {f.get('sigterm', 0)}"),
-        ("  CLIENT KILL (all connections)", f.get("client_kill", 0)),
-        ("  redis-server SIGSTOP pauses", f.get("pause", 0)),
-        ("  redis-server restarts clean / crash", f"{f.get('restart', 0)} / {f.get('restart_crash', 0)}"),
+        ("  sigkill (worker SIGKILL)", f.get("sigkill", 0)),
+        ("  same_name_restart (SIGKILL, same --name again)", f.get("same_name_restart", 0)),
+        ("  sigterm (warm stop)", f.get("sigterm", 0)),
+        ("  client_kill (all connections)", f.get("client_kill", 0)),
+        ("  pause (redis-server SIGSTOP, short)", f.get("pause", 0)),
+        ("  restart / restart_crash (redis-server)", f"{f.get('restart', 0)} / {f.get('restart_crash', 0)}"),
+        ("  freeze (worker SIGSTOP > WORKER_TIMEOUT)", "{} (reaped while frozen {}; held {}: running {}, run {}, not started {})".format(
+            f.get("freeze", 0), r["freezes_reaped"], sum(x["held"] for x in fz), sum(x["running"] for x in fz),
+            sum(x["had_run_not_settled"] for x in fz), sum(x["held_not_started"] for x in fz))),
+        ("  error_replies (OOM / BUSY)", "{} ({})".format(f.get("error_replies", 0), _pairs(r["error_replies_modes"]))),
+        ("  long_pause (redis-server SIGSTOP > WORKER_TIMEOUT)", f.get("long_pause", 0)),
         ("tasks held by SIGKILLed workers", f"{r['tasks_held_by_killed_workers']} (in {r['sigkills_with_tasks']} kills)"),
         ("death -> running elsewhere: max (median)", f"{r['recovery_max_s']} s ({r['recovery_median_s']} s)"),
-        ("  max, no Redis fault in the window (<= 15 s)", f"{r['recovery_max_without_redis_fault_s']} s"),
+        ("  max, no Redis fault or freeze in the window (<= 15 s)", f"{r['recovery_max_without_redis_fault_s']} s"),
         ("  samples (tasks)", r["recovery_samples"]),
         ("worker log: thread crashes / reaps / lease lost", "{} / {} / {}".format(
-            r["worker_logs"].get("thread_crashes", 0), r["worker_logs"].get("reap_warnings", 0),
-            r["worker_logs"].get("lease_lost_warnings", 0))),
+            r["worker_logs"].get("thread_crashes", 0), r["reaps"], r["worker_logs"].get("lease_lost_warnings", 0))),
         ("  fetch replies lost, tasks handed back", r["worker_logs"].get("fetch_reply_lost_handbacks", 0)),
         ("chaos / settle time", f"{r['chaos_seconds']} s / {r['settle_seconds']} s"),
     ]
@@ -618,24 +1139,52 @@ def table(r: dict[str, Any]) -> str:
     return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
 
 
+def _weights(text: str) -> dict[str, float]:
+    out = dict(Config().weights)
+    for part in filter(None, text.split(",")):
+        kind, _, w = part.partition("=")
+        out[kind.strip()] = float(w)
+    return out
+
+
+def _pair(text: str) -> tuple[float, float]:
+    low, _, high = text.partition(",")
+    return float(low), float(high or low)
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["produce"]:
         produce(argv[1:])
         return 0
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="chaos.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tasks", type=int, default=Config.tasks)
     p.add_argument("--producers", type=int, default=Config.producers)
     p.add_argument("--workers", type=int, default=Config.workers)
     p.add_argument("--concurrency", type=int, default=Config.concurrency)
-    p.add_argument("--faults", type=int, default=Config.faults)
-    p.add_argument("--duration", type=float, default=Config.duration, help="seconds over which tasks are enqueued")
+    p.add_argument("--faults", type=int, default=Config.faults, help="most faults (default: %(default)s)")
+    p.add_argument("--duration", type=float, default=Config.duration,
+                   help="seconds over which tasks are enqueued; the chaos stops 30 s after (default: %(default)s)")
+    p.add_argument("--gap", type=_pair, default=Config.gap, help="seconds between faults, MIN,MAX (default: 2,6)")
+    p.add_argument("--weights", type=_weights, default=None,
+                   help="fault weights, e.g. 'freeze=0.2,long_pause=0' (over the defaults: "
+                        + ", ".join(f"{k}={v}" for k, v in Config().weights.items()) + ")")
+    p.add_argument("--sequence", type=lambda s: [k.strip() for k in s.split(",") if k.strip()], default=None,
+                   help="faults in this order, cycled, instead of at random, e.g. 'sigkill,pause,restart'")
     p.add_argument("--settle", type=float, default=Config.settle)
     p.add_argument("--seed", type=int, default=Config.seed)
-    p.add_argument("--workdir", default="")
+    p.add_argument("--workdir", default="", help="keep logs and the AOF here (default: a temporary directory, removed on success)")
     p.add_argument("--json", default="", help="also write the report here")
     a = p.parse_args(argv)
     cfg = Config(tasks=a.tasks, producers=a.producers, workers=a.workers, concurrency=a.concurrency, faults=a.faults,
-                 duration=a.duration, settle=a.settle, seed=a.seed, workdir=a.workdir)
+                 duration=a.duration, gap=a.gap, settle=a.settle, seed=a.seed, workdir=a.workdir)
+    if a.weights is not None:
+        cfg.weights = a.weights
+    if a.sequence:
+        cfg.sequence = a.sequence
+    try:
+        cfg.validate()
+    except ValueError as exc:
+        p.error(str(exc))
     started = time.time()
     report = run_chaos(cfg)
     report["wall_seconds"] = round(time.time() - started, 1)
