@@ -79,17 +79,20 @@ class Heartbeat:
         self._wake.set()
 
     def loop(self) -> None:
-        pause = self.options.heartbeat_interval
+        failed = False
         while True:
-            self._wake.wait(pause)
+            if failed:  # try again soon, but a failing Redis is not hammered by wake-ups
+                self._stop.wait(min(0.25, self.options.heartbeat_interval))
+            else:
+                self._wake.wait(self.options.heartbeat_interval)
             self._wake.clear()
             if self._stop.is_set():
                 return
-            pause = self.options.heartbeat_interval
+            failed = False
             try:
                 self.beat()
-            except Exception as exc:  # the heartbeat must never stop while tasks run; try again soon
-                pause = min(0.25, pause)
+            except Exception as exc:  # the heartbeat must never stop while tasks run
+                failed = True
                 if isinstance(exc, redis.RedisError):
                     logger.warning("heartbeat of worker %s failed (%s: %s)", self.worker_id, type(exc).__name__, exc)
                 else:

@@ -80,7 +80,7 @@ class Command(BaseCommand):
         parser.add_argument("--prefetch", type=positive, default=None, help="tasks held per queue, running included (default: automatic, from task durations)")
         parser.add_argument("--burst", action="store_true", help="run until the queues are empty, then exit")
         parser.add_argument("--max-tasks", type=positive, default=None, help="exit after settling this many tasks")
-        parser.add_argument("--name", default=None, help="worker name (default: host.pid.random)")
+        parser.add_argument("--name", default=None, help="worker name (default: host.pid); the worker id adds a per-process suffix")
 
     def handle(self, *args: Any, **opts: Any) -> None:
         self._configure_logging(opts["verbosity"])
