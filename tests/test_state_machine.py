@@ -162,8 +162,8 @@ class BrokerMachine(RuleBasedStateMachine):
             t.failures += 1
         if t.guard == f"running:{w}":
             t.guard = None
-        if t.idem and self.idem_keys.get((q, t.idem)) == t.id:
-            del self.idem_keys[(q, t.idem)]
+        # a dead letter keeps its idempotency key (a replay runs it under the key again);
+        # purging or trimming it frees the key (idem_holder: a gone task holds nothing)
         self.counters[q]["dead_count"] += 1
         actual = dict(self.r.zrange(self.b.keys(q).dead, 0, -1, withscores=True))
         if t.id in actual:
@@ -500,12 +500,19 @@ class BrokerMachine(RuleBasedStateMachine):
         if beats:  # Worker.run heartbeats before its first fetch
             self._beat(new)
 
-    @rule(name=st.sampled_from(NAMES), beats=st.sampled_from([True, True, False]), long_ago=st.booleans())
-    def restart(self, name: str, beats: bool, long_ago: bool) -> None:
+    def _restart_choices(self) -> list[str]:
+        """Names whose live process holds something (a restart of an idle one only changes its id)."""
+        return [name for name, w in self.current.items() if self.holds[w] or any(self.processing[(q, w)] for q in QUEUES)]
+
+    @precondition(lambda self: self._restart_choices())
+    @rule(data=st.data(), beats=st.sampled_from([True, True, False]), long_ago=st.booleans())
+    def restart(self, data: st.DataObject, beats: bool, long_ago: bool) -> None:
         """The process of a worker dies (SIGKILL, OOM killer) and is started again with the same --name.
 
         The old incarnation never acts again; what it held stays in its processing list until a reap
-        hands it back (deliveries still counted). ``long_ago``: it died a timeout before the restart."""
+        hands it back (deliveries still counted). ``long_ago``: it died a timeout before the restart.
+        ``beats``: the new one heartbeats before its first fetch, as Worker.run does (or it is fenced)."""
+        name = data.draw(st.sampled_from(self._restart_choices()))
         if long_ago:
             self._rewind(self.current[name])
         self._restart(name, beats)
@@ -537,42 +544,71 @@ class BrokerMachine(RuleBasedStateMachine):
                 else:
                     self.r.pexpire(key, ttl - delta)
 
-    @rule(delta=st.sampled_from([1300, 4700, 25_000]))
-    def time_passes(self, delta: int) -> None:
-        self._shift(delta)
-
-    @rule(data=st.data())
-    def fleet_runs(self, data: st.DataObject) -> None:
-        """Some workers heartbeat steadily through 11 s of Redis time: their runs outlast
-        WORKER_TIMEOUT with the last beat fresh (they may reap); everyone else goes stale."""
-        names = data.draw(st.lists(st.sampled_from(NAMES), min_size=1, max_size=3, unique=True))
-        for delta in (4000, 4000, 3000):
-            for name in names:
+    @rule(delta=st.sampled_from([1300, 4700, 11_000, 25_000]),
+          beating=st.lists(st.sampled_from(NAMES), max_size=3, unique=True))
+    def time_passes(self, delta: int, beating: list[str]) -> None:
+        """``delta`` ms of Redis time pass while the workers ``beating`` heartbeat every 4 s (at most
+        the gap): their runs grow unbroken (past WORKER_TIMEOUT, they may reap); the others go stale."""
+        while delta > 0:
+            for name in beating:
                 self._beat(self.current[name])
-            self._shift(delta)
+            step = min(delta, 4000) if beating else delta
+            self._shift(step)
+            delta -= step
 
-    @rule(data=st.data(), extra=st.sampled_from([1, 5000]))
-    def redis_outage(self, data: st.DataObject, extra: int) -> None:
+    @rule(extra=st.sampled_from([1, 5000]), back=st.lists(st.sampled_from(NAMES), min_size=1, max_size=3, unique=True),
+          reaps=st.lists(st.sampled_from(QUEUES), min_size=3, max_size=3), operator=st.sampled_from([None, *QUEUES]))
+    def redis_outage(self, extra: int, back: list[str], reaps: list[str], operator: str | None) -> None:
         """Redis was paused (SIGSTOP) or unreachable for longer than WORKER_TIMEOUT: to the scripts,
-        every heartbeat and run start aged at once. The first workers back heartbeat: their runs
-        restart, so none of them may reap the others yet; an operator's reap still reaps them."""
+        every heartbeat and run start aged at once. The first workers back heartbeat, then try to
+        reap (on ``reaps[i]``): their runs restarted, so none of them may reap the others yet. An
+        operator's reap (on ``operator``) still reaps everyone else."""
         before = {q: set(self.registered(q)) for q in QUEUES}
         self._shift(TIMEOUT_MS + extra)
-        back = data.draw(st.lists(st.sampled_from(NAMES), min_size=1, max_size=3, unique=True))
-        for name in back:
+        for name, q in zip(back, reaps, strict=False):
             w = self.current[name]
             self._beat(w)
-            assert all(self.alive[(q, w)] == self.hb[(q, w)] for q in QUEUES), "the run did not restart after the outage"
-            q = data.draw(st.sampled_from(QUEUES))
+            assert all(self.alive[(qq, w)] == self.hb[(qq, w)] for qq in QUEUES), "the run did not restart after the outage"
             verdict, _ = self._call_reap(q, w, 10)
             assert verdict == "refused", (w, verdict)
-        if data.draw(st.booleans()):
-            q = data.draw(st.sampled_from(QUEUES))
-            others = before[q] - {self.current[name] for name in back}
-            _, reaped = self._call_reap(q, "", 10)
+        if operator is not None:
+            others = before[operator] - {self.current[name] for name in back}
+            _, reaped = self._call_reap(operator, "", 10)
             if len(others) <= 10:
                 assert set(reaped) == others, (reaped, others)
             event("operator reap after an outage")
+
+    def _crash_loop_choices(self) -> list[str]:
+        return [q for q in QUEUES if self.pending[q] and self.tasks[self.pending[q][-1]].has_msg]
+
+    @precondition(lambda self: self._crash_loop_choices())
+    @rule(data=st.data(), name=st.sampled_from(NAMES), rounds=st.integers(2, 3))
+    def crash_loop(self, data: st.DataObject, name: str, rounds: int) -> None:
+        """A task that kills its worker's process: fetched, the process dies and is started again
+        under the same name, the predecessor is reaped. The new incarnation cannot release the
+        predecessor's claim, and the reap keeps the delivery counted: each round counts one more."""
+        q = data.draw(st.sampled_from(self._crash_loop_choices()))
+        tid = self.pending[q][-1]
+        t, k = self.tasks[tid], self.b.keys(q)
+        for _ in range(rounds):
+            w = self.current[name]
+            if (q, w) not in self.hb:
+                self._beat(w)
+            before = t.deliveries
+            self._fetch(q, w, 1, self.moved.pop((q, w), ""))
+            if t.loc != f"processing:{w}" or t.guard != f"running:{w}":  # not run (a 'success' guard, a stale one)
+                return
+            self._rewind(w)
+            self._restart(name, beats=True)
+            new = self.current[name]
+            assert self.b.release(q, new, [tid]) == 0, "a restarted worker released its predecessor's task"
+            assert int(self.r.hget(k.task(tid), "deliveries")) == before + 1
+            _, reaped = self._call_reap(q, "", 10)
+            if w not in reaped:  # more than 10 dead workers before it
+                return
+            assert t.loc == "pending" and self.pending[q][-1] == tid, (t.loc, self.pending[q][-3:])
+            assert int(self.r.hget(k.task(tid), "deliveries")) == before + 1, "the reap undid a delivery"
+            event("crash loop: one more delivery")
 
     # -- background duties -------------------------------------------------
 
