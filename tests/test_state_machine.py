@@ -3,10 +3,11 @@
 Hypothesis drives random sequences of broker operations -- enqueue (now,
 delayed, with an idempotency key, a retried enqueue of an existing id),
 BLMOVE + fetch, ack, retry, bury, release, heartbeat, worker death, worker
-restarts under the same name, reaping by an operator and by a worker,
-promote, replay, purge, time passing on the Redis side, a Redis outage
-longer than WORKER_TIMEOUT, and write steps tried while Redis answers OOM --
-and after every step compares Redis with a plain-Python model:
+restarts under the same name (and a task that crash-loops its worker),
+reaping by an operator and by a worker, promote, replay, purge, time passing
+on the Redis side while some workers heartbeat, a Redis outage longer than
+WORKER_TIMEOUT, and write steps tried while Redis answers OOM -- and after
+every step compares Redis with a plain-Python model:
 
 * every task id is in exactly one of pending / scheduled / processing:<w> /
   dead / finished (or deleted for good by purge or dead-letter trimming), and
@@ -183,7 +184,7 @@ class BrokerMachine(RuleBasedStateMachine):
     # -- producing -------------------------------------------------------
 
     @rule(q=st.sampled_from(QUEUES), delay=st.sampled_from([0, 0, 0, 0, 1, 5000, 60_000]),
-          idem=st.sampled_from(["", "", "", "k1", "k2"]), count=st.integers(1, 3))
+          idem=st.sampled_from(["", "", "", "k1", "k2"]), count=st.integers(1, 4))
     def enqueue(self, q: str, delay: int, idem: str, count: int) -> None:
         items = []
         for _ in range(count):
@@ -212,7 +213,7 @@ class BrokerMachine(RuleBasedStateMachine):
     def odd_enqueue(self, data: st.DataObject, q: str, raw: str) -> None:
         """A retried enqueue of a stored id (its first reply was lost) must neither store nor move
         the task again; an id pushed by hand with no task data must be buried as missing."""
-        if self.stored() and data.draw(st.booleans()):
+        if self.stored() and data.draw(st.sampled_from([True, True, False])):
             t = data.draw(st.sampled_from(self.stored()))
             out = self.b.enqueue(t.queue, [(t.id, _msg(0, t.queue), TASK_PATH, 0, "")])
             assert out[0].duplicate_of is None
@@ -290,8 +291,9 @@ class BrokerMachine(RuleBasedStateMachine):
         got = self.b.fetch(q, w, n, moved_id=moved)
         self._apply_fetch(q, w, ids, got)
 
-    @rule(q=st.sampled_from(QUEUES), name=st.sampled_from(NAMES), n=st.sampled_from([0, 1, 2, 3, 3]))
-    def fetch(self, q: str, name: str, n: int) -> None:
+    @rule(data=st.data(), name=st.sampled_from(NAMES), n=st.sampled_from([0, 1, 2, 3, 3]))
+    def fetch(self, data: st.DataObject, name: str, n: int) -> None:
+        q = data.draw(st.sampled_from([q for q in QUEUES if self.pending[q]] or QUEUES))
         w = self.current[name]
         self._fetch(q, w, n, self.moved.pop((q, w), ""))  # the fetch loop claims what it BLMOVEd first
 
@@ -416,20 +418,27 @@ class BrokerMachine(RuleBasedStateMachine):
             if then_restart:
                 self._restart(name, beats=data.draw(st.booleans()))
             return
-        if not self._held():
+        # the ids a predecessor of the same name still holds: a restarted worker never undoes their claims
+        theirs = {name: sorted(i for (_, o), plist in self.processing.items() if o != w and o.split(".", 1)[0] == name
+                               for i in plist) for name, w in self.current.items()}
+        choices = sorted(w for name, w in self.current.items() if self.holds[w] or theirs[name])
+        if not choices:
             return
-        w = data.draw(st.sampled_from(sorted({w for w, _ in self._held()})))
+        w = data.draw(st.sampled_from(choices))
         by_queue: dict[str, list[str]] = {}
         for tid in sorted(self.holds[w]):
             if data.draw(st.booleans()):
                 by_queue.setdefault(self.tasks[tid].queue, []).append(tid)
-        # the ids a predecessor of the same name still holds: a restarted worker never undoes their claims
         name = w.split(".", 1)[0]
-        theirs = sorted(i for (_, o), plist in self.processing.items() if o != w and o.split(".", 1)[0] == name for i in plist)
-        if theirs and data.draw(st.booleans()):
-            tid = data.draw(st.sampled_from(theirs))
+        if theirs[name] and (not by_queue or data.draw(st.booleans())):
+            tid = data.draw(st.sampled_from(theirs[name]))
             by_queue.setdefault(self.tasks[tid].queue, []).append(tid)
             event("release names a predecessor's task")
+        self._release_ids(w, by_queue)
+
+    def _release_ids(self, w: str, by_queue: dict[str, list[str]]) -> None:
+        """``Broker.release`` with ids, per queue: each id in w's list goes back to the right of
+        pending; its claim (delivery, guard) is undone only where w holds the guard."""
         for q, ids in by_queue.items():
             expected = 0
             for tid in ids:
@@ -478,13 +487,21 @@ class BrokerMachine(RuleBasedStateMachine):
                 assert self.r.zadd(self.b.keys(q).workers, {w: score}, xx=True, ch=True) == 1
                 self.hb[(q, w)] = score
 
-    @rule(name=st.sampled_from(NAMES), dies=st.booleans())
-    def liveness(self, name: str, dies: bool) -> None:
-        """A heartbeat; or death: the worker's heartbeat score looks silent for longer than
-        WORKER_TIMEOUT (it may heartbeat again later: a paused process waking up)."""
+    @rule(name=st.sampled_from(NAMES), dies=st.booleans(), sweep=st.booleans())
+    def liveness(self, name: str, dies: bool, sweep: bool) -> None:
+        """A heartbeat, then maybe the sweep (Heartbeat.sweep: ids in the worker's lists that it
+        does not know of, such as a BLMOVEd id it dropped when fenced, are released); or death:
+        the worker's heartbeat score looks silent for longer than WORKER_TIMEOUT (it may heartbeat
+        again later: a paused process waking up)."""
         w = self.current[name]
         if not dies:
             self._beat(w)
+            if sweep:
+                known = set(self.holds[w]) | {i for (_, o), i in self.moved.items() if o == w}
+                orphans = {q: sorted(set(self.processing[(q, w)]) - known) for q in QUEUES}
+                if any(orphans.values()):
+                    event("sweep released orphans")
+                self._release_ids(w, {q: ids for q, ids in orphans.items() if ids})
             return
         self._rewind(w)
         event("worker died")
@@ -606,9 +623,11 @@ class BrokerMachine(RuleBasedStateMachine):
             _, reaped = self._call_reap(q, "", 10)
             if w not in reaped:  # more than 10 dead workers before it
                 return
-            assert t.loc == "pending" and self.pending[q][-1] == tid, (t.loc, self.pending[q][-3:])
+            assert t.loc == "pending", t.loc
             assert int(self.r.hget(k.task(tid), "deliveries")) == before + 1, "the reap undid a delivery"
-            event("crash loop: one more delivery")
+            event(f"crash loop: {before + 1} deliveries")
+            if self.pending[q][-1] != tid:  # other dead workers' tasks were handed back after it
+                return
 
     # -- background duties -------------------------------------------------
 
@@ -680,6 +699,8 @@ class BrokerMachine(RuleBasedStateMachine):
                 must = lo <= before and after <= hi
             verdict = "allowed" if must else "edge" if may else "refused"
             event(f"worker reap {verdict}")
+            if reaped:
+                event("a worker reaped others")
         if verdict == "refused":
             assert (count, reaped) == (0, []), (me, mine, since, before, count, reaped)
             return verdict, []
@@ -739,8 +760,8 @@ class BrokerMachine(RuleBasedStateMachine):
         qs, names = st.sampled_from(QUEUES), st.sampled_from(NAMES)
         steps: dict[str, Callable[[st.DataObject], None]] = {
             "enqueue": lambda d: self.enqueue(d.draw(qs), d.draw(st.sampled_from([0, 5000])), d.draw(st.sampled_from(["", "k1"])), 1),
-            "fetch": lambda d: self.fetch(d.draw(qs), d.draw(names), d.draw(st.integers(1, 3))),  # n >= 1: it must write
-            "heartbeat": lambda d: self.liveness(d.draw(names), dies=False),
+            "fetch": lambda d: self.fetch(d, d.draw(names), d.draw(st.integers(1, 3))),  # n >= 1: it must write
+            "heartbeat": lambda d: self.liveness(d.draw(names), dies=False, sweep=False),
             "reap": lambda d: self.reap(d.draw(qs), 10),
             "worker_reaps": lambda d: self.worker_reaps(d.draw(qs), d.draw(names), 10),
             "promote": lambda d: self.promote(d.draw(qs)),
@@ -803,11 +824,11 @@ class BrokerMachine(RuleBasedStateMachine):
             assert self._snapshot() == before, f"{step} was refused under OOM but changed Redis"
             event(f"OOM refused {step}")
             return
-        if step in OOM_MAY_COMPLETE:
-            event(f"OOM let {step} complete (its first write frees memory)")
-        else:  # a step that had nothing to write (a reap with no one dead, a duplicate enqueue) may return
-            assert self._snapshot() == before, f"{step} wrote to Redis while it answered OOM"
+        if self._snapshot() == before:  # nothing to write (a refused worker reap, a duplicate enqueue)
             event(f"OOM: {step} had nothing to write")
+            return
+        assert step in OOM_MAY_COMPLETE, f"{step} wrote to Redis while it answered OOM"
+        event(f"OOM let {step} complete (its first write frees memory)")
 
     # -- the invariants ----------------------------------------------------
 
