@@ -1,38 +1,40 @@
-"""The worker: executor threads that fetch and run; fetchers, heartbeat, settling and upkeep beside.
+"""The worker: composes its components, runs the executor threads and the upkeep.
 
-Executor threads run tasks in queue order (earlier queues first). When they
-run out, they fetch a batch themselves (no thread hand-off under a backlog)
-and hand finished tasks to the settler (``settle.py``: ack, retry or bury, in
-batches, within ``SETTLE_WITHIN``). Once a queue is dry, its fetcher thread
-blocks in BLMOVE, so a new task on any queue starts at once. At most
-``prefetch()`` tasks per queue are held. The heartbeat (``heartbeat.py``)
-keeps the worker registered and its guards leased, and fences it after it was
-reaped; the main thread promotes due tasks and reaps dead workers. Signals
-belong to the management command, not here.
+- ``holding.py``: what the worker holds (fetched, unsettled, running), within
+  a per-queue budget, the prefetch.
+- ``fetcher.py``: keeps the budget fetched; executors fetch for themselves
+  under a backlog, a thread per queue blocks in BLMOVE once it is dry.
+- executors (here): run tasks in queue order (earlier queues first) with the
+  runner (``runner.py``), each only within the heartbeat's lease.
+- ``settle.py``: ack, retry or bury, in batches, within ``SETTLE_WITHIN``.
+- ``heartbeat.py``: keeps the worker registered and its guards leased, and
+  fences it after it was reaped.
+- upkeep (here, the main thread): promote due tasks, reap dead workers.
+
+Signals belong to the management command, not here.
 
 No exception, from any task or any task data, ends an executor thread: a task
 that cannot even be run is dead-lettered with the reason.
 """
 from __future__ import annotations
 
-import itertools
 import logging
 import os
-import queue as queue_mod
 import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import redis
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.crypto import get_random_string
 
-from .broker import CORRUPT, NOMSG, RUN, Broker, Delivery
+from .broker import CORRUPT, NOMSG, Broker, Delivery
 from .connection import BLOCK_TIMEOUT
-from .exceptions import Fenced
+from .fetcher import Fetcher
 from .heartbeat import Heartbeat
+from .holding import Held
 from .keys import NAME_RE, WORKER_NAME_MAX
 from .runner import DEAD, Outcome, Runner, error_dict
 from .settle import ACK_BATCH, SETTLE_WITHIN, Batch, Settler, Unsettled
@@ -43,30 +45,6 @@ BAD_MESSAGE = "django_redisq.exceptions.BadMessage"
 HOLD_SECONDS = 0.01
 """Automatic prefetch: hold about this much work per thread beyond the tasks running."""
 AUTO_PREFETCH_MAX = 64
-
-
-class Budget:
-    """How many fetched-but-unsettled tasks a queue may hold; the limit may change as we learn."""
-
-    def __init__(self, limit: Callable[[], int]) -> None:
-        self.limit = limit
-        self.held = 0
-        self._cond = threading.Condition()
-
-    def take(self, timeout: float) -> int:
-        """Wait (up to ``timeout``) until below the limit, then take the whole gap."""
-        with self._cond:
-            if not self._cond.wait_for(lambda: self.held < self.limit(), timeout):
-                return 0
-            k = self.limit() - self.held
-            self.held += k
-            return k
-
-    def give(self, k: int = 1) -> None:
-        if k:
-            with self._cond:
-                self.held -= k
-                self._cond.notify_all()
 
 
 def default_name() -> str:
@@ -121,24 +99,17 @@ class Worker:
         self.concurrency, self.burst, self.max_tasks = concurrency, burst, max_tasks
         self.fixed_prefetch = prefetch or self.options.prefetch or None
         self.avg_duration = 0.001  # seconds, moving average of task run time
-        self.broker = Broker(self.options)
-        self.runner = runner or Runner(self.options, backend)
-        self.permits = {q: Budget(self.prefetch) for q in self.queues}
-        self._idle = {q: threading.Event() for q in self.queues}
-        for event in self._idle.values():
-            event.set()
-        self.rank = {q: i for i, q in enumerate(self.queues)}
-        self.work: queue_mod.PriorityQueue[tuple[int, int, Delivery]] = queue_mod.PriorityQueue()
-        self._seq = itertools.count()
-        self._lock = threading.Lock()
-        self.inflight: dict[str, Delivery] = {}
-        self.running: set[str] = set()
         self.processed = 0
+        self.started_at = time.time()
         self._stop = threading.Event()
         self._force = threading.Event()
         self._flush_stop = threading.Event()
-        self.started_at = time.time()
-        self.heartbeat = Heartbeat(self.options, self.id, self.queues, self.info, self._known, self._fenced)
+        self._count_lock = threading.Lock()
+        self.broker = Broker(self.options)
+        self.runner = runner or Runner(self.options, backend)
+        self.held = Held(self.queues, self.prefetch)
+        self.heartbeat = Heartbeat(self.options, self.id, self.queues, self.info, self.held.known, self._fenced)
+        self.fetcher = Fetcher(self.broker, self.id, self.queues, self.held, self._stop, self.heartbeat.wake, burst)
         self.settler = Settler(self.broker, self.id, self._force, self._settled)
         self.unsettled = [Unsettled() for _ in range(concurrency)]
 
@@ -173,7 +144,7 @@ class Worker:
         self.heartbeat.beat()  # registered before the first fetch
         heartbeat = threading.Thread(target=self.heartbeat.loop, name="redisq-heartbeat", daemon=True)
         flusher = threading.Thread(target=self.settler.flush_loop, args=(self.unsettled, self._flush_stop), name="redisq-settle", daemon=True)
-        fetchers = [threading.Thread(target=self._fetch_loop, args=(q,), name=f"redisq-fetch-{q}", daemon=True) for q in self.queues]
+        fetchers = [threading.Thread(target=self.fetcher.loop, args=(q,), name=f"redisq-fetch-{q}", daemon=True) for q in self.queues]
         executors = [threading.Thread(target=self._execute_loop, args=(u,), name=f"redisq-exec-{i}", daemon=True)
                      for i, u in enumerate(self.unsettled)]
         for t in [heartbeat, flusher, *fetchers, *executors]:
@@ -182,127 +153,25 @@ class Worker:
             logging.DEBUG if self.burst else logging.INFO,
             "worker %s serving %s with %d thread(s)", self.id, ", ".join(self.queues), self.concurrency,
         )
-        quiet_rounds, last_reap = 0, 0.0
         try:
-            while not self._stop.is_set():
-                wait, moved = 0.5, 0
-                try:
-                    for q in self.queues:
-                        n, nxt = self.broker.promote(q)
-                        moved += n
-                        if nxt >= 0:
-                            wait = min(wait, nxt / 1000)
-                    if time.monotonic() - last_reap >= self.options.heartbeat_interval:
-                        last_reap = time.monotonic()
-                        self._reap()
-                    if self.burst:
-                        quiet_rounds = quiet_rounds + 1 if moved == 0 and self._drained() else 0
-                        if quiet_rounds >= 2:
-                            break
-                        wait = min(wait, 0.05)
-                except redis.RedisError as exc:
-                    logger.warning("worker upkeep failed (%s); retrying", exc)
-                    wait = 1.0
-                except Exception:
-                    logger.exception("worker upkeep failed; retrying")
-                    wait = 1.0
-                self._stop.wait(max(0.005, wait))
+            self._upkeep_loop()
         finally:
             self._shutdown(fetchers, executors, [heartbeat, flusher])
         return self.processed
 
     def info(self) -> dict[str, Any]:
-        with self._lock:
-            current = sorted(self.running)[:50]
         return {
             "id": self.id, "name": self.name, "host": socket.gethostname(), "pid": os.getpid(), "queues": self.queues,
             "concurrency": self.concurrency, "started_at": int(self.started_at * 1000),
-            "processed": self.processed, "current": current,
+            "processed": self.processed, "current": self.held.current(),
         }
-
-    # -- fetching --------------------------------------------------------
-
-    def _fetch_loop(self, q: str) -> None:
-        """Per queue: keep up to ``prefetch()`` tasks fetched, blocking in BLMOVE while idle."""
-        permits, pause, idle = self.permits[q], 0.1, self._idle[q]
-        while not self._stop.is_set():
-            # under a backlog the executors fetch for themselves; this thread waits for the
-            # queue to run dry, then blocks in BLMOVE so a new task is seen at once
-            if not idle.wait(0.2):
-                continue
-            n = permits.take(timeout=0.2)
-            if n == 0:
-                continue
-            try:
-                got = self.broker.fetch(q, self.id, n)
-                if not got:
-                    moved = self.broker.wait(q, self.id, 0.05 if self.burst else BLOCK_TIMEOUT)
-                    if moved:
-                        got = self.broker.fetch(q, self.id, n - 1, moved_id=moved)
-                if got:
-                    idle.clear()
-                pause = 0.1
-            except Fenced:  # reaped: the heartbeat drops what we hold and registers us again
-                permits.give(n)
-                self.heartbeat.wake()
-                self._stop.wait(0.05)
-                continue
-            except Exception as exc:  # the fetcher must outlive any reply it cannot read
-                permits.give(n)
-                if isinstance(exc, redis.RedisError):
-                    logger.warning("fetch from queue %s failed (%s); retrying in %.1fs", q, exc, pause)
-                else:
-                    logger.exception("fetch from queue %s failed; retrying in %.1fs", q, pause)
-                self._stop.wait(pause)
-                pause = min(pause * 2, 5.0)
-                continue
-            self._accept(q, n, got)
-
-    def _accept(self, q: str, n: int, got: list[Delivery]) -> int:
-        """Queue fetched tasks for the executors; give back the permits not used."""
-        used = 0
-        for d in got:
-            if d.code in (RUN, NOMSG, CORRUPT):
-                with self._lock:
-                    self.inflight[d.id] = d
-                self.work.put((self.rank[q], next(self._seq), d))
-                used += 1
-        self.permits[q].give(n - used)
-        return used
-
-    def _fetch_now(self) -> bool:
-        """An idle executor fetches for itself (queues in order): no thread hand-off under a backlog."""
-        for q in self.queues:
-            n = self.permits[q].take(timeout=0)
-            if n == 0:
-                continue
-            try:
-                got = self.broker.fetch(q, self.id, n)
-            except Exception as exc:  # noqa: BLE001 - the fetcher thread reports and backs off
-                self.permits[q].give(n)
-                self._idle[q].set()
-                if isinstance(exc, Fenced):
-                    self.heartbeat.wake()
-                return False
-            if self._accept(q, n, got):
-                return True
-            self._idle[q].set()  # dry: the fetcher thread waits for the next task
-        return False
-
-    def _known(self) -> set[str]:
-        with self._lock:
-            return set(self.inflight)
 
     def _fenced(self, q: str) -> None:
         """We were reaped on ``q``: drop, unstarted, every task of it we hold (it is pending again)."""
-        with self._lock:
-            dropped = [i for i, d in self.inflight.items() if d.queue == q and i not in self.running]
-            for i in dropped:
-                del self.inflight[i]
-        self.permits[q].give(len(dropped))
+        dropped = self.held.drop(q)
         logger.warning(
             "worker %s was reaped on queue %s (paused or cut off past WORKER_TIMEOUT): %d fetched task(s) dropped unstarted, "
-            "they run elsewhere; serving again", self.id, q, len(dropped),
+            "they run elsewhere; serving again", self.id, q, dropped,
         )
 
     # -- running ---------------------------------------------------------
@@ -319,31 +188,26 @@ class Worker:
 
     def _execute_one(self, unsettled: Unsettled) -> bool:
         """Run (or fetch) the next task; False once the worker stops."""
-        try:
-            _, _, d = self.work.get_nowait()
-        except queue_mod.Empty:
+        d = self.held.next()
+        if d is None:
             if len(unsettled):  # idle: settle what has run before anything else
                 self.settler.settle(unsettled.take())
                 return True
             if self._stop.is_set():
                 return False
-            if self._fetch_now():
+            if self.fetcher.fetch_now():
                 return True
-            try:
-                _, _, d = self.work.get(timeout=0.2)
-            except queue_mod.Empty:
+            d = self.held.next(timeout=0.2)
+            if d is None:
                 return True
         if self._stop.is_set():  # stopping: unstarted tasks are handed back in _shutdown
-            self.work.put((self.rank[d.queue], next(self._seq), d))
+            self.held.put_back(d)
             return False
-        with self._lock:
-            if self.inflight.get(d.id) is not d:
-                return True  # dropped by a fence: it is pending again, maybe run elsewhere
-            leased = self.heartbeat.may_start()
-            if leased:
-                self.running.add(d.id)
-        if not leased:  # past our lease (we were paused?): wait for the heartbeat to tell whether we were reaped
-            self.work.put((self.rank[d.queue], next(self._seq), d))
+        started = self.held.begin(d, self.heartbeat.may_start)
+        if started is False:
+            return True  # dropped by a fence: it is pending again, maybe run elsewhere
+        if started is None:  # past our lease (we were paused?): wait for the heartbeat to tell whether we were reaped
+            self.held.put_back(d)
             self.heartbeat.wake()
             time.sleep(0.02)
             return True
@@ -369,16 +233,12 @@ class Worker:
         return self.runner.run(d, self.id)
 
     def _settled(self, batch: Batch) -> None:
-        with self._lock:
-            for d, _ in batch:
-                if self.inflight.get(d.id) is d:
-                    del self.inflight[d.id]
-                self.running.discard(d.id)
+        self.held.forget(d for d, _ in batch)
+        with self._count_lock:
             self.processed += len(batch)
             done = self.processed
         for d, o in batch:
             self.avg_duration += 0.05 * (o.duration - self.avg_duration)
-            self.permits[d.queue].give(1)
             if logger.isEnabledFor(logging.INFO):
                 logger.info(
                     "task %s id=%s queue=%s attempt=%d outcome=%s duration=%.1fms%s",
@@ -389,6 +249,33 @@ class Worker:
             self.request_stop()
 
     # -- upkeep ----------------------------------------------------------
+
+    def _upkeep_loop(self) -> None:
+        """Promote due tasks (waking when the next is due) and reap dead workers, until stopped or drained."""
+        quiet_rounds, last_reap = 0, 0.0
+        while not self._stop.is_set():
+            wait, moved = 0.5, 0
+            try:
+                for q in self.queues:
+                    n, nxt = self.broker.promote(q)
+                    moved += n
+                    if nxt >= 0:
+                        wait = min(wait, nxt / 1000)
+                if time.monotonic() - last_reap >= self.options.heartbeat_interval:
+                    last_reap = time.monotonic()
+                    self._reap()
+                if self.burst:
+                    quiet_rounds = quiet_rounds + 1 if moved == 0 and self._drained() else 0
+                    if quiet_rounds >= 2:
+                        return
+                    wait = min(wait, 0.05)
+            except redis.RedisError as exc:
+                logger.warning("worker upkeep failed (%s); retrying", exc)
+                wait = 1.0
+            except Exception:
+                logger.exception("worker upkeep failed; retrying")
+                wait = 1.0
+            self._stop.wait(max(0.005, wait))
 
     def _reap(self) -> None:
         for q in self.queues:
@@ -401,9 +288,8 @@ class Worker:
                 logger.warning("reaped worker(s) %s: %d task(s) of queue %s back to pending", ", ".join(workers), tasks, q)
 
     def _drained(self) -> bool:
-        with self._lock:
-            if self.inflight:
-                return False
+        if len(self.held):
+            return False
         pipe = self.broker.client.pipeline(transaction=False)
         for q in self.queues:
             k = self.broker.keys(q)
@@ -420,15 +306,7 @@ class Worker:
             while t.is_alive() and not self._force.is_set() and time.monotonic() < deadline:
                 t.join(0.1)
         clean = not any(t.is_alive() for t in executors)
-        unstarted: dict[str, list[str]] = {}
-        while True:
-            try:
-                _, _, d = self.work.get_nowait()
-            except queue_mod.Empty:
-                break
-            with self._lock:
-                if self.inflight.get(d.id) is d:
-                    unstarted.setdefault(d.queue, []).append(d.id)
+        unstarted = self.held.unstarted()
         # heartbeat and flusher stop last: only once no task of ours is running
         self._flush_stop.set()
         self.heartbeat.stop()
@@ -443,11 +321,7 @@ class Worker:
         except redis.RedisError as exc:
             clean = False
             logger.warning("could not hand back tasks at shutdown (%s); the reaper will", exc)
-        with self._lock:
-            for ids in unstarted.values():
-                for i in ids:
-                    self.inflight.pop(i, None)
         if not clean:
-            logger.warning("worker %s stopped with %d task(s) unfinished; they return after WORKER_TIMEOUT", self.id, len(self.inflight))
+            logger.warning("worker %s stopped with %d task(s) unfinished; they return after WORKER_TIMEOUT", self.id, len(self.held))
         else:
             logger.log(logging.DEBUG if self.burst else logging.INFO, "worker %s stopped after %d task(s)", self.id, self.processed)
