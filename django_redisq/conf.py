@@ -6,6 +6,7 @@ errors. Nothing here talks to Redis.
 
 from __future__ import annotations
 
+import math
 import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -28,6 +29,7 @@ TUNABLES: dict[str, tuple[str, type, float]] = {
     "DEAD_LETTER_TTL": ("dead_letter_ttl", float, 0),
     "DEAD_LETTER_MAX": ("dead_letter_max", int, 0),
     "RESULT_MAX_BYTES": ("result_max_bytes", int, 64),
+    "TIMEOUT": ("timeout", float, 0),
 }
 GLOBALS: dict[str, tuple[str, type, float]] = {
     "HEARTBEAT_INTERVAL": ("heartbeat_interval", float, 0.05),
@@ -62,6 +64,7 @@ class Options:
     dead_letter_ttl: float = 7 * 86400.0
     dead_letter_max: int = 100_000
     result_max_bytes: int = 1024 * 1024  # an encoded return value larger than this is not stored (runner.py)
+    timeout: float = 1800.0  # a task's time limit on a worker (timelimit.py); 0 = none
     heartbeat_interval: float = 2.0
     worker_timeout: float = 10.0
     prefetch: int = 0  # 0 = the worker's concurrency
@@ -81,6 +84,8 @@ def _check_number(name: str, value: Any, kind: type, minimum: float, where: str)
     ok_types = (int,) if kind is int else (int, float)
     if isinstance(value, bool) or not isinstance(value, ok_types):
         return f"{where}{name} must be {'a whole number' if kind is int else 'a number'}, got {value!r}."
+    if not math.isfinite(value):
+        return f"{where}{name} must be a finite number, got {value!r}."
     if value < minimum:
         return f"{where}{name} must be at least {minimum:g}, got {value!r}."
     return None

@@ -49,3 +49,23 @@ class Retry(RedisQError):
 
 class Fenced(RedisQError):
     """The worker was reaped (it was paused or cut off past WORKER_TIMEOUT): what it holds is no longer its own."""
+
+
+class TaskTimeout(BaseException):
+    """Raised inside a task that ran past its time limit (``@task(timeout=...)``, ``TIMEOUT``).
+
+    A ``BaseException``, like ``KeyboardInterrupt`` and ``asyncio.CancelledError``
+    (and Dramatiq's ``TimeLimitExceeded``): the ``except Exception`` blocks that
+    tasks and the libraries they call are full of do not swallow it, so a late
+    task really stops. ``finally`` blocks and context managers still run; a task
+    may catch ``TaskTimeout`` by name to clean up. It is raised once, from the
+    worker's watchdog thread, when the task's thread next runs Python code: a
+    blocking C call (``time.sleep``, a socket read without a timeout) is not
+    interrupted. The attempt counts as failed and is retried by the task's retry
+    policy, then dead-lettered with reason ``timeout``.
+    """
+
+    limit: float | None = None  # seconds; set by the runner
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*(args or ("the task exceeded its time limit",)))

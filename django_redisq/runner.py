@@ -8,13 +8,16 @@ same ``Outcome``.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
+from asgiref.sync import async_to_sync
 from django.db import close_old_connections
 from django.tasks import Task, TaskContext, TaskResult, TaskResultStatus
 from django.tasks.base import TaskError
@@ -25,9 +28,10 @@ from .backend import ms_to_datetime
 from .backoff import compute_backoff
 from .broker import Delivery
 from .conf import Options
-from .exceptions import BadMessage, InvalidArguments, RedisQError, Retry, UnknownSchema
+from .exceptions import BadMessage, InvalidArguments, RedisQError, Retry, TaskTimeout, UnknownSchema
 from .message import Message, decode, dumps
 from .task import RedisTask, get_registered
+from .timelimit import arm, disarm
 
 logger = logging.getLogger("django_redisq")
 
@@ -36,6 +40,18 @@ CRASH_ALLOWANCE = 10
 """Deliveries beyond max_retries + 1 (each a worker dying mid-task) before a task is dead-lettered."""
 
 SUCCESS, RETRY, DEAD = "success", "retry", "dead"
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """What each run of one task on one queue needs, worked out once."""
+
+    task: Task
+    params: inspect.Signature
+    sender: type
+    max_retries: int | None
+    timeout: float | None
+    is_async: bool
 
 
 @dataclass(slots=True)
@@ -77,9 +93,9 @@ class Runner:
     def __init__(self, options: Options, backend_alias: str) -> None:
         self.options = options
         self.alias = backend_alias
-        self._tasks: dict[tuple[str, str], tuple[Task, inspect.Signature, type, int | None]] = {}
+        self._tasks: dict[tuple[str, str], Prepared] = {}
 
-    def _prepared(self, message: Message) -> tuple[Task, inspect.Signature, type, int | None]:
+    def _prepared(self, message: Message) -> Prepared:
         """The task of a message with what each run needs, worked out once per task and queue."""
         key = (message.task, message.queue)
         found = self._tasks.get(key)
@@ -94,15 +110,20 @@ class Runner:
             task: Task = registered
             if registered.queue_name != message.queue or registered.backend != self.alias:
                 task = registered.using(queue_name=message.queue, backend=self.alias)
-            max_retries = task.max_retries if isinstance(task, RedisTask) else None
-            found = self._tasks[key] = (task, inspect.signature(task.func), type(task.get_backend()), max_retries)
+            mine = isinstance(task, RedisTask)
+            found = self._tasks[key] = Prepared(
+                task, inspect.signature(task.func), type(task.get_backend()),
+                task.max_retries if mine else None, task.timeout if mine else None,  # type: ignore[attr-defined]
+                inspect.iscoroutinefunction(task.func),
+            )
         return found
 
     def run(self, d: Delivery, worker_id: str) -> Outcome:
         opts = self.options.for_queue(d.queue)
         try:
             message = decode(d.raw, d.task, d.queue)
-            task, params, sender, task_max_retries = self._prepared(message)
+            prep = self._prepared(message)
+            task, params, sender = prep.task, prep.params, prep.sender
             call_args = [None, *message.args] if task.takes_context else message.args
             try:
                 params.bind(*call_args, **message.kwargs)
@@ -115,7 +136,8 @@ class Runner:
         except Exception as exc:  # noqa: BLE001 - a task that cannot even be built (settings drift)
             return Outcome(DEAD, error=error_dict(exc), reason="bad_message")
 
-        max_retries = opts.max_retries if task_max_retries is None else task_max_retries
+        max_retries = opts.max_retries if prep.max_retries is None else prep.max_retries
+        limit = opts.timeout if prep.timeout is None else prep.timeout
         if d.deliveries > max_retries + 1 + CRASH_ALLOWANCE:
             return Outcome(
                 DEAD, reason="too_many_deliveries", task_name=message.task,
@@ -133,10 +155,8 @@ class Runner:
         _close_connections()
         try:
             task_started.send(sender=sender, task_result=result)
-            if task.takes_context:
-                value = task.call(TaskContext(task_result=result), *message.args, **message.kwargs)
-            else:
-                value = task.call(*message.args, **message.kwargs)
+            args = [TaskContext(task_result=result), *message.args] if task.takes_context else message.args
+            value = self._call(task, args, message.kwargs, limit, prep.is_async)
             try:
                 result_json = dumps(normalize_json(value))
             except (TypeError, ValueError, RecursionError) as exc:
@@ -148,6 +168,10 @@ class Runner:
                 )
         except BaseException as exc:  # noqa: BLE001 - a task's failure is data, never a worker crash (KeyboardInterrupt, SystemExit too)
             duration = time.perf_counter() - start
+            if isinstance(exc, TaskTimeout) and exc.limit is None and exc.args == TaskTimeout().args and limit > 0:
+                exc.limit = limit
+                exc.args = (f"{message.task} exceeded its time limit of {limit:g} s (ran {duration:.3g} s)",)
+                logger.warning("task %s id=%s exceeded its time limit of %g s", message.task, d.id, limit)
             outcome = self._failure(task, exc, d, max_retries, opts)
             outcome.task_name, outcome.duration = message.task, duration
             object.__setattr__(result, "status", TaskResultStatus.READY if outcome.kind == RETRY else TaskResultStatus.FAILED)
@@ -164,6 +188,25 @@ class Runner:
         self._finish(sender, result)
         return Outcome(SUCCESS, result_json=result_json, task_name=message.task, duration=duration)
 
+    @staticmethod
+    def _call(task: Task, args: list[Any], kwargs: dict[str, Any], limit: float, is_async: bool) -> Any:
+        """``task.call`` under a time limit of ``limit`` seconds (0: none): ``TaskTimeout`` when it is reached.
+
+        A thread gets the exception asynchronously from the watchdog (timelimit.py); the
+        caller's ``except`` handles one raised here between the call and ``disarm``. An
+        async task is cancelled by its event loop instead: an asynchronous exception in
+        the thread waiting on the loop would only arrive once the coroutine had finished.
+        """
+        if not 0 < limit < float("inf"):
+            return task.call(*args, **kwargs)
+        if is_async:
+            return async_to_sync(_within)(task.func, limit, args, kwargs)
+        handle = arm(threading.get_ident(), limit)
+        try:
+            return task.call(*args, **kwargs)
+        finally:
+            disarm(handle)
+
     def _finish(self, sender: type, result: TaskResult) -> None:
         try:
             task_finished.send(sender=sender, task_result=result)
@@ -174,7 +217,9 @@ class Runner:
         error = error_dict(exc)
         failures = d.failures + 1
         retryable = isinstance(exc, Retry)
-        if not retryable and isinstance(task, RedisTask):
+        if isinstance(exc, TaskTimeout):
+            retryable = not (isinstance(task, RedisTask) and isinstance(exc, task.no_retry_on))
+        elif not retryable and isinstance(task, RedisTask):
             retryable = isinstance(exc, task.retry_on) and not isinstance(exc, task.no_retry_on)
         elif not retryable:
             retryable = isinstance(exc, Exception)
@@ -188,5 +233,19 @@ class Runner:
                 cap = task.backoff_max if isinstance(task, RedisTask) and task.backoff_max is not None else opts.backoff_max
                 delay = compute_backoff(failures, base, cap)
             return Outcome(RETRY, error=error, delay_ms=delay, failed=True)
-        reason = "failed" if retryable or failures > max_retries else "not_retryable"
+        if isinstance(exc, TaskTimeout):
+            reason = "timeout"
+        else:
+            reason = "failed" if retryable or failures > max_retries else "not_retryable"
         return Outcome(DEAD, error=error, reason=reason, failed=True)
+
+
+async def _within(func: Any, limit: float, args: list[Any], kwargs: dict[str, Any]) -> Any:
+    """Await ``func(*args, **kwargs)`` for at most ``limit`` seconds; ``TaskTimeout`` (it is cancelled) past that."""
+    try:
+        async with asyncio.timeout(limit) as scope:
+            return await func(*args, **kwargs)
+    except TimeoutError:
+        if scope.expired():
+            raise TaskTimeout from None
+        raise

@@ -46,6 +46,7 @@ class RedisTask(Task):
     retry_on: tuple[type[BaseException], ...] = (Exception,)
     no_retry_on: tuple[type[BaseException], ...] = ()
     idempotency_key: str | Callable[..., str] | None = None
+    timeout: float | None = None  # seconds a run may take on a worker; 0 = no limit
 
     def __post_init__(self) -> None:
         Task.__post_init__(self)  # zero-argument super() does not work in slotted dataclasses
@@ -53,10 +54,13 @@ class RedisTask(Task):
             isinstance(self.max_retries, bool) or not isinstance(self.max_retries, int) or self.max_retries < 0
         ):
             raise InvalidTask(f"max_retries must be a whole number >= 0, got {self.max_retries!r}.")
-        for name in ("backoff_base", "backoff_max"):
+        for name in ("backoff_base", "backoff_max", "timeout"):
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
-                raise InvalidTask(f"{name} must be a number of seconds >= 0, got {value!r}.")
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf")
+            ):
+                extra = " (0 = no time limit)" if name == "timeout" else ""
+                raise InvalidTask(f"{name} must be a number of seconds >= 0{extra}, got {value!r}.")
         object.__setattr__(self, "retry_on", _as_exceptions(self.retry_on, "retry_on"))
         object.__setattr__(self, "no_retry_on", _as_exceptions(self.no_retry_on, "no_retry_on"))
         key = self.idempotency_key
@@ -77,7 +81,7 @@ class RedisTask(Task):
         **options: Any,
     ) -> RedisTask:
         """Django's ``using()``, plus this class's options (``idempotency_key="order-42"``)."""
-        unknown = set(options) - {"max_retries", "backoff_base", "backoff_max", "retry_on", "no_retry_on", "idempotency_key"}
+        unknown = set(options) - {"max_retries", "backoff_base", "backoff_max", "retry_on", "no_retry_on", "idempotency_key", "timeout"}
         if unknown:
             raise TypeError(f"using() got unknown option(s): {', '.join(sorted(unknown))}")
         changed = cast(RedisTask, Task.using(self, priority=priority, queue_name=queue_name, run_after=run_after, backend=backend))

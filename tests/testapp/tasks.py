@@ -7,7 +7,7 @@ import time
 
 import redis
 
-from django_redisq import Retry, task
+from django_redisq import Retry, TaskTimeout, task
 
 EFFECTS = "test:effects"
 
@@ -144,4 +144,93 @@ def work_slowly(key: str, seconds: float) -> str:
     """Counts its effect under ``key`` after ``seconds``: a short task a frozen worker may hold."""
     time.sleep(seconds)
     record(key)
+    return key
+
+
+STOPS: dict[str, list[float]] = {}
+"""Seconds each run of a looping task lasted (in-process worker tests of time limits)."""
+
+
+def _loop(key: str, seconds: float) -> str:
+    """Python code in small C calls (``time.sleep(0.01)``) for ``seconds``: a time limit can stop it."""
+    start = time.monotonic()
+    try:
+        while time.monotonic() - start < seconds:
+            time.sleep(0.01)
+    finally:
+        STOPS.setdefault(key, []).append(time.monotonic() - start)
+    return key
+
+
+@task(max_retries=0)
+def loops(key: str, seconds: float) -> str:
+    """No time limit of its own: the queue's or OPTIONS' applies."""
+    return _loop(key, seconds)
+
+
+@task(timeout=0.3, max_retries=2)
+def loops_past_its_limit(key: str, seconds: float = 5.0) -> str:
+    return _loop(key, seconds)
+
+
+@task(timeout=0.15, max_retries=0)
+def loops_with_own_limit(key: str, seconds: float) -> str:
+    return _loop(key, seconds)
+
+
+@task(timeout=0, max_retries=0)
+def loops_without_limit(key: str, seconds: float) -> str:
+    return _loop(key, seconds)
+
+
+@task(timeout=0.3, max_retries=3, no_retry_on=TaskTimeout)
+def loops_not_retried(key: str, seconds: float = 5.0) -> str:
+    return _loop(key, seconds)
+
+
+@task(timeout=0.2, max_retries=0)
+def swallows_exceptions(key: str) -> str:
+    """``except Exception`` around the work: TaskTimeout is a BaseException and passes through."""
+    start = time.monotonic()
+    try:
+        while time.monotonic() - start < 5:
+            time.sleep(0.01)
+    except Exception:  # noqa: BLE001 - the point of the test
+        record(key + ":swallowed")
+    except TaskTimeout:
+        record(key + ":cleanup")
+        raise
+    return "ran to the end"
+
+
+@task(timeout=0.2, max_retries=0)
+def catches_its_timeout(key: str) -> str:
+    """Catches TaskTimeout by name and returns: the return value stands."""
+    try:
+        while True:
+            time.sleep(0.01)
+    except TaskTimeout:
+        return "stopped early"
+
+
+@task(timeout=0.03, max_retries=5)
+def busy_just_under_limit(seconds: float) -> float:
+    """Busy for ``seconds`` in Python bytecode, a little under its limit."""
+    end = time.monotonic() + seconds
+    n = 0
+    while time.monotonic() < end:
+        n += 1
+    return seconds
+
+
+@task(timeout=0.2, max_retries=0)
+async def async_loops(key: str, seconds: float) -> str:
+    import asyncio
+
+    start = time.monotonic()
+    try:
+        while time.monotonic() - start < seconds:
+            await asyncio.sleep(0.01)
+    finally:
+        STOPS.setdefault(key, []).append(time.monotonic() - start)
     return key
