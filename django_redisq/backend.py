@@ -20,8 +20,8 @@ from django.utils.module_loading import autodiscover_modules
 
 from .broker import Broker
 from .conf import Options, build_options, check_errors
+from .message import OVERRIDES, encode_arguments
 from .message import encode as encode_message
-from .message import encode_arguments
 from .records import stored_errors
 from .task import RedisTask, get_registered
 
@@ -80,13 +80,28 @@ class RedisQueueBackend(BaseTaskBackend):
             # a relative delay: the due time itself is computed from Redis TIME
             delay_ms = max(0, int((task.run_after - timezone.now()).total_seconds() * 1000))
         idem = task.key_for(args, kwargs) if isinstance(task, RedisTask) else ""
-        msg = encode_message(args, kwargs)
+        msg = encode_message(args, kwargs, self._overrides(task))
         result: TaskResult = TaskResult(
             task=task, id=task_id, status=TaskResultStatus.READY, enqueued_at=timezone.now(),
             started_at=None, last_attempted_at=None, finished_at=None,
             args=args, kwargs=kwargs, backend=self.alias, errors=[], worker_ids=[],
         )
         return result, (task_id, msg, task.module_path, delay_ms, idem)
+
+    @staticmethod
+    def _overrides(task: Task) -> dict[str, Any]:
+        """What ``task.using(...)`` changed from the registered task: it travels with the call."""
+        if not isinstance(task, RedisTask):
+            return {}
+        registered = get_registered(task.module_path)
+        if registered is None or registered is task:
+            return {}
+        for name in ("retry_on", "no_retry_on"):
+            if getattr(task, name) != getattr(registered, name):
+                raise InvalidTask(f"{name} cannot be changed per call with using(): a worker never imports exception classes "
+                                  f"named in Redis. Set it in @task, or raise Retry / an exception it names.")
+        return {name: getattr(task, name) for name in OVERRIDES
+                if getattr(task, name) is not None and getattr(task, name) != getattr(registered, name)}
 
     def enqueue(self, task: Task, args: Sequence[Any], kwargs: dict[str, Any]) -> TaskResult:
         return self.enqueue_many(task, [(args, kwargs)])[0]

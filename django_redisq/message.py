@@ -4,6 +4,9 @@ A message is a compact JSON object holding the call's arguments::
 
     {"v": 1, "args": [42], "kwargs": {}}
 
+plus ``"o": {"max_retries": 0, ...}`` when ``task.using(...)`` changed an option of
+``OVERRIDES`` for this call (so the worker honours it).
+
 The task's dotted path is the task hash's ``task`` field and the queue is the
 one whose keys hold it, so a message of a small call stays under Redis's 64-byte
 limit for compactly encoded hashes. A message may also name ``task``,
@@ -16,12 +19,15 @@ task: a worker never imports a path it finds in Redis. Decoding failures raise
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .exceptions import BadMessage, InvalidArguments, UnknownSchema
 
 VERSION = 1
+
+OVERRIDES = ("max_retries", "backoff_base", "backoff_max", "timeout")
+"""Task options a call may change with ``task.using(...)``; they travel in the message as ``"o"``."""
 
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
 _loads = json.loads
@@ -37,11 +43,24 @@ class Message:
     queue: str
     backend: str = "default"
     priority: int = 0
+    overrides: dict[str, Any] = field(default_factory=dict)  # per-call policy from task.using(): see OVERRIDES
 
 
-def encode(args: list[Any], kwargs: dict[str, Any]) -> str:
+def encode(args: list[Any], kwargs: dict[str, Any], overrides: dict[str, Any] | None = None) -> str:
     """The message of one call (arguments already checked by ``encode_arguments``)."""
+    if overrides:
+        return _dumps({"v": VERSION, "args": args, "kwargs": kwargs, "o": overrides})
     return _dumps({"v": VERSION, "args": args, "kwargs": kwargs})
+
+
+def _check_overrides(value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict) or set(value) - set(OVERRIDES):
+        raise BadMessage("bad_message", f"message options must be an object with keys among {', '.join(OVERRIDES)}")
+    for name, v in value.items():
+        number = not isinstance(v, bool) and isinstance(v, int if name == "max_retries" else (int, float))
+        if not number or not 0 <= v < float("inf"):
+            raise BadMessage("bad_message", f"message option {name} must be a number >= 0, got {v!r}")
+    return value
 
 
 def encode_arguments(args: Any, kwargs: Any, limit: int) -> tuple[list[Any], dict[str, Any], int]:
@@ -101,7 +120,8 @@ def decode(raw: str | bytes, task: str = "", queue: str = "") -> Message:
         raise BadMessage("bad_message", "message queue and backend must be strings")
     if isinstance(priority, bool) or not isinstance(priority, int):
         raise BadMessage("bad_message", "message priority must be an integer")
-    return Message(task=task, args=args, kwargs=kwargs, queue=queue, backend=backend, priority=priority)
+    overrides = _check_overrides(data["o"]) if "o" in data else {}
+    return Message(task=task, args=args, kwargs=kwargs, queue=queue, backend=backend, priority=priority, overrides=overrides)
 
 
 def dumps(value: Any) -> str:

@@ -136,8 +136,9 @@ class Runner:
         except Exception as exc:  # noqa: BLE001 - a task that cannot even be built (settings drift)
             return Outcome(DEAD, error=error_dict(exc), reason="bad_message")
 
-        max_retries = opts.max_retries if prep.max_retries is None else prep.max_retries
-        limit = opts.timeout if prep.timeout is None else prep.timeout
+        over = message.overrides  # from task.using(...) at enqueue; they win over the registered task's
+        max_retries = over.get("max_retries", opts.max_retries if prep.max_retries is None else prep.max_retries)
+        limit = over.get("timeout", opts.timeout if prep.timeout is None else prep.timeout)
         if d.deliveries > max_retries + 1 + CRASH_ALLOWANCE:
             return Outcome(
                 DEAD, reason="too_many_deliveries", task_name=message.task,
@@ -172,7 +173,7 @@ class Runner:
                 exc.limit = limit
                 exc.args = (f"{message.task} exceeded its time limit of {limit:g} s (ran {duration:.3g} s)",)
                 logger.warning("task %s id=%s exceeded its time limit of %g s", message.task, d.id, limit)
-            outcome = self._failure(task, exc, d, max_retries, opts)
+            outcome = self._failure(task, exc, d, max_retries, opts, over)
             outcome.task_name, outcome.duration = message.task, duration
             object.__setattr__(result, "status", TaskResultStatus.READY if outcome.kind == RETRY else TaskResultStatus.FAILED)
             object.__setattr__(result, "finished_at", None if outcome.kind == RETRY else ms_to_datetime(int(time.time() * 1000)))
@@ -213,7 +214,8 @@ class Runner:
         except Exception:  # a broken receiver must not change the task's fate
             logger.exception("a task_finished receiver raised")
 
-    def _failure(self, task: Task, exc: BaseException, d: Delivery, max_retries: int, opts: Options) -> Outcome:
+    def _failure(self, task: Task, exc: BaseException, d: Delivery, max_retries: int, opts: Options,
+                 over: dict[str, Any] | None = None) -> Outcome:
         error = error_dict(exc)
         failures = d.failures + 1
         retryable = isinstance(exc, Retry)
@@ -229,8 +231,10 @@ class Runner:
             if isinstance(exc, Retry) and exc.delay is not None:
                 delay = int(exc.delay * 1000)
             else:
+                over = over or {}
                 base = task.backoff_base if isinstance(task, RedisTask) and task.backoff_base is not None else opts.backoff_base
                 cap = task.backoff_max if isinstance(task, RedisTask) and task.backoff_max is not None else opts.backoff_max
+                base, cap = over.get("backoff_base", base), over.get("backoff_max", cap)
                 delay = compute_backoff(failures, base, cap)
             return Outcome(RETRY, error=error, delay_ms=delay, failed=True)
         if isinstance(exc, TaskTimeout):

@@ -334,3 +334,38 @@ def test_a_result_larger_than_result_max_bytes_fails_the_task_with_a_clear_error
     assert "RESULT_MAX_BYTES" in res.errors[0].traceback and "2002 bytes" in res.errors[0].traceback
     assert "result" not in r.hgetall(keys().task(big.id))
     assert tasks.noop.get_result(small.id).return_value == "y" * 10
+
+
+# -- per-call options: what using() changes reaches the worker -------------------
+
+
+def test_options_given_with_using_travel_with_the_call(r, make_worker):
+    """using(max_retries=..., timeout=...) used to be accepted and then ignored by the worker."""
+    none_left = tasks.always_fails.using(max_retries=0).delay("once")  # registered with max_retries=1
+    short = tasks.loops_without_limit.using(timeout=0.2).delay("short", 5.0)  # registered with no limit
+    plain = tasks.always_fails.delay("twice")
+    assert '"o":{"max_retries":0}' in r.hget(keys().task(none_left.id), "msg")
+    assert '"o"' not in r.hget(keys().task(plain.id), "msg")  # nothing changed: nothing added
+    for _ in range(20):
+        run_in_thread(make_worker(concurrency=2))
+        if all(tasks.noop.get_backend().get_result(x.id).is_finished for x in (none_left, short, plain)):
+            break
+        time.sleep(0.05)
+    assert len(tasks.always_fails.get_result(none_left.id).errors) == 1
+    assert len(tasks.always_fails.get_result(plain.id).errors) == 2
+    res = tasks.loops_without_limit.get_result(short.id)
+    assert res.status == TaskResultStatus.FAILED and r.hget(keys().task(short.id), "reason") == "timeout"
+
+
+def test_exception_classes_cannot_be_changed_per_call():
+    from django.tasks.exceptions import InvalidTask
+
+    with pytest.raises(InvalidTask, match="retry_on cannot be changed per call"):
+        tasks.always_fails.using(retry_on=(KeyError,)).delay()
+
+
+@pytest.mark.parametrize("options", ['{"max_retries": -1}', '{"timeout": "soon"}', '{"priority": 3}', '[1]'])
+def test_bad_options_in_a_stored_message_are_dead_lettered(r, make_worker, options):
+    seed_pending(r, "bad", msg=f'{{"v":1,"args":[1,2],"kwargs":{{}},"o":{options}}}')
+    run_in_thread(make_worker(concurrency=1))
+    assert where_is(r, "bad") == ["dead"] and r.hget(keys().task("bad"), "reason") == "bad_message"
