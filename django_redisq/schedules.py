@@ -279,7 +279,8 @@ def load(alias: str, queues: tuple[str, ...], settings_schedules: Any) -> tuple[
     good: list[Schedule] = []
     bad: dict[str, list[Problem]] = {}
     if settings_schedules is not None and not isinstance(settings_schedules, dict):
-        bad["SCHEDULES"] = [Problem("E020", "SCHEDULES must be a dict of name -> schedule.", 'For example {"nightly": {"task": "app.tasks.f", "cron": "0 3 * * *"}}.')]
+        bad["SCHEDULES"] = [Problem("E020", "SCHEDULES must be a dict of name -> schedule.",
+                                    'For example {"nightly": {"task": "app.tasks.f", "cron": "0 3 * * *"}}.')]
     for name, entry in entries(alias, settings_schedules).items():
         schedule, problems = build(name, entry, queues, default_tz, find_task)
         if schedule is not None:

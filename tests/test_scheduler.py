@@ -243,3 +243,37 @@ def test_three_in_process_schedulers_fire_each_second_once(r):
     assert s_ticks == list(range(s_ticks[0], s_ticks[-1] + 1000, 1000)) and len(s_ticks) >= 4
     assert s_ticks[0] >= start - 1000
     assert int(marker(r, "s")["fired"]) == len(s_ticks) and "missed" not in marker(r, "s")
+
+
+# -- the command ---------------------------------------------------------------
+
+
+def test_redisq_schedules_lists_next_and_last_runs_and_counts(r):
+    import json
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    entries = {"s": every(60, catch_up="all"), "broken": {"task": TASK, "cron": "nope"}}
+    x = scheduler({"s": every(60, catch_up="all")})
+    downtime(r, x, 2)
+    claim_now(r, x)
+    with with_schedules(entries):
+        out = StringIO()
+        call_command("redisq", "schedules", "--json", stdout=out)
+        rows = {row["name"]: row for row in json.loads(out.getvalue())}
+        text = StringIO()
+        call_command("redisq", "schedules", stdout=text)
+    assert rows["s"]["fired"] == 2 and rows["s"]["expression"] == "every 60 s" and rows["s"]["timezone"] == "UTC"
+    assert rows["s"]["next_run"] and rows["s"]["last_run"] and rows["s"]["last_id"].startswith("p")
+    assert rows["broken"]["problems"] and "E023" in rows["broken"]["problems"][0]
+    assert "NOT RUN" in text.getvalue() and "every 60 s" in text.getvalue()
+
+
+def test_a_non_burst_worker_runs_the_scheduler_and_no_scheduler_opts_out(r):
+    from django_redisq.worker import Worker
+
+    with with_schedules({"s": every(1)}):
+        assert Worker(burst=False).scheduler is not None
+        assert Worker(burst=False, scheduler=False).scheduler is None
+        assert Worker(burst=True).scheduler is None
