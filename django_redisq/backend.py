@@ -68,7 +68,10 @@ class RedisQueueBackend(BaseTaskBackend):
         return Broker(self.conf)
 
     def check(self, **kwargs: Any) -> list[Any]:
-        return check_errors(self.alias, self.params, obj=f"TASKS[{self.alias!r}]")
+        from . import schedules
+
+        where = f"TASKS[{self.alias!r}]"
+        return check_errors(self.alias, self.params, obj=where) + schedules.check_errors(self.alias, self.params, obj=where)
 
     # -- enqueue ---------------------------------------------------------
 

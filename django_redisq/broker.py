@@ -347,3 +347,49 @@ class Broker:
     def server_time_ms(self) -> int:
         sec, usec = self.client.time()
         return int(sec) * 1000 + int(usec) // 1000
+
+    # -- periodic schedules ---------------------------------------------
+
+    def schedule_markers(self, schedules: Sequence[tuple[str, str]]) -> list[dict[str, str]]:
+        """The markers of schedules ``(queue, name)``, in one round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        for queue, name in schedules:
+            pipe.hgetall(self.keys(queue).schedule(name))
+        return cast("list[dict[str, str]]", pipe.execute())
+
+    def fire(self, queue: str, name: str, claim: Claim) -> Fired:
+        """Claim a schedule's due ticks and enqueue their tasks, in one step (scripts/fire.lua)."""
+        k = self.keys(queue)
+        argv: list[Any] = [
+            k.prefix, claim.expected, claim.upto, claim.missed, claim.max_late_ms, 1 if claim.allow_overlap else 0,
+            claim.ttl_ms, claim.task, claim.id_base, len(claim.ticks),
+        ]
+        for tick, msg in claim.ticks:
+            argv += (tick, msg)
+        out = self._script("fire")(keys=[k.pending, k.scheduled, k.schedule(name)], args=argv)
+        return Fired(int(out[0]), str(out[1]), int(out[2]), int(out[3]), int(out[4]), [str(i) for i in out[5:]])
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """What a scheduler asks fire.lua to claim for one schedule."""
+
+    expected: str  # the marker's last tick as read ('' = no marker)
+    upto: int
+    missed: int
+    max_late_ms: int
+    allow_overlap: bool
+    ttl_ms: int
+    task: str
+    id_base: str
+    ticks: list[tuple[int, str]]
+
+
+@dataclass(frozen=True, slots=True)
+class Fired:
+    code: int  # 1 claimed, 0 another scheduler won, -1 the marker moved (read again), -2 upto is in the future
+    last: str
+    fired: int
+    missed: int
+    skipped: int
+    ids: list[str]

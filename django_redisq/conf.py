@@ -39,7 +39,7 @@ GLOBALS: dict[str, tuple[str, type, float]] = {
     "SHUTDOWN_GRACE": ("shutdown_grace", float, 0),
 }
 CONNECTION_KEYS = ("REDIS_URL", "CACHE_ALIAS", "EMBEDDED", "EMBEDDED_PATH")
-KNOWN = set(TUNABLES) | set(GLOBALS) | set(CONNECTION_KEYS) | {"KEY_PREFIX", "QUEUE_OPTIONS"}
+KNOWN = set(TUNABLES) | set(GLOBALS) | set(CONNECTION_KEYS) | {"KEY_PREFIX", "QUEUE_OPTIONS", "SCHEDULES"}
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 MIN_HEARTBEAT_BUDGET = 0.1
 """Seconds, at least, a heartbeat's round trip may take (see connection.heartbeat_budget)."""
@@ -71,6 +71,8 @@ class Options:
     max_message_bytes: int = 512 * 1024
     shutdown_grace: float = 30.0
     queue_overrides: dict[str, dict[str, Any]] = field(default_factory=dict, hash=False)
+    # periodic schedules as given; checked by schedules.py (system checks), a bad one is skipped by the worker
+    schedules: Any = field(default=None, hash=False)
 
     def for_queue(self, queue: str) -> Options:
         """These options with the queue's ``QUEUE_OPTIONS`` applied."""
@@ -205,6 +207,7 @@ def build_options(alias: str, params: dict[str, Any]) -> Options:
         embedded_path=str(opts.get("EMBEDDED_PATH") or Path(tempfile.gettempdir()) / "django-redisq.rdb"),
         key_prefix=opts.get("KEY_PREFIX", DEFAULT_PREFIX),
         queue_overrides=dict(opts.get("QUEUE_OPTIONS", {})),
+        schedules=opts.get("SCHEDULES"),
         **values,
     )
 

@@ -370,3 +370,51 @@ class Inspector:
         for e in stored_errors(data.get("errors"), data.get("errors_dropped")):
             detail.attempts.append(Attempt(e["exc"], e["msg"], e["tb"], to_datetime(e["at"])))
         return detail
+
+
+# -- periodic schedules ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ScheduleRow:
+    """One periodic schedule as the CLI (and later the admin) shows it."""
+
+    name: str
+    task: str
+    queue: str
+    expression: str
+    timezone: str
+    catch_up: str
+    allow_overlap: bool
+    next_run: datetime | None
+    last_run: datetime | None
+    last_id: str
+    fired: int
+    missed: int
+    skipped: int
+    problems: list[str]
+
+
+def schedule_rows(ins: Inspector) -> list[ScheduleRow]:
+    """Every schedule of the alias, valid or not, with its marker, in one round trip (times on the Redis clock)."""
+    from .schedules import load
+
+    good, bad = load(ins.options.alias, ins.options.queues, ins.options.schedules)
+    now = ins.now_ms()
+    pipe = ins.client.pipeline(transaction=False)
+    for s in good:
+        pipe.hgetall(ins.keys(s.queue).schedule(s.name))
+    markers = pipe.execute() if good else []
+
+    def at(ms: Any) -> datetime | None:
+        return datetime.fromtimestamp(int(ms) / 1000, tz=UTC) if ms not in (None, "") else None
+
+    rows = [
+        ScheduleRow(s.name, s.task, s.queue, s.expression, s.tz.key, s.catch_up, s.allow_overlap,
+                    at(s.next_after(now)), at(m.get("last_run")), m.get("last_id", ""),
+                    int(m.get("fired", 0)), int(m.get("missed", 0)), int(m.get("skipped", 0)), [])
+        for s, m in zip(good, markers, strict=True)
+    ]
+    rows += [ScheduleRow(name, "", "", "", "", "", True, None, None, "", 0, 0, 0, [f"[{p.id}] {p.msg}" for p in ps])
+             for name, ps in bad.items()]
+    return sorted(rows, key=lambda r: r.name)

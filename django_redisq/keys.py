@@ -18,6 +18,8 @@ key                                type    meaning
 ``P:t:<id>``                       HASH    the task: message, state, attempts, errors, result
 ``P:status:<id>``                  STRING  idempotency guard: ``running:<worker>`` or ``success``
 ``P:idem:<key>``                   STRING  user idempotency key -> id of the task holding it
+``P:sched:<name>``                 HASH    a periodic schedule's marker: last claimed tick, last run,
+                                           counters (scripts/fire.lua); expires unless renewed
 ``P:processed`` / ``P:failed``     STRING  counters of acks / failed attempts / dead letters
 ``P:dead_count``
 ``P:<counter>:<minute>``           STRING  the same counters per minute (kept 2 hours)
@@ -78,6 +80,10 @@ class QueueKeys:
 
     def status(self, task_id: str) -> str:
         return f"{self.prefix}status:{task_id}"
+
+    def schedule(self, name: str) -> str:
+        """The marker of periodic schedule ``name`` (kept in its target queue's slot)."""
+        return f"{self.prefix}sched:{name}"
 
     def idem(self, key: str) -> str:
         return f"{self.prefix}idem:{key}"

@@ -9,6 +9,8 @@
 - ``settle.py``: ack, retry or bury, in batches, within ``SETTLE_WITHIN``.
 - ``heartbeat.py``: keeps the worker registered and its guards leased, and
   fences it after it was reaped.
+- ``scheduler.py``: claims the due ticks of periodic schedules (its own thread;
+  off with ``scheduler=False``, and by default in burst mode).
 - upkeep (here, the main thread): promote due tasks, reap dead workers.
 
 Signals belong to the management command, not here.
@@ -37,6 +39,7 @@ from .heartbeat import Heartbeat
 from .holding import Held
 from .keys import NAME_RE, WORKER_NAME_MAX
 from .runner import DEAD, Outcome, Runner, error_dict
+from .scheduler import Scheduler
 from .settle import ACK_BATCH, SETTLE_WITHIN, Batch, Settler, Unsettled
 
 logger = logging.getLogger("django_redisq")
@@ -77,6 +80,7 @@ class Worker:
         max_tasks: int | None = None,
         prefetch: int | None = None,
         runner: Runner | None = None,
+        scheduler: bool | None = None,
     ) -> None:
         from django.tasks import task_backends
 
@@ -112,6 +116,8 @@ class Worker:
         self.fetcher = Fetcher(self.broker, self.id, self.queues, self.held, self._stop, self.heartbeat.wake, burst)
         self.settler = Settler(self.broker, self.id, self._force, self._settled)
         self.unsettled = [Unsettled() for _ in range(concurrency)]
+        # periodic schedules: on unless burst (a draining worker would keep enqueuing); bad ones are logged and skipped
+        self.scheduler = Scheduler(self.options, self.broker, self._stop) if (not burst if scheduler is None else scheduler) else None
 
     # -- control ---------------------------------------------------------
 
@@ -147,7 +153,10 @@ class Worker:
         fetchers = [threading.Thread(target=self.fetcher.loop, args=(q,), name=f"redisq-fetch-{q}", daemon=True) for q in self.queues]
         executors = [threading.Thread(target=self._execute_loop, args=(u,), name=f"redisq-exec-{i}", daemon=True)
                      for i, u in enumerate(self.unsettled)]
-        for t in [heartbeat, flusher, *fetchers, *executors]:
+        extra = []
+        if self.scheduler is not None and self.scheduler.schedules:
+            extra.append(threading.Thread(target=self.scheduler.loop, name="redisq-scheduler", daemon=True))
+        for t in [heartbeat, flusher, *fetchers, *executors, *extra]:
             t.start()
         logger.log(
             logging.DEBUG if self.burst else logging.INFO,
@@ -156,7 +165,7 @@ class Worker:
         try:
             self._upkeep_loop()
         finally:
-            self._shutdown(fetchers, executors, [heartbeat, flusher])
+            self._shutdown([*fetchers, *extra], executors, [heartbeat, flusher])
         return self.processed
 
     def info(self) -> dict[str, Any]:

@@ -9,3 +9,7 @@ TASKS["default"]["OPTIONS"]["REDIS_URL"] = os.environ["REDISQ_TEST_REDIS_URL"]
 TASKS["default"]["OPTIONS"].update(
     {k[len("REDISQ_OPT_"):]: float(v) for k, v in os.environ.items() if k.startswith("REDISQ_OPT_")}
 )
+if os.environ.get("REDISQ_SCHEDULES"):
+    import json
+
+    TASKS["default"]["OPTIONS"]["SCHEDULES"] = json.loads(os.environ["REDISQ_SCHEDULES"])

@@ -27,6 +27,7 @@ NAMES = (
     "scan_dead",
     "move_out",
     "move_in",
+    "fire",
 )
 
 INCLUDE = re.compile(r"^--! include ([A-Za-z0-9_]+\.lua)[ \t]*$", re.MULTILINE)

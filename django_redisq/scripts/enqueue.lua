@@ -17,7 +17,7 @@
 --   ''        -> stored and queued
 --   <id>      -> not stored: the idempotency key is held by task <id>
 --   '!'       -> not stored: a task with this id already exists (our own earlier try)
---! include idem.lua
+--! include store.lua
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local prefix = ARGV[1]
@@ -26,35 +26,6 @@ want(KEYS[2], 'zset')
 local out = {}
 for i = 0, tonumber(ARGV[2]) - 1 do
   local b = 3 + i * 5
-  local id, msg, path, delay, idem = ARGV[b], ARGV[b + 1], ARGV[b + 2], tonumber(ARGV[b + 3]), ARGV[b + 4]
-  local tkey = prefix .. 't:' .. id
-  local holder = false
-  local ikey
-  if idem ~= '' then
-    ikey = prefix .. 'idem:' .. idem
-    holder = idem_holder(prefix, ikey)
-  end
-  local kind = redis.call('TYPE', tkey)['ok']
-  if kind ~= 'hash' and kind ~= 'none' then
-    set_aside(tkey)  -- not ours: no earlier try writes anything but a hash
-    kind = 'none'
-  end
-  if holder and holder ~= id then
-    out[#out + 1] = holder
-  elseif kind == 'hash' then
-    out[#out + 1] = '!'
-  else
-    if ikey then redis.call('SET', ikey, id) end
-    if delay > 0 then
-      redis.call('HSET', tkey, 'msg', msg, 'task', path, 'state', 'scheduled', 'enqueued_at', now,
-        'deliveries', 0, 'failures', 0, 'idem', idem)
-      redis.call('ZADD', KEYS[2], now + delay, id)
-    else
-      redis.call('HSET', tkey, 'msg', msg, 'task', path, 'state', 'pending', 'enqueued_at', now,
-        'deliveries', 0, 'failures', 0, 'idem', idem)
-      redis.call('LPUSH', KEYS[1], id)
-    end
-    out[#out + 1] = ''
-  end
+  out[#out + 1] = store_task(prefix, KEYS[1], KEYS[2], now, ARGV[b], ARGV[b + 1], ARGV[b + 2], tonumber(ARGV[b + 3]), ARGV[b + 4])
 end
 return out

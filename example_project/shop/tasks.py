@@ -39,3 +39,10 @@ def notify_warehouse(order_id: int) -> None:
 def feedback_reminder(order_id: int) -> str:
     """Sent later (the demo delays it by two seconds)."""
     return f"asked for feedback on order {order_id}"
+
+
+@task
+def stock_report(periodic_tick: str = "") -> str:
+    """A periodic task (SCHEDULES in settings: every 10 s); ``periodic_tick`` is the tick it runs for."""
+    cache.set("shop:last_stock_report", periodic_tick, 3600)
+    return f"stock report for {periodic_tick}"

@@ -234,3 +234,21 @@ async def async_loops(key: str, seconds: float) -> str:
     finally:
         STOPS.setdefault(key, []).append(time.monotonic() - start)
     return key
+
+
+TICKS = "test:ticks"
+
+
+@task
+def on_tick(key: str, periodic_tick: str = "", seconds: float = 0.0) -> str:
+    """A periodic task: counts its runs per tick under ``key`` in TICKS (``<key>|<tick>`` -> runs)."""
+    if seconds:
+        time.sleep(seconds)
+    _effects().hincrby(TICKS, f"{key}|{periodic_tick}", 1)
+    return periodic_tick
+
+
+@task
+def no_tick(key: str) -> None:
+    """A periodic task that does not take its tick."""
+    record(key)

@@ -1,6 +1,7 @@
 """``manage.py redisq``: queue figures and dead letters from a shell.
 
     redisq stats [--json]
+    redisq schedules [--json]
     redisq dead list [--queue Q] [--task T] [--exc E] [--search S] [--limit N] [--start POS] [--json]
     redisq dead show ID [--queue Q] [--json]
     redisq dead replay (--all | ID ...) [--queue Q] [--to Q2] [filters] [--json]
@@ -21,7 +22,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_redisq.inspect import DeadFilter, Inspector, UnknownQueue
+from django_redisq.inspect import DeadFilter, Inspector, UnknownQueue, schedule_rows
 from django_redisq.management.commands.runworker import positive
 from django_redisq.operations import DELETE, REPLAY, Operations, Progress
 
@@ -37,7 +38,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--backend", default="default", help="the TASKS alias (default: %(default)s)")
-        sub = parser.add_subparsers(dest="command", required=True, metavar="{stats,dead}")
+        sub = parser.add_subparsers(dest="command", required=True, metavar="{stats,schedules,dead}")
+        sched = sub.add_parser("schedules", help="periodic schedules: next and last run, missed and skipped ticks")
+        sched.add_argument("--json", action="store_true", help="print JSON")
         stats = sub.add_parser("stats", help="sizes, throughput and workers of every queue")
         stats.add_argument("--json", action="store_true", help="print JSON")
         dead = sub.add_parser("dead", help="dead letters").add_subparsers(dest="dead_command", required=True,
@@ -81,6 +84,8 @@ class Command(BaseCommand):
         try:
             if opts["command"] == "stats":
                 self.stats(opts)
+            elif opts["command"] == "schedules":
+                self.schedules(opts)
             else:
                 getattr(self, f"dead_{opts['dead_command']}")(opts)
         except UnknownQueue as exc:
@@ -115,6 +120,23 @@ class Command(BaseCommand):
         data = [{k: v for k, v in asdict(s).items() if k != "series"} | {"series": [
             {"minute": m, "processed": p, "failed": f, "dead": d} for m, p, f, d in s.series]} for s in stats]
         self.emit(opts, data, "\n".join(lines))
+
+    def schedules(self, opts: dict[str, Any]) -> None:
+        rows = schedule_rows(self.ins)
+
+        def when(d: datetime | None) -> str:
+            return f"{d:%Y-%m-%dT%H:%M:%SZ}" if d else "-"
+
+        lines = [f"{'schedule':<20} {'expression':<16} {'timezone':<16} {'next run':<21}{'last run':<21}{'fired':>6}{'missed':>7}{'skipped':>8}"]
+        for r in rows:
+            if r.problems:
+                lines.append(f"{r.name:<20} NOT RUN: {' '.join(r.problems)}")
+            else:
+                lines.append(f"{r.name:<20} {r.expression:<16} {r.timezone:<16} {when(r.next_run):<21}{when(r.last_run):<21}"
+                             f"{r.fired:>6}{r.missed:>7}{r.skipped:>8}")
+        if not rows:
+            lines = ["no schedules (TASKS[alias]['OPTIONS']['SCHEDULES'] or @periodic)"]
+        self.emit(opts, [asdict(r) for r in rows], "\n".join(lines))
 
     def dead_list(self, opts: dict[str, Any]) -> None:
         queue = self._queue(opts)

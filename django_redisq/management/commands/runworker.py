@@ -80,6 +80,8 @@ class Command(BaseCommand):
         parser.add_argument("--prefetch", type=positive, default=None, help="tasks held per queue, running included (default: automatic, from task durations)")
         parser.add_argument("--burst", action="store_true", help="run until the queues are empty, then exit")
         parser.add_argument("--max-tasks", type=positive, default=None, help="exit after settling this many tasks")
+        parser.add_argument("--no-scheduler", action="store_false", dest="scheduler",
+                            help="do not claim periodic ticks in this worker (by default every worker does; each tick runs once)")
         parser.add_argument("--name", default=None, help="worker name (default: host.pid); the worker id adds a per-process suffix")
 
     def handle(self, *args: Any, **opts: Any) -> None:
@@ -91,6 +93,7 @@ class Command(BaseCommand):
             worker = Worker(
                 opts["queues"], backend=opts["backend"], concurrency=opts["concurrency"], name=opts["name"],
                 burst=opts["burst"], max_tasks=opts["max_tasks"], prefetch=opts["prefetch"],
+                scheduler=None if opts["scheduler"] else False,
             )
             check_server(worker.options)
         except (ImproperlyConfigured, ValueError, RedisUnavailable) as exc:

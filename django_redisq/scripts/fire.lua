@@ -1,0 +1,74 @@
+-- fire: claim the due ticks of one schedule and enqueue their tasks, in one step,
+-- so a tick is never claimed without its task nor enqueued twice, however many
+-- schedulers try (DESIGN invariant 11). A claim is a compare-and-set of the
+-- schedule's last claimed tick: it wins only if the marker still holds the value
+-- the scheduler read and the new tick is newer.
+--
+-- KEYS[1] -> P:pending          (LIST)
+-- KEYS[2] -> P:scheduled        (ZSET, untouched: periodic tasks are pending at once)
+-- KEYS[3] -> P:sched:<name>     (HASH) the schedule's marker: last (last claimed tick, Redis ms),
+--                               last_run (tick of the last task enqueued), last_id (its task id),
+--                               claimed_at (Redis ms), fired / missed / skipped (counters)
+-- ARGV[1] -> P:                 the queue's key prefix; task keys are ARGV[1] .. 't:' .. id
+-- ARGV[2] -> expected           the marker's last as the scheduler read it ('' = no marker)
+-- ARGV[3] -> upto               the newest due tick (ms); the marker's last becomes this
+-- ARGV[4] -> missed             due ticks in (expected, upto] given up by the catch-up policy
+-- ARGV[5] -> max lateness (ms)  a listed tick older than this on the Redis clock is not run
+--                               (counted missed): guards a scheduler paused before its claim
+-- ARGV[6] -> allow overlap      '1', or '0': skip (and count) a tick while the previous
+--                               tick's task is pending, scheduled or running
+-- ARGV[7] -> marker ttl (ms)    renewed on each claim, so a removed schedule's marker expires
+-- ARGV[8] -> task path
+-- ARGV[9] -> id base            a tick's task id is ARGV[9] .. tick
+-- ARGV[10] -> n                 ticks to run, ascending, each <= upto; then n pairs: tick, message JSON
+--
+-- Returns: {code, last, fired, missed, skipped, id...}
+--   code  1 -> claimed; fired/missed/skipped are this call's, ids the tasks enqueued
+--         0 -> not claimed: the marker already holds upto or a newer tick (another scheduler won)
+--        -1 -> not claimed: the marker moved since it was read; read it again (last = its value)
+--        -2 -> not claimed: upto is in the future on the Redis clock
+--! include store.lua
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local prefix, marker = ARGV[1], KEYS[3]
+local upto = tonumber(ARGV[3])
+want(KEYS[1], 'list')
+want(KEYS[2], 'zset')
+want(marker, 'hash')
+local last = redis.call('HGET', marker, 'last') or ''
+if tonumber(last) and tonumber(last) >= upto then return {0, last, 0, 0, 0} end
+if last ~= ARGV[2] then return {-1, last, 0, 0, 0} end
+if upto > now then return {-2, last, 0, 0, 0} end
+local missed, skipped, fired = tonumber(ARGV[4]), 0, 0
+local late = tonumber(ARGV[5])
+local overlap = ARGV[6] == '1'
+local prev = redis.call('HGET', marker, 'last_id')
+local out = {1, tostring(upto), 0, 0, 0}
+for i = 0, tonumber(ARGV[10]) - 1 do
+  local tick, msg = ARGV[11 + i * 2], ARGV[12 + i * 2]
+  local busy = false
+  if not overlap and prev then
+    local state = redis.call('HGET', prefix .. 't:' .. prev, 'state')
+    busy = state == 'pending' or state == 'scheduled' or state == 'running'
+  end
+  if now - tonumber(tick) > late then
+    missed = missed + 1
+  elseif busy then
+    skipped = skipped + 1
+  else
+    local id = ARGV[9] .. tick
+    if store_task(prefix, KEYS[1], KEYS[2], now, id, msg, ARGV[8], 0, '') == '' then
+      fired = fired + 1
+      prev = id
+      out[#out + 1] = id
+      redis.call('HSET', marker, 'last_run', tick, 'last_id', id)
+    end
+  end
+end
+redis.call('HSET', marker, 'last', upto, 'claimed_at', now)
+if fired > 0 then redis.call('HINCRBY', marker, 'fired', fired) end
+if missed > 0 then redis.call('HINCRBY', marker, 'missed', missed) end
+if skipped > 0 then redis.call('HINCRBY', marker, 'skipped', skipped) end
+redis.call('PEXPIRE', marker, tonumber(ARGV[7]))
+out[3], out[4], out[5] = fired, missed, skipped
+return out
