@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import io
+import json
 import threading
 import time
 from datetime import datetime
 
 import pytest
+from django.core.management import CommandError, call_command
 
 from django_redisq.conf import get_options
 from django_redisq.inspect import Inspector, UnknownSchedule, schedule_rows
@@ -192,3 +195,26 @@ def test_rows_show_the_pause_the_counts_and_the_last_run(r, make_worker):
         r.delete(keys().task(change.task_id))  # its result expired
         row = next(x for x in schedule_rows(Inspector(get_options("default"))) if x.name == "c")
         assert row.last_id == change.task_id and row.last_state == ""
+
+
+def run_command(*args: str) -> str:
+    out = io.StringIO()
+    call_command("redisq", *args, stdout=out)
+    return out.getvalue()
+
+
+def test_the_command_pauses_resumes_and_runs_now(r):
+    with with_schedules({"s": every(60)}):
+        assert run_command("schedules", "pause", "s") == "paused schedule s\n"
+        assert "was paused already" in run_command("schedules", "pause", "s")
+        listing = run_command("schedules")
+        assert "PAUSED since" in listing and "manage.py redisq (" in listing
+        rows = json.loads(run_command("schedules", "--json"))
+        assert rows[0]["paused"] is True and rows[0]["paused_ticks"] == 0 and rows[0]["description"] == "every minute"
+        data = json.loads(run_command("schedules", "run", "s", "--json"))
+        assert data["action"] == "run" and r.lrange(keys().pending, 0, -1) == [data["task_id"]]
+        assert json.loads(run_command("schedules", "--json", "resume", "s"))["changed"] is True
+        assert run_command("schedules", "resume", "s") == "schedule s was not paused\n"
+        assert " active" in run_command("schedules")
+        with pytest.raises(CommandError, match="no schedule 'nope'"):
+            run_command("schedules", "run", "nope")
