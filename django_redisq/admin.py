@@ -1,9 +1,9 @@
-"""Admin pages over Redis: queues, dead letters, and pending, scheduled and running tasks.
+"""Admin pages over Redis: queues, dead letters, pending, scheduled and running tasks, periodic schedules.
 
 The ``DeadLetter`` model is a placeholder (no table) that gives the admin an
 index entry and two permissions: "view" to look, "change" to replay, delete
-and purge. Reads go through ``inspect.py`` and changes through
-``operations.py``. Every change is a POST that first shows a confirmation
+and purge dead letters, and to pause, resume or run now a schedule. Reads go
+through ``inspect.py`` and changes through ``operations.py``. Every change is a POST that first shows a confirmation
 page (the count and a sample), is CSRF-protected, and is written to the
 admin log. Bulk runs do about a second of work per request and then show
 their progress, continuing by themselves.
@@ -31,9 +31,9 @@ from django.utils.http import urlencode
 from .conf import get_options
 from .connection import describe
 from .exceptions import RedisUnavailable
-from .inspect import DeadFilter, Inspector, Pagination, UnknownQueue, WorkerInfo, backend_aliases
+from .inspect import DeadFilter, Inspector, Pagination, UnknownQueue, UnknownSchedule, WorkerInfo, backend_aliases, schedule_rows
 from .models import DeadLetter
-from .operations import DELETE, REPLAY, Operations, Progress
+from .operations import DELETE, PAUSE, REPLAY, RESUME, RUN_NOW, SCHEDULE_ACTIONS, Operations, Progress, ScheduleOperations
 
 ID_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,64}$")
 TOP_RE = re.compile(r"^\d{1,17}$")
@@ -101,6 +101,8 @@ class DeadLetterAdmin(admin.ModelAdmin):
             path("tasks/<str:state>/", wrap(self.tasks_view), name=f"{name}_tasks"),
             path("task/<str:alias>/<str:queue>/<str:task_id>/", wrap(self.detail_view), name=f"{name}_detail"),
             path("action/", wrap(self.action_view), name=f"{name}_action"),
+            path("schedules/", wrap(self.schedules_view), name=f"{name}_schedules"),
+            path("schedules/action/", wrap(self.schedule_action_view), name=f"{name}_schedule_action"),
             path("<path:object_id>/change/", wrap(self.log_link_view), name=f"{name}_change"),
         ]
 
@@ -237,6 +239,8 @@ class DeadLetterAdmin(admin.ModelAdmin):
         """Where an admin-log entry links: the task, or the queue's dead letters."""
         self._require_view(request)
         parts = unquote(object_id).split("/")
+        if len(parts) == 2 and parts[1].startswith("schedule:"):
+            return HttpResponseRedirect(self._schedules_url(parts[0]))
         if len(parts) == 3:
             return HttpResponseRedirect(reverse("admin:django_redisq_deadletter_detail", args=parts))
         if len(parts) == 2:
@@ -330,3 +334,52 @@ class DeadLetterAdmin(admin.ModelAdmin):
         if skipped:
             messages.warning(request, f"{skipped:,} could not be moved: their message does not decode, so it cannot be "
                                       "rewritten for another queue. Replay them in their own queue or delete them.")
+
+    # -- periodic schedules ----------------------------------------------
+
+    def _schedules_url(self, alias: str) -> str:
+        return reverse("admin:django_redisq_deadletter_schedules") + "?" + urlencode({"backend": alias})
+
+    def schedules_view(self, request: HttpRequest) -> TemplateResponse:
+        self._require_view(request)
+        backends = [(alias, schedule_rows(Inspector(get_options(alias)))) for alias in backend_aliases()]
+        return self._render(request, "schedules.html", self._context(request, "Schedules", backends=backends))
+
+    def schedule_action_view(self, request: HttpRequest) -> HttpResponse:
+        """Pause, resume or run now one schedule: a confirmation page first, then the change (POST only)."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        if not self.has_change_permission(request):
+            raise PermissionDenied
+        post = request.POST
+        ins = self._inspector(post.get("backend"))
+        alias, name, action = ins.options.alias, post.get("name", "")[:200], post.get("action", "")
+        back = self._schedules_url(alias)
+        row = next((r for r in schedule_rows(ins) if r.name == name), None)
+        if action not in SCHEDULE_ACTIONS:
+            messages.error(request, f"Unknown action {action[:40]!r}; expected one of {', '.join(SCHEDULE_ACTIONS)}.")
+            return HttpResponseRedirect(back)
+        if row is None or row.problems:
+            messages.error(request, f"Schedule {name!r} cannot be changed: " + (" ".join(row.problems) if row else "it is not configured."))
+            return HttpResponseRedirect(back)
+        if post.get("confirm") != "yes":
+            verb = {PAUSE: "Pause", RESUME: "Resume", RUN_NOW: "Run now"}[action]
+            context = self._context(request, f"{verb}: schedule {name}?", alias=alias, row=row, action=action, verb=verb,
+                                    back=back, fields=[("backend", alias), ("name", name), ("action", action)])
+            return self._render(request, "schedule_confirm.html", context)
+        by = request.user.get_username()
+        try:
+            change = ScheduleOperations(ins).act(action, name, by)
+        except UnknownSchedule as exc:  # removed or broken between the page and the click
+            messages.error(request, str(exc))
+            return HttpResponseRedirect(back)
+        if action == RUN_NOW:
+            self._log(request, [f"{alias}/{change.queue}/{change.task_id}"], CHANGE, f"Ran schedule {name} now")
+            messages.success(request, f"Enqueued the task of schedule {name} now, as {change.task_id} on queue {change.queue}.")
+        elif not change.changed:
+            messages.warning(request, f"Schedule {name} was {'paused already' if action == PAUSE else 'not paused'}; nothing changed.")
+        else:
+            self._log(request, [f"{alias}/schedule:{name}"], CHANGE, f"{'Paused' if action == PAUSE else 'Resumed'} schedule {name}")
+            messages.success(request, f"Paused schedule {name}: no worker runs its ticks until it is resumed." if action == PAUSE else
+                             f"Resumed schedule {name}: its next tick runs as usual (ticks that passed while it was paused are not run).")
+        return HttpResponseRedirect(back)

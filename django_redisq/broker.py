@@ -367,7 +367,27 @@ class Broker:
         for tick, msg in claim.ticks:
             argv += (tick, msg)
         out = self._script("fire")(keys=[k.pending, k.scheduled, k.schedule(name)], args=argv)
-        return Fired(int(out[0]), str(out[1]), int(out[2]), int(out[3]), int(out[4]), [str(i) for i in out[5:]])
+        return Fired(int(out[0]), str(out[1]), int(out[2]), int(out[3]), int(out[4]), int(out[5]), [str(i) for i in out[6:]])
+
+    def pause_schedule(self, queue: str, name: str, by: str) -> tuple[bool, int]:
+        """Pause a schedule (scripts/schedule_pause.lua): (paused by this call, paused since in Redis ms)."""
+        code, since = self._script("schedule_pause")(keys=[self.keys(queue).schedule(name)], args=[by])
+        return int(code) == 1, int(since)
+
+    def resume_schedule(self, queue: str, name: str, ttl_ms: int) -> int | None:
+        """Resume a paused schedule (scripts/schedule_resume.lua): when its pause began (Redis ms), None if it was not paused."""
+        code, since = self._script("schedule_resume")(keys=[self.keys(queue).schedule(name)], args=[ttl_ms])
+        return int(since) if int(code) == 1 else None
+
+    def run_schedule(self, queue: str, name: str, task_id: str, message: str, task: str, ttl_ms: int) -> int | None:
+        """Enqueue a schedule's task once now, outside its ticks (scripts/schedule_run.lua).
+
+        Returns the Redis time it was enqueued at, or None if a task with ``task_id`` exists already.
+        """
+        k = self.keys(queue)
+        code, at = self._script("schedule_run")(keys=[k.pending, k.scheduled, k.schedule(name)],
+                                                args=[k.prefix, task_id, message, task, ttl_ms])
+        return int(at) if int(code) == 1 else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -392,4 +412,5 @@ class Fired:
     fired: int
     missed: int
     skipped: int
+    paused: int  # ticks not run because the schedule was paused
     ids: list[str]

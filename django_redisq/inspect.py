@@ -30,10 +30,24 @@ from .connection import get_client
 from .exceptions import RedisQError
 from .keys import QueueKeys
 from .records import Attempt, Pagination, QueueStats, Scan, TaskDetail, TaskRow, WorkerInfo, stored_errors, to_datetime
+from .schedules import Schedule
 
 __all__ = [
-    "Attempt", "DeadFilter", "Inspector", "Pagination", "QueueStats", "Scan", "TaskDetail", "TaskRow",
-    "UnknownQueue", "WorkerInfo", "backend_aliases",
+    "Attempt",
+    "DeadFilter",
+    "Inspector",
+    "Pagination",
+    "QueueStats",
+    "Scan",
+    "ScheduleRow",
+    "TaskDetail",
+    "TaskRow",
+    "UnknownQueue",
+    "UnknownSchedule",
+    "WorkerInfo",
+    "backend_aliases",
+    "find_schedule",
+    "schedule_rows",
 ]
 
 SCAN_CHUNK = 1000
@@ -375,9 +389,26 @@ class Inspector:
 # -- periodic schedules ------------------------------------------------------
 
 
+class UnknownSchedule(RedisQError, LookupError):
+    """A schedule the settings do not name, or one they name with errors (it is not run)."""
+
+
+def find_schedule(ins: Inspector, name: str) -> Schedule:
+    """The configured, valid schedule ``name`` of the alias; ``UnknownSchedule`` (saying why) otherwise."""
+    from .schedules import load
+
+    good, bad = load(ins.options.alias, ins.options.queues, ins.options.schedules)
+    for s in good:
+        if s.name == name:
+            return s
+    if name in bad:
+        raise UnknownSchedule(f"schedule {name!r} has errors and is not run: " + " ".join(f"[{p.id}] {p.msg}" for p in bad[name]))
+    raise UnknownSchedule(f"no schedule {name!r} in TASKS[{ins.options.alias!r}] (SCHEDULES or @periodic)")
+
+
 @dataclass(frozen=True)
 class ScheduleRow:
-    """One periodic schedule as the CLI (and later the admin) shows it."""
+    """One periodic schedule as the admin and ``redisq schedules`` show it (times on the Redis clock)."""
 
     name: str
     task: str
@@ -387,16 +418,30 @@ class ScheduleRow:
     catch_up: str
     allow_overlap: bool
     next_run: datetime | None
-    last_run: datetime | None
+    last_run: datetime | None  # the tick of the last task enqueued, or when the last "run now" was, if later
     last_id: str
     fired: int
     missed: int
     skipped: int
     problems: list[str]
+    description: str = ""  # the expression in words ("daily at 03:00")
+    paused: bool = False
+    paused_at: datetime | None = None
+    paused_by: str = ""
+    paused_ticks: int = 0  # ticks not run because the schedule was paused
+    last_state: str = ""  # the last task's state; '' once its hash has expired (or there is none)
+    last_manual: bool = False  # the last run was a "run now"
+
+
+def _count(value: Any) -> int:
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):
+        return 0
 
 
 def schedule_rows(ins: Inspector) -> list[ScheduleRow]:
-    """Every schedule of the alias, valid or not, with its marker, in one round trip (times on the Redis clock)."""
+    """Every schedule of the alias, valid or not, with its marker and its last task's state, in two round trips."""
     from .schedules import load
 
     good, bad = load(ins.options.alias, ins.options.queues, ins.options.schedules)
@@ -404,16 +449,30 @@ def schedule_rows(ins: Inspector) -> list[ScheduleRow]:
     pipe = ins.client.pipeline(transaction=False)
     for s in good:
         pipe.hgetall(ins.keys(s.queue).schedule(s.name))
-    markers = pipe.execute() if good else []
-
-    def at(ms: Any) -> datetime | None:
-        return datetime.fromtimestamp(int(ms) / 1000, tz=UTC) if ms not in (None, "") else None
+    markers: list[dict[str, str]] = pipe.execute() if good else []
+    last: list[tuple[int, str, bool]] = []  # (ms, task id, run now) of each schedule's last run
+    for m in markers:
+        tick, manual = _count(m.get("last_run")), _count(m.get("manual_at"))
+        if manual > tick and m.get("manual_id"):
+            last.append((manual, m["manual_id"], True))
+        else:
+            last.append((tick, m.get("last_id", ""), False))
+    pipe = ins.client.pipeline(transaction=False)
+    for s, (_, task_id, _) in zip(good, last, strict=True):
+        if task_id:
+            pipe.hget(ins.keys(s.queue).task(task_id), "state")
+        else:
+            pipe.echo("")
+    states = pipe.execute() if good else []
 
     rows = [
         ScheduleRow(s.name, s.task, s.queue, s.expression, s.tz.key, s.catch_up, s.allow_overlap,
-                    at(s.next_after(now)), at(m.get("last_run")), m.get("last_id", ""),
-                    int(m.get("fired", 0)), int(m.get("missed", 0)), int(m.get("skipped", 0)), [])
-        for s, m in zip(good, markers, strict=True)
+                    to_datetime(s.next_after(now)), to_datetime(at), task_id,
+                    _count(m.get("fired")), _count(m.get("missed")), _count(m.get("skipped")), [],
+                    description=s.in_words, paused=bool(m.get("paused")), paused_at=to_datetime(m.get("paused")),
+                    paused_by=m.get("paused_by", ""), paused_ticks=_count(m.get("paused_ticks")),
+                    last_state=state or "", last_manual=manual)
+        for s, m, (at, task_id, manual), state in zip(good, markers, last, states, strict=True)
     ]
     rows += [ScheduleRow(name, "", "", "", "", "", True, None, None, "", 0, 0, 0, [f"[{p.id}] {p.msg}" for p in ps])
              for name, ps in bad.items()]

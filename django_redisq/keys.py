@@ -19,7 +19,9 @@ key                                type    meaning
 ``P:status:<id>``                  STRING  idempotency guard: ``running:<worker>`` or ``success``
 ``P:idem:<key>``                   STRING  user idempotency key -> id of the task holding it
 ``P:sched:<name>``                 HASH    a periodic schedule's marker: last claimed tick, last run,
-                                           counters (scripts/fire.lua); expires unless renewed
+                                           counters (scripts/fire.lua), pause and last "run now"
+                                           (scripts/schedule_*.lua); expires unless renewed, never
+                                           while paused
 ``P:processed`` / ``P:failed``     STRING  counters of acks / failed attempts / dead letters
 ``P:dead_count``
 ``P:<counter>:<minute>``           STRING  the same counters per minute (kept 2 hours)

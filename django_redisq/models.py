@@ -1,8 +1,9 @@
 """``DeadLetter``: a placeholder with no table, for the admin index and permissions.
 
 Task data lives in Redis and is read through ``inspect.py``. The model only
-gives the admin an entry and two permissions: "view" to look at queues and
-dead letters, "change" to replay, delete and purge them.
+gives the admin an entry and two permissions: "view" to look at queues,
+dead letters and schedules, "change" to replay, delete and purge dead letters
+and to pause, resume or run now a schedule.
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ from django.db import models
 
 
 class DeadLetter(models.Model):
-    # "<alias>/<queue>/<task id>": LogEntry rows point here, and the admin's
-    # change URL for it redirects to the task's detail page
+    # "<alias>/<queue>/<task id>" (or "<alias>/schedule:<name>"): LogEntry rows point
+    # here, and the admin's change URL for it redirects to the task's page (or the schedules)
     id = models.CharField(primary_key=True, max_length=300)
 
     class Meta:

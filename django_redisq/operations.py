@@ -1,4 +1,5 @@
-"""Operator actions on dead letters: replay (here or into another queue) and delete.
+"""Operator actions: replay (here or into another queue) and delete dead letters;
+pause, resume and run now a periodic schedule.
 
 Shared by the admin and ``manage.py redisq``. Work is done in batches of
 ``BATCH`` ids, each one atomic script call (replay.lua, purge.lua, or
@@ -11,16 +12,25 @@ one time slice per request and the command can draw a progress bar.
 from __future__ import annotations
 
 import json
+import logging
+import secrets
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from .broker import Broker
-from .inspect import DeadFilter, Inspector
+from .inspect import DeadFilter, Inspector, find_schedule
+from .message import encode_arguments
+from .records import to_datetime
+
+logger = logging.getLogger("django_redisq")
 
 REPLAY, DELETE = "replay", "delete"
 ACTIONS = (REPLAY, DELETE)
 BATCH = 500
+PAUSE, RESUME, RUN_NOW = "pause", "resume", "run"
+SCHEDULE_ACTIONS = (PAUSE, RESUME, RUN_NOW)
 
 
 @dataclass(slots=True)
@@ -131,3 +141,72 @@ class Operations:
             return msg
         data["queue"] = to
         return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+
+
+# -- periodic schedules -------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleChange:
+    """What a pause, resume or run now did."""
+
+    action: str
+    name: str
+    queue: str
+    changed: bool  # False: it was paused already (pause) or not paused (resume); nothing changed
+    at: datetime | None  # pause: paused since; resume: when the pause began; run: enqueued at
+    task_id: str = ""  # run: the task enqueued
+
+
+class ScheduleOperations:
+    """Pause, resume and run now the periodic schedules of one backend alias.
+
+    Each is one script call (schedule_pause.lua, schedule_resume.lua,
+    schedule_run.lua) on the schedule's marker; only configured, valid
+    schedules can be changed (``UnknownSchedule`` otherwise).
+    """
+
+    def __init__(self, inspector: Inspector, broker: Broker | None = None) -> None:
+        self.inspector = inspector
+        self.broker = broker or Broker(inspector.options, inspector.client)
+
+    def act(self, action: str, name: str, by: str) -> ScheduleChange:
+        if action == PAUSE:
+            return self.pause(name, by)
+        if action == RESUME:
+            return self.resume(name, by)
+        if action == RUN_NOW:
+            return self.run_now(name, by)
+        raise ValueError(f"unknown action {action!r}; expected one of {', '.join(SCHEDULE_ACTIONS)}")
+
+    def pause(self, name: str, by: str) -> ScheduleChange:
+        """Stop the schedule's ticks from running, on every worker, until ``resume``."""
+        s = find_schedule(self.inspector, name)
+        changed, since = self.broker.pause_schedule(s.queue, s.name, by)
+        if changed:
+            logger.info("schedule %s paused by %s", s.name, by)
+        return ScheduleChange(PAUSE, s.name, s.queue, changed, to_datetime(since))
+
+    def resume(self, name: str, by: str) -> ScheduleChange:
+        """Run the schedule's ticks again from the next one; ticks that passed while paused are not run."""
+        from .scheduler import marker_ttl_ms
+
+        s = find_schedule(self.inspector, name)
+        since = self.broker.resume_schedule(s.queue, s.name, marker_ttl_ms(s, self.broker.server_time_ms()))
+        if since is not None:
+            logger.info("schedule %s resumed by %s", s.name, by)
+        return ScheduleChange(RESUME, s.name, s.queue, since is not None, to_datetime(since))
+
+    def run_now(self, name: str, by: str) -> ScheduleChange:
+        """Enqueue the schedule's task once now (its ``periodic_tick``: now on the Redis clock), leaving its ticks alone."""
+        from .scheduler import id_base, marker_ttl_ms, tick_message, wants_tick
+
+        s = find_schedule(self.inspector, name)
+        encode_arguments(s.args, s.kwargs, self.inspector.options.max_message_bytes)  # InvalidArguments: too large
+        now = self.broker.server_time_ms()
+        task_id = f"{id_base(s)}m{secrets.token_hex(8)}"
+        at = self.broker.run_schedule(s.queue, s.name, task_id, tick_message(s, now, wants_tick(s)), s.task, marker_ttl_ms(s, now))
+        if at is None:  # pragma: no cover - 64 random bits
+            raise RuntimeError(f"task id {task_id} is taken")
+        logger.info("schedule %s run now by %s: enqueued %s on queue %s", s.name, by, task_id, s.queue)
+        return ScheduleChange(RUN_NOW, s.name, s.queue, True, to_datetime(at), task_id)

@@ -15,6 +15,12 @@ the newest if it is younger than its period (at most an hour), ``skip`` only
 if it is on time (within 10 s or its period), ``all`` the newest 100. Ticks
 not run are counted ``missed`` in the marker; ticks not run because the
 previous tick's task is unfinished (``allow_overlap=False``) ``skipped``.
+
+A paused schedule (``scripts/schedule_pause.lua``) is still claimed tick by
+tick, so its marker keeps up with the clock, but fire.lua enqueues nothing
+and counts the tick ``paused_ticks``: the pause is read inside every claim,
+so it holds for every worker at once, and a tick that passes while paused is
+never run later, not even after a resume.
 """
 
 from __future__ import annotations
@@ -46,8 +52,6 @@ class Scheduler:
     """Claims the due ticks of a backend's schedules; ``loop`` runs it until ``stop`` is set."""
 
     def __init__(self, options: Options, broker: Broker, stop: threading.Event) -> None:
-        from .schedules import find_task
-
         self.options, self.broker, self.stop = options, broker, stop
         loaded, bad = load(options.alias, options.queues, options.schedules)
         for name, problems in bad.items():
@@ -57,12 +61,12 @@ class Scheduler:
         for s in loaded:
             try:
                 encode_arguments(s.args, s.kwargs, options.max_message_bytes)
-                params = inspect.signature(find_task(s.task).func).parameters
+                wants = wants_tick(s)
             except Exception as exc:  # noqa: BLE001 - a bad schedule is logged and skipped, never a crash
                 logger.error("schedule %s is not run: %s", s.name, exc)
                 continue
             self.schedules.append(s)
-            self._wants_tick[s.name] = TICK_KWARG in params
+            self._wants_tick[s.name] = wants
         self._heap: list[tuple[int, int, Schedule]] = [(0, i, s) for i, s in enumerate(self.schedules)]
 
     def loop(self) -> None:
@@ -141,13 +145,11 @@ class Scheduler:
         )
 
     def message(self, s: Schedule, tick: int) -> str:
-        kwargs = {**s.kwargs, TICK_KWARG: s.tick_text(tick)} if self._wants_tick.get(s.name) else s.kwargs
-        return encode_message(s.args, kwargs)
+        return tick_message(s, tick, self._wants_tick.get(s.name, False))
 
     @staticmethod
     def id_base(s: Schedule) -> str:
-        """Task ids of a schedule's ticks are ``p<digest>-<tick ms>``: one per (schedule, tick)."""
-        return "p" + hashlib.sha256(f"{s.queue}:{s.name}".encode()).hexdigest()[:12] + "-"
+        return id_base(s)
 
     def _log(self, s: Schedule, fired: Fired) -> None:
         if fired.code != 1:
@@ -158,3 +160,29 @@ class Scheduler:
             logger.warning("schedule %s: %d tick(s) missed (no worker ran at the time; catch_up=%s)", s.name, fired.missed, s.catch_up)
         if fired.skipped:
             logger.info("schedule %s: %d tick(s) skipped, the previous run is unfinished (allow_overlap=False)", s.name, fired.skipped)
+        if fired.paused:
+            logger.debug("schedule %s: %d tick(s) not run, the schedule is paused", s.name, fired.paused)
+
+
+def id_base(s: Schedule) -> str:
+    """Task ids of a schedule's ticks are ``p<digest>-<tick ms>``: one per (schedule, tick); a "run now" is ``p<digest>-m<random>``."""
+    return "p" + hashlib.sha256(f"{s.queue}:{s.name}".encode()).hexdigest()[:12] + "-"
+
+
+def wants_tick(s: Schedule) -> bool:
+    """Whether the schedule's task function takes the ``periodic_tick`` keyword."""
+    from .schedules import find_task
+
+    return TICK_KWARG in inspect.signature(find_task(s.task).func).parameters
+
+
+def tick_message(s: Schedule, tick: int, wants: bool) -> str:
+    """The message of the schedule's task for ``tick`` (Redis ms): its args and kwargs, and the tick if it takes it."""
+    kwargs = {**s.kwargs, TICK_KWARG: s.tick_text(tick)} if wants else s.kwargs
+    return encode_message(s.args, kwargs)
+
+
+def marker_ttl_ms(s: Schedule, now: int) -> int:
+    """How long the schedule's marker lives after a change at ``now`` (fire.lua's ARGV[7])."""
+    latest = s.latest_at(now)
+    return max(MARKER_TTL_MS, 3 * s.period_at(latest)) if latest is not None else MARKER_TTL_MS

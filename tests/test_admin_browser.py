@@ -4,8 +4,8 @@ Debian's ``chromium`` is driven by Playwright (``executable_path``; downloaded
 browsers are not available here). Skipped where /usr/bin/chromium is missing,
 but failed when ``CI`` is set, so CI never skips it silently. Screenshots of
 every step go to tests/artifacts/ (not committed); with
-``REDISQ_DOCS_SCREENSHOTS=1`` the list and detail shots are also written to
-docs/img/ for the README.
+``REDISQ_DOCS_SCREENSHOTS=1`` the dead-letter list and detail shots and the
+Schedules page are also written to docs/img/ for the README.
 """
 
 from __future__ import annotations
@@ -155,3 +155,80 @@ def test_operator_finds_replays_and_sees_a_dead_letter_run(r, page, make_worker)
     page.get_by_role("link", name="Queues").click()
     expect(page.locator("#redisq-queues-default")).to_contain_text("default")
     shot(page, "07-queues")
+
+
+def test_operator_runs_pauses_and_resumes_a_schedule(r, page):
+    """The Schedules page: a schedule firing every second on a live scheduler, run now, paused and resumed through
+    the confirmation pages; while paused no tick of it is enqueued."""
+    import threading
+
+    from playwright.sync_api import expect
+
+    from tests.helpers import keys, redis_ms, wait_for
+    from tests.test_scheduler import TASK, scheduler, with_schedules
+
+    entries = {
+        "nightly-report": {"task": TASK, "cron": "0 3 * * *", "timezone": "Europe/Berlin", "kwargs": {"key": "n"}},
+        "sync-stock": {"task": TASK, "every": 1, "kwargs": {"key": "s"}, "timezone": "UTC"},
+        "weekly-digest": {"task": "shop.tasks.gone", "cron": "0 8 * * 1"},
+    }
+    User.objects.create_superuser("ops", "ops@example.com", "correct horse")
+    with with_schedules(entries):
+        x = scheduler(entries)
+        loop = threading.Thread(target=x.loop, daemon=True)
+        loop.start()
+        try:
+            assert wait_for(lambda: r.llen(keys().pending) >= 2, timeout=5)
+            content = page.locator("#content-main")
+            sync = page.locator("#redisq-schedule-sync-stock")
+            nightly = page.locator("#redisq-schedule-nightly-report")
+
+            page.goto("/admin/")
+            page.fill("#id_username", "ops")
+            page.fill("#id_password", "correct horse")
+            page.click("input[type=submit]")
+            page.get_by_role("link", name="Dead letters").first.click()
+            page.click("#toggle-nav-sidebar")
+            page.get_by_role("link", name="Schedules").click()
+            expect(nightly).to_contain_text("daily at 03:00")
+            expect(nightly).to_contain_text("Europe/Berlin")
+            expect(sync).to_contain_text("every second")
+            expect(sync.locator(".redisq-last-state")).to_be_visible()  # the last tick's task, linked
+            expect(page.locator("#redisq-schedule-weekly-digest")).to_contain_text("[E025]")
+            expect(page.locator("#redisq-schedule-weekly-digest form")).to_have_count(0)
+
+            # run the nightly report now, confirming
+            page.click("#redisq-run-nightly-report")
+            expect(content).to_contain_text("Are you sure you want to run schedule nightly-report now?")
+            page.click("#redisq-yes")
+            expect(page.locator(".messagelist")).to_contain_text("Enqueued the task of schedule nightly-report now")
+            expect(nightly).to_contain_text("(run now)")
+
+            # pause the every-second one, confirming
+            page.click("#redisq-pause-sync-stock")
+            expect(content).to_contain_text("Are you sure you want to pause schedule sync-stock?")
+            shot(page, "09-schedule-confirm")
+            page.click("#redisq-yes")
+            expect(page.locator(".messagelist")).to_contain_text("Paused schedule sync-stock")
+            expect(sync.locator(".redisq-paused")).to_have_text("paused")
+            expect(sync).to_contain_text("by ops")
+            paused_ms = int(r.hget(keys().schedule("sync-stock"), "paused"))
+            page.wait_for_timeout(2500)  # ticks pass while paused: the live scheduler claims them, runs none
+            assert all(int(i.rsplit("-", 1)[1]) < paused_ms for i in r.lrange(keys().pending, 0, -1) if "-m" not in i)
+            page.reload()
+            expect(sync.locator("td.redisq-num").nth(3)).not_to_have_text("0")  # paused ticks counted
+            shot(page, "08-schedules", docs=True)
+
+            # resume it; it fires again
+            page.click("#redisq-resume-sync-stock")
+            expect(content).to_contain_text("Are you sure you want to resume schedule sync-stock, paused since")
+            page.click("#redisq-yes")
+            expect(page.locator(".messagelist")).to_contain_text("Resumed schedule sync-stock")
+            expect(sync.locator(".redisq-active")).to_have_text("active")
+            resumed = redis_ms(r)
+            assert wait_for(lambda: any(int(i.rsplit("-", 1)[1]) > resumed for i in r.lrange(keys().pending, 0, -1)
+                                        if "-m" not in i), timeout=5)
+            shot(page, "10-resumed")
+        finally:
+            x.stop.set()
+            loop.join(5)

@@ -180,3 +180,38 @@ def test_the_default_time_zone_is_djangos():
     with override_settings(TIME_ZONE="Asia/Tokyo"):
         found, _ = schedules.load("default", ("default",), {"t": {"task": TASK, "cron": "0 3 * * *"}})
     assert found[0].tz == ZoneInfo("Asia/Tokyo")
+
+
+# -- in words (the admin's Schedules page) ------------------------------------------
+
+
+@pytest.mark.parametrize(("cron", "words"), [
+    ("* * * * *", "every minute"),
+    ("*/5 * * * *", "every 5 minutes"),
+    ("*/7 * * * *", "*/7 * * * *"),  # restarts at :00 each hour: not "every 7 minutes"
+    ("15 * * * *", "hourly at :15"),
+    ("@hourly", "hourly at :00"),
+    ("0 */6 * * *", "every 6 hours"),
+    ("30 */2 * * *", "every 2 hours at :30"),
+    ("0 3 * * *", "daily at 03:00"),
+    ("@daily", "daily at 00:00"),
+    ("0 9 * * 1-5", "weekdays at 09:00"),
+    ("30 8 * * 1", "every Monday at 08:30"),
+    ("0 0 * * 7", "every Sunday at 00:00"),
+    ("0 7 * * fri", "every Friday at 07:00"),
+    ("0 0 1 * *", "monthly on day 1 at 00:00"),
+    ("@yearly", "yearly on 1 January at 00:00"),
+    ("0 3,15 * * *", "0 3,15 * * *"),
+    ("0 9 1 * 1", "0 9 1 * 1"),
+    ("5-10 * * * *", "5-10 * * * *"),
+])
+def test_cron_in_words(cron, words):
+    assert sched(cron=cron).in_words == words
+
+
+@pytest.mark.parametrize(("every", "words"), [
+    (1, "every second"), (30, "every 30 seconds"), (1.5, "every 1.5 seconds"), (60, "every minute"),
+    (300, "every 5 minutes"), (90, "every 90 seconds"), (timedelta(hours=1), "every hour"), (7200, "every 2 hours"),
+])
+def test_every_in_words(every, words):
+    assert sched(every=every).in_words == words

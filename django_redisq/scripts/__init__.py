@@ -28,6 +28,9 @@ NAMES = (
     "move_out",
     "move_in",
     "fire",
+    "schedule_pause",
+    "schedule_resume",
+    "schedule_run",
 )
 
 INCLUDE = re.compile(r"^--! include ([A-Za-z0-9_]+\.lua)[ \t]*$", re.MULTILINE)

@@ -8,7 +8,10 @@
 -- KEYS[2] -> P:scheduled        (ZSET, untouched: periodic tasks are pending at once)
 -- KEYS[3] -> P:sched:<name>     (HASH) the schedule's marker: last (last claimed tick, Redis ms),
 --                               last_run (tick of the last task enqueued), last_id (its task id),
---                               claimed_at (Redis ms), fired / missed / skipped (counters)
+--                               claimed_at (Redis ms), fired / missed / skipped / paused_ticks
+--                               (counters); paused (Redis ms, '' = not paused), paused_by,
+--                               paused_from / resumed_at (the last pause, see schedule_resume.lua);
+--                               manual_id / manual_at (the last "run now", schedule_run.lua)
 -- ARGV[1] -> P:                 the queue's key prefix; task keys are ARGV[1] .. 't:' .. id
 -- ARGV[2] -> expected           the marker's last as the scheduler read it ('' = no marker)
 -- ARGV[3] -> upto               the newest due tick (ms); the marker's last becomes this
@@ -16,14 +19,19 @@
 -- ARGV[5] -> max lateness (ms)  a listed tick older than this on the Redis clock is not run
 --                               (counted missed): guards a scheduler paused before its claim
 -- ARGV[6] -> allow overlap      '1', or '0': skip (and count) a tick while the previous
---                               tick's task is pending, scheduled or running
+--                               tick's task (or the last "run now") is pending, scheduled or running
 -- ARGV[7] -> marker ttl (ms)    renewed on each claim, so a removed schedule's marker expires
+--                               (not while paused: a paused marker does not expire)
 -- ARGV[8] -> task path
 -- ARGV[9] -> id base            a tick's task id is ARGV[9] .. tick
 -- ARGV[10] -> n                 ticks to run, ascending, each <= upto; then n pairs: tick, message JSON
 --
--- Returns: {code, last, fired, missed, skipped, id...}
---   code  1 -> claimed; fired/missed/skipped are this call's, ids the tasks enqueued
+-- A listed tick at or after the pause began, and (once resumed) at or before the
+-- resume, is not run: it is counted in paused_ticks. The claim still moves the
+-- marker, so a tick that passed while paused is never run later.
+--
+-- Returns: {code, last, fired, missed, skipped, paused, id...}
+--   code  1 -> claimed; fired/missed/skipped/paused are this call's, ids the tasks enqueued
 --         0 -> not claimed: the marker already holds upto or a newer tick (another scheduler won)
 --        -1 -> not claimed: the marker moved since it was read; read it again (last = its value)
 --        -2 -> not claimed: upto is in the future on the Redis clock
@@ -36,22 +44,33 @@ want(KEYS[1], 'list')
 want(KEYS[2], 'zset')
 want(marker, 'hash')
 local last = redis.call('HGET', marker, 'last') or ''
-if tonumber(last) and tonumber(last) >= upto then return {0, last, 0, 0, 0} end
-if last ~= ARGV[2] then return {-1, last, 0, 0, 0} end
-if upto > now then return {-2, last, 0, 0, 0} end
+if tonumber(last) and tonumber(last) >= upto then return {0, last, 0, 0, 0, 0} end
+if last ~= ARGV[2] then return {-1, last, 0, 0, 0, 0} end
+if upto > now then return {-2, last, 0, 0, 0, 0} end
 local missed, skipped, fired = tonumber(ARGV[4]), 0, 0
 local late = tonumber(ARGV[5])
 local overlap = ARGV[6] == '1'
 local prev = redis.call('HGET', marker, 'last_id')
-local out = {1, tostring(upto), 0, 0, 0}
+local manual = redis.call('HGET', marker, 'manual_id')
+local unfinished = function(id)
+  if not id then return false end
+  local state = redis.call('HGET', prefix .. 't:' .. id, 'state')
+  return state == 'pending' or state == 'scheduled' or state == 'running'
+end
+-- the pause window: [paused, now] while paused; else the last one, [paused_from, resumed_at]
+local pause_from, pause_to = tonumber(redis.call('HGET', marker, 'paused') or ''), now
+if not pause_from then
+  pause_from = tonumber(redis.call('HGET', marker, 'paused_from') or '')
+  pause_to = tonumber(redis.call('HGET', marker, 'resumed_at') or '') or -1
+end
+local held = 0
+local out = {1, tostring(upto), 0, 0, 0, 0}
 for i = 0, tonumber(ARGV[10]) - 1 do
   local tick, msg = ARGV[11 + i * 2], ARGV[12 + i * 2]
-  local busy = false
-  if not overlap and prev then
-    local state = redis.call('HGET', prefix .. 't:' .. prev, 'state')
-    busy = state == 'pending' or state == 'scheduled' or state == 'running'
-  end
-  if now - tonumber(tick) > late then
+  local busy = not overlap and (unfinished(prev) or unfinished(manual))
+  if pause_from and tonumber(tick) >= pause_from and tonumber(tick) <= pause_to then
+    held = held + 1
+  elseif now - tonumber(tick) > late then
     missed = missed + 1
   elseif busy then
     skipped = skipped + 1
@@ -69,6 +88,7 @@ redis.call('HSET', marker, 'last', upto, 'claimed_at', now)
 if fired > 0 then redis.call('HINCRBY', marker, 'fired', fired) end
 if missed > 0 then redis.call('HINCRBY', marker, 'missed', missed) end
 if skipped > 0 then redis.call('HINCRBY', marker, 'skipped', skipped) end
-redis.call('PEXPIRE', marker, tonumber(ARGV[7]))
-out[3], out[4], out[5] = fired, missed, skipped
+if held > 0 then redis.call('HINCRBY', marker, 'paused_ticks', held) end
+if (redis.call('HGET', marker, 'paused') or '') == '' then redis.call('PEXPIRE', marker, tonumber(ARGV[7])) end
+out[3], out[4], out[5], out[6] = fired, missed, skipped, held
 return out

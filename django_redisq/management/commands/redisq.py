@@ -2,6 +2,7 @@
 
     redisq stats [--json]
     redisq schedules [--json]
+    redisq schedules (pause | resume | run) NAME [--json]
     redisq dead list [--queue Q] [--task T] [--exc E] [--search S] [--limit N] [--start POS] [--json]
     redisq dead show ID [--queue Q] [--json]
     redisq dead replay (--all | ID ...) [--queue Q] [--to Q2] [filters] [--json]
@@ -13,6 +14,8 @@ the admin does. Long runs draw a progress bar on stderr.
 
 from __future__ import annotations
 
+import argparse
+import getpass
 import json
 import sys
 import time
@@ -22,9 +25,10 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_redisq.inspect import DeadFilter, Inspector, UnknownQueue, schedule_rows
+from django_redisq.exceptions import InvalidArguments
+from django_redisq.inspect import DeadFilter, Inspector, UnknownQueue, UnknownSchedule, schedule_rows
 from django_redisq.management.commands.runworker import positive
-from django_redisq.operations import DELETE, REPLAY, Operations, Progress
+from django_redisq.operations import DELETE, PAUSE, REPLAY, RUN_NOW, Operations, Progress, ScheduleOperations
 
 
 def _json_default(value: Any) -> Any:
@@ -33,14 +37,28 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"not JSON: {type(value).__name__}")
 
 
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:  # noqa: BLE001 - no login name (OSError, KeyError): say so, still act
+        return "unknown user"
+
+
 class Command(BaseCommand):
     help = "Queue figures, and list, show, replay or purge dead letters."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--backend", default="default", help="the TASKS alias (default: %(default)s)")
         sub = parser.add_subparsers(dest="command", required=True, metavar="{stats,schedules,dead}")
-        sched = sub.add_parser("schedules", help="periodic schedules: next and last run, missed and skipped ticks")
+        sched = sub.add_parser("schedules", help="periodic schedules: next and last run, missed and skipped ticks; pause, resume, run now")
         sched.add_argument("--json", action="store_true", help="print JSON")
+        control = sched.add_subparsers(dest="schedule_command", metavar="{pause,resume,run}")
+        for name, verb in (("pause", "stop running its ticks, on every worker, until resumed"),
+                           ("resume", "run its ticks again from the next one (ticks that passed while paused are not run)"),
+                           ("run", "enqueue its task once now, outside its ticks")):
+            p = control.add_parser(name, help=verb)
+            p.add_argument("name", metavar="NAME", help="the schedule's name")
+            p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the outcome as JSON")
         stats = sub.add_parser("stats", help="sizes, throughput and workers of every queue")
         stats.add_argument("--json", action="store_true", help="print JSON")
         dead = sub.add_parser("dead", help="dead letters").add_subparsers(dest="dead_command", required=True,
@@ -122,21 +140,39 @@ class Command(BaseCommand):
         self.emit(opts, data, "\n".join(lines))
 
     def schedules(self, opts: dict[str, Any]) -> None:
+        if opts.get("schedule_command"):
+            return self.schedule_control(opts["schedule_command"], opts)
         rows = schedule_rows(self.ins)
 
         def when(d: datetime | None) -> str:
             return f"{d:%Y-%m-%dT%H:%M:%SZ}" if d else "-"
 
-        lines = [f"{'schedule':<20} {'expression':<16} {'timezone':<16} {'next run':<21}{'last run':<21}{'fired':>6}{'missed':>7}{'skipped':>8}"]
+        lines = [f"{'schedule':<20} {'expression':<16} {'timezone':<16} {'next run':<21}{'last run':<21}{'fired':>6}{'missed':>7}{'skipped':>8}"
+                 f"{'paused':>7}  state"]
         for r in rows:
             if r.problems:
                 lines.append(f"{r.name:<20} NOT RUN: {' '.join(r.problems)}")
             else:
+                state = f"PAUSED since {when(r.paused_at)}" + (f" by {r.paused_by}" if r.paused_by else "") if r.paused else "active"
                 lines.append(f"{r.name:<20} {r.expression:<16} {r.timezone:<16} {when(r.next_run):<21}{when(r.last_run):<21}"
-                             f"{r.fired:>6}{r.missed:>7}{r.skipped:>8}")
+                             f"{r.fired:>6}{r.missed:>7}{r.skipped:>8}{r.paused_ticks:>7}  {state}")
         if not rows:
             lines = ["no schedules (TASKS[alias]['OPTIONS']['SCHEDULES'] or @periodic)"]
         self.emit(opts, [asdict(r) for r in rows], "\n".join(lines))
+
+    def schedule_control(self, action: str, opts: dict[str, Any]) -> None:
+        name = opts["name"]
+        try:
+            change = ScheduleOperations(self.ins).act(action, name, f"manage.py redisq ({_user()})")
+        except (UnknownSchedule, InvalidArguments) as exc:
+            raise CommandError(str(exc)) from None
+        if action == RUN_NOW:
+            text = f"enqueued schedule {name}'s task now as {change.task_id} on queue {change.queue}"
+        elif action == PAUSE:
+            text = f"paused schedule {name}" if change.changed else f"schedule {name} was paused already (since {change.at:%Y-%m-%dT%H:%M:%SZ})"
+        else:
+            text = f"resumed schedule {name}" if change.changed else f"schedule {name} was not paused"
+        self.emit(opts, asdict(change), text)
 
     def dead_list(self, opts: dict[str, Any]) -> None:
         queue = self._queue(opts)
