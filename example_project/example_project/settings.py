@@ -63,7 +63,7 @@ TASKS = {
             "BACKOFF_BASE": 0.2,  # short, so the demo's retries happen within seconds
             "BACKOFF_MAX": 2,
             # every runworker claims these ticks; each runs once however many workers run
-            "SCHEDULES": {"stock-report": {"task": "shop.tasks.stock_report", "every": 10}},
+            "SCHEDULES": {"stock-report": {"task": "shop.tasks.stock_report", "every": 5}},
         },
     }
 }

@@ -43,6 +43,6 @@ def feedback_reminder(order_id: int) -> str:
 
 @task
 def stock_report(periodic_tick: str = "") -> str:
-    """A periodic task (SCHEDULES in settings: every 10 s); ``periodic_tick`` is the tick it runs for."""
+    """A periodic task (SCHEDULES in settings: every 5 s); ``periodic_tick`` is the tick it runs for."""
     cache.set("shop:last_stock_report", periodic_tick, 3600)
     return f"stock report for {periodic_tick}"

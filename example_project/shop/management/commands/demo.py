@@ -7,6 +7,7 @@ runs a worker until each has settled, and reports what happened.
 
 from __future__ import annotations
 
+import threading
 import time
 from datetime import timedelta
 from typing import Any
@@ -67,6 +68,7 @@ class Command(BaseCommand):
         self.stdout.write("\nWhat happened:")
         for r in results:
             self.stdout.write("  " + self.describe(r))
+        self.periodic()
         order.refresh_from_db()
         self.stdout.write(f"\nOrder #{order.pk} receipt_sent={order.receipt_sent}")
         dead = [r for r in results if r.status == TaskResultStatus.FAILED]
@@ -77,6 +79,25 @@ class Command(BaseCommand):
         )
         if not all(r.is_finished for r in results):
             raise CommandError("some tasks did not settle before --timeout")
+
+    def periodic(self) -> None:
+        """Run a worker with its scheduler (not burst) until the 'stock-report' schedule has fired once."""
+        from django.core.cache import cache
+
+        self.stdout.write("\nPeriodic tasks: a worker with its scheduler, until the next 'stock-report' tick (every 5 s) runs...")
+        cache.delete("shop:last_stock_report")
+        worker = Worker(concurrency=1, name="demo-scheduler")
+        thread = threading.Thread(target=worker.run, daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 12
+        while cache.get("shop:last_stock_report") is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        worker.request_stop()
+        thread.join(15)
+        tick = cache.get("shop:last_stock_report")
+        if tick is None:
+            raise CommandError("the 'stock-report' schedule did not fire within 12 s")
+        self.stdout.write(f"  stock_report ran for tick {tick}: claimed once on the Redis clock, however many workers run")
 
     def describe(self, r: TaskResult) -> str:
         name = r.task.name
