@@ -28,3 +28,11 @@ TASKS = {
         "OPTIONS": {"REDIS_URL": URL.rsplit("/", 1)[0] + "/1"},
     },
 }
+
+# BENCH_SCHEDULES=N gives the workers N one-second schedules (their tasks go to "low", which the drain
+# workers do not serve): what a scheduler costs a worker draining a backlog
+if os.environ.get("BENCH_SCHEDULES"):
+    TASKS["default"]["OPTIONS"]["SCHEDULES"] = {
+        f"bench-{i}": {"task": "benchapp.tasks.noop", "every": 1, "args": [i], "queue_name": "low"}
+        for i in range(int(os.environ["BENCH_SCHEDULES"]))
+    }
