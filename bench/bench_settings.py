@@ -29,10 +29,10 @@ TASKS = {
     },
 }
 
-# BENCH_SCHEDULES=N gives the workers N one-second schedules (their tasks go to "low", which the drain
-# workers do not serve): what a scheduler costs a worker draining a backlog
+# BENCH_SCHEDULES=N gives the workers N schedules, every BENCH_SCHEDULE_EVERY seconds (default 1; their tasks
+# go to "low", which the drain workers do not serve): what a scheduler costs a worker draining a backlog
 if os.environ.get("BENCH_SCHEDULES"):
     TASKS["default"]["OPTIONS"]["SCHEDULES"] = {
-        f"bench-{i}": {"task": "benchapp.tasks.noop", "every": 1, "args": [i], "queue_name": "low"}
+        f"bench-{i}": {"task": "benchapp.tasks.noop", "every": int(os.environ.get("BENCH_SCHEDULE_EVERY", "1")), "args": [i], "queue_name": "low"}
         for i in range(int(os.environ["BENCH_SCHEDULES"]))
     }
