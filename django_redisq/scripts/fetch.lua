@@ -24,12 +24,9 @@
 --   code 3 BUSY  -> another worker's guard is still held: moved to scheduled for 1 s later
 --   code 4 NOMSG -> no task data for this id: left in processing for the worker to bury
 --   code 5 CORRUPT -> a key of the wrong type, or non-numeric counters: left for burial
-for i, want in ipairs({'list', 'list', 'zset', 'zset'}) do
-  local kt = redis.call('TYPE', KEYS[i])['ok']
-  if kt ~= want and kt ~= 'none' then
-    return redis.error_reply('WRONGTYPE ' .. KEYS[i] .. ' is a ' .. kt .. ', expected a ' .. want .. ' (written by another program?)')
-  end
-end
+--! include shape.lua
+local bad = wrong_shape({'list', 'list', 'zset', 'zset'})
+if bad then return bad end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local prefix, worker, lease = ARGV[1], ARGV[4], ARGV[3]

@@ -16,12 +16,9 @@
 -- ARGV[5] -> gap in ms    a heartbeat later than this after the previous one starts a new run
 --
 -- Returns: {Redis time in ms, 1 if the worker was registered before this call else 0}
-for i, want in ipairs({'zset', 'list', 'hash'}) do
-  local kt = redis.call('TYPE', KEYS[i])['ok']
-  if kt ~= want and kt ~= 'none' then
-    return redis.error_reply('WRONGTYPE ' .. KEYS[i] .. ' is a ' .. kt .. ', expected a ' .. want .. ' (written by another program?)')
-  end
-end
+--! include shape.lua
+local bad = wrong_shape({'zset', 'list', 'hash'})
+if bad then return bad end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local prefix, w = ARGV[1], ARGV[2]

@@ -18,12 +18,9 @@
 -- ARGV[5] -> gap in ms: the reaper's own last heartbeat must be at most this old
 --
 -- Returns: {tasks given back, reaped worker id, ...}; {0, -1} when the reaper may not reap yet
-for i, want in ipairs({'zset', 'list', 'hash'}) do
-  local kt = redis.call('TYPE', KEYS[i])['ok']
-  if kt ~= want and kt ~= 'none' then
-    return redis.error_reply('WRONGTYPE ' .. KEYS[i] .. ' is a ' .. kt .. ', expected a ' .. want .. ' (written by another program?)')
-  end
-end
+--! include shape.lua
+local bad = wrong_shape({'zset', 'list', 'hash'})
+if bad then return bad end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local prefix, timeout, me = ARGV[1], tonumber(ARGV[2]), ARGV[4]

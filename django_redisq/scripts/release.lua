@@ -14,12 +14,9 @@
 -- ARGV[3..] -> ids never started (undo their claim); none = release all and deregister
 --
 -- Returns: number of tasks handed back
-for i, want in ipairs({'list', 'list', 'zset', 'hash'}) do
-  local kt = redis.call('TYPE', KEYS[i])['ok']
-  if kt ~= want and kt ~= 'none' then
-    return redis.error_reply('WRONGTYPE ' .. KEYS[i] .. ' is a ' .. kt .. ', expected a ' .. want .. ' (written by another program?)')
-  end
-end
+--! include shape.lua
+local bad = wrong_shape({'list', 'list', 'zset', 'hash'})
+if bad then return bad end
 local prefix, w = ARGV[1], ARGV[2]
 local n = 0
 local function give_back(id, undo)
