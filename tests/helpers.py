@@ -85,6 +85,32 @@ def held_by(r: redis.Redis, name: str, queue: str = "default") -> list[str]:
     return [i for plist in sorted(r.scan_iter(match=f"{k.prefix}processing:{name}.*", count=1000)) for i in r.lrange(plist, 0, -1)]
 
 
+def run_in_thread(worker, timeout: float = 30.0) -> None:
+    """Run a burst worker; fail (instead of hanging) if it does not finish."""
+    import threading
+
+    t = threading.Thread(target=worker.run, daemon=True)
+    t.start()
+    t.join(timeout)
+    if t.is_alive():
+        worker.request_force_stop()
+        raise AssertionError(f"the worker did not finish within {timeout} s")
+
+
+def drain(make_worker, results, rounds: int = 50, **kwargs) -> None:
+    """Burst-run workers until every result settled (retries are scheduled a moment ahead)."""
+    import time
+
+    for _ in range(rounds):
+        run_in_thread(make_worker(**kwargs))
+        for res in results:
+            res.refresh()
+        if all(res.is_finished for res in results):
+            return
+        time.sleep(0.02)
+    raise AssertionError("tasks did not settle")
+
+
 def wait_for(predicate, timeout: float = 15.0, step: float = 0.02) -> bool:
     """Poll ``predicate`` until true or ``timeout`` seconds pass; whether it became true."""
     import time

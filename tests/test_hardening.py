@@ -20,20 +20,9 @@ from django.tasks import TaskResultStatus
 from django_redisq import connection
 from django_redisq.broker import Broker
 from django_redisq.conf import get_options, validate
-from tests.helpers import held_by, keys, seed_pending, wait_for, where_is
+from tests.helpers import held_by, keys, run_in_thread, seed_pending, wait_for, where_is
 from tests.testapp import tasks
 from tests.testapp.tasks import EFFECTS, RUNS
-
-
-def run_in_thread(worker, timeout: float = 30.0) -> None:
-    """Run a burst worker; fail (instead of hanging) if it does not finish."""
-    t = threading.Thread(target=worker.run, daemon=True)
-    t.start()
-    t.join(timeout)
-    if t.is_alive():
-        worker.request_force_stop()
-        raise AssertionError(f"the worker did not finish within {timeout} s")
-
 
 # -- hole 1: nothing ends an executor thread --------------------------------
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import threading
 import time
+from functools import partial
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
@@ -18,33 +19,15 @@ from django.tasks.exceptions import InvalidTask
 
 from django_redisq import TaskTimeout, task, timelimit
 from django_redisq.conf import Options, build_options, get_options, validate
-from tests.helpers import keys, where_is
+from tests import helpers
+from tests.helpers import keys, run_in_thread, where_is
 from tests.testapp import tasks
 from tests.testapp.tasks import EFFECTS, STOPS
 
 TIMEOUT_PATH = "django_redisq.exceptions.TaskTimeout"
 
 
-def run_in_thread(worker, timeout: float = 30.0) -> None:
-    """Run a burst worker; fail (instead of hanging) if it does not finish."""
-    t = threading.Thread(target=worker.run, daemon=True)
-    t.start()
-    t.join(timeout)
-    if t.is_alive():
-        worker.request_force_stop()
-        raise AssertionError(f"the worker did not finish within {timeout} s")
-
-
-def drain(make_worker, results, rounds=100, **kwargs):
-    """Burst-run until every result settled (retries are scheduled a moment ahead)."""
-    for _ in range(rounds):
-        run_in_thread(make_worker(**kwargs))
-        for res in results:
-            res.refresh()
-        if all(res.is_finished for res in results):
-            return
-        time.sleep(0.02)
-    raise AssertionError("tasks did not settle")
+drain = partial(helpers.drain, rounds=100)
 
 
 def with_options(settings, queue_options=None, **options):

@@ -8,21 +8,9 @@ from django.core.exceptions import ImproperlyConfigured
 from django.tasks import TaskResultStatus
 
 from django_redisq.worker import Worker
-from tests.helpers import keys, message, seed_pending, wait_for, where_is
+from tests.helpers import drain, keys, message, seed_pending, wait_for, where_is
 from tests.testapp import tasks
 from tests.testapp.tasks import EFFECTS
-
-
-def drain(make_worker, results, rounds=50, **kwargs):
-    """Burst-run until every result settled (retries are scheduled a moment ahead)."""
-    for _ in range(rounds):
-        make_worker(**kwargs).run()
-        for res in results:
-            res.refresh()
-        if all(res.is_finished for res in results):
-            return
-        time.sleep(0.02)
-    raise AssertionError("tasks did not settle")
 
 
 def test_burst_drains_and_exits(r, make_worker):
