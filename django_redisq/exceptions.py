@@ -69,3 +69,25 @@ class TaskTimeout(BaseException):
 
     def __init__(self, *args: object) -> None:
         super().__init__(*(args or ("the task exceeded its time limit",)))
+
+
+class TaskCancelled(BaseException):
+    """The task was cancelled (``redisq cancel``, the admin, ``django_redisq.cancel``); it is never retried.
+
+    Raised inside a running task on the thread pool (when its thread next runs
+    Python code), as the cancellation of its coroutine on the asyncio pool; on
+    the process pool the child running it is killed. A ``BaseException`` for the
+    same reason as ``TaskTimeout``. The task's result is FAILED with this error,
+    and it is dead-lettered with reason ``cancelled`` (replay it to run it after all).
+    """
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*(args or ("the task was cancelled",)))
+
+
+class WorkerLost(RedisQError):
+    """The process running the task died mid-task (a segfault, the OOM killer, a hard time limit).
+
+    Recorded as the attempt's error; the attempt counts as failed and is retried
+    by the task's policy, then dead-lettered with reason ``worker_lost``.
+    """
