@@ -121,6 +121,14 @@ class Held:
         with self.lock:
             return set(self.inflight)
 
+    def running_by_queue(self) -> dict[str, set[str]]:
+        """The ids of the tasks running now, by queue."""
+        out: dict[str, set[str]] = {}
+        with self.lock:
+            for task_id in self.running:
+                out.setdefault(self.inflight[task_id].queue, set()).add(task_id)
+        return out
+
     def current(self, limit: int = 50) -> list[str]:
         with self.lock:
             return sorted(self.running)[:limit]

@@ -1,9 +1,13 @@
-"""Run one delivered task and decide what becomes of it.
+"""Run one delivered task: decode it, call it under its time limit, and say what became of it.
 
-This is the replaceable unit of execution: the worker hands a ``Delivery`` to
-``Runner.run`` and settles the returned ``Outcome`` with the broker. A runner
-that executes in a child process (for hard timeouts) needs only to return the
-same ``Outcome``.
+The worker's pools all run tasks through a ``Runner``: ``run`` on the calling
+thread (the thread pool, and each child of the process pool), ``arun`` on an
+event loop (the asyncio pool). ``begin`` does what every path shares (decode,
+check the arguments, work out the policy), so the paths differ only in how
+they call the task. A call can be interrupted from another thread with
+``interrupt`` (cancellation): an asynchronous exception in a thread, a
+cancelled coroutine on a loop. ``lost`` is the outcome of an attempt whose
+process died under it.
 """
 
 from __future__ import annotations
@@ -13,11 +17,12 @@ import inspect
 import logging
 import threading
 import time
-import traceback
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass
 from typing import Any
 
-from asgiref.sync import async_to_sync
+from asgiref.sync import async_to_sync, sync_to_async
 from django.db import close_old_connections
 from django.tasks import Task, TaskContext, TaskResult, TaskResultStatus
 from django.tasks.base import TaskError
@@ -25,21 +30,18 @@ from django.tasks.signals import task_finished, task_started
 from django.utils.json import normalize_json
 
 from .backend import ms_to_datetime
-from .backoff import compute_backoff
 from .broker import Delivery
 from .conf import Options
-from .exceptions import BadMessage, InvalidArguments, RedisQError, Retry, TaskTimeout, UnknownSchema
+from .exceptions import BadMessage, InvalidArguments, TaskCancelled, TaskTimeout, UnknownSchema
 from .message import Message, decode, dumps
+from .outcome import DEAD, RETRY, Outcome, error_dict, failure
 from .task import RedisTask, get_registered
-from .timelimit import arm, disarm
+from .timelimit import Handle, arm, disarm, interrupt
 
 logger = logging.getLogger("django_redisq")
 
-MAX_TRACEBACK = 32 * 1024
 CRASH_ALLOWANCE = 10
 """Deliveries beyond max_retries + 1 (each a worker dying mid-task) before a task is dead-lettered."""
-
-SUCCESS, RETRY, DEAD = "success", "retry", "dead"
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,28 +57,17 @@ class Prepared:
 
 
 @dataclass(slots=True)
-class Outcome:
-    kind: str  # SUCCESS, RETRY or DEAD
-    result_json: str = "null"
-    error: dict[str, Any] = field(default_factory=dict)
-    delay_ms: int = 0
-    reason: str = ""
-    failed: bool = False  # the task ran and raised (counts as a failed attempt)
-    task_name: str = ""
-    duration: float = 0.0
+class Attempt:
+    """One delivery about to be called: its task, policy and the result object signals see."""
 
-
-def error_dict(exc: BaseException | None, message: str = "", exc_path: str = "") -> dict[str, Any]:
-    if exc is not None:
-        kind = type(exc)
-        exc_path = f"{kind.__module__}.{kind.__qualname__}"
-        message = str(exc)
-        tb = "".join(traceback.format_exception(exc))
-    else:
-        tb = message
-    if len(tb) > MAX_TRACEBACK:
-        tb = tb[: MAX_TRACEBACK // 2] + "\n[... truncated ...]\n" + tb[-MAX_TRACEBACK // 2 :]
-    return {"exc": exc_path, "msg": message[:2000], "tb": tb, "at": int(time.time() * 1000)}
+    d: Delivery
+    message: Message
+    prep: Prepared
+    result: TaskResult
+    args: list[Any]
+    limit: float  # seconds, 0 = none
+    max_retries: int
+    opts: Options
 
 
 def _close_connections() -> None:
@@ -87,13 +78,20 @@ def _close_connections() -> None:
         logger.exception("closing old database connections failed")
 
 
+def _now() -> Any:
+    return ms_to_datetime(int(time.time() * 1000))
+
+
 class Runner:
-    """Runs tasks in the calling thread."""
+    """Runs tasks of one backend alias; safe to share between threads."""
 
     def __init__(self, options: Options, backend_alias: str) -> None:
         self.options = options
         self.alias = backend_alias
         self._tasks: dict[tuple[str, str], Prepared] = {}
+        self._threads: dict[str, Handle] = {}  # task id -> the armed handle of the thread running it
+        self._coros: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]]] = {}  # task id -> its coroutine
+        self._cancelled: set[str] = set()
 
     def _prepared(self, message: Message) -> Prepared:
         """The task of a message with what each run needs, worked out once per task and queue."""
@@ -118,17 +116,17 @@ class Runner:
             )
         return found
 
-    def run(self, d: Delivery, worker_id: str) -> Outcome:
+    def begin(self, d: Delivery, worker_id: str) -> Attempt | Outcome:
+        """The attempt to call, or the outcome already decided (a message that cannot run)."""
         opts = self.options.for_queue(d.queue)
         try:
             message = decode(d.raw, d.task, d.queue)
             prep = self._prepared(message)
-            task, params, sender = prep.task, prep.params, prep.sender
-            call_args = [None, *message.args] if task.takes_context else message.args
+            call_args = [None, *message.args] if prep.task.takes_context else message.args
             try:
-                params.bind(*call_args, **message.kwargs)
+                prep.params.bind(*call_args, **message.kwargs)
             except TypeError as exc:
-                raise BadMessage("bad_arguments", f"arguments do not fit {message.task}{params}: {exc}") from None
+                raise BadMessage("bad_arguments", f"arguments do not fit {message.task}{prep.params}: {exc}") from None
         except UnknownSchema as exc:
             return Outcome(DEAD, error=error_dict(None, str(exc), "django_redisq.exceptions.UnknownSchema"), reason="unknown_schema")
         except BadMessage as exc:
@@ -145,111 +143,178 @@ class Runner:
                 error=error_dict(None, f"delivered {d.deliveries} times without finishing (does it kill its worker?)",
                                  "django_redisq.exceptions.TooManyDeliveries"),
             )
-        workers = d.workers.split(",") if d.workers else [worker_id]
         result: TaskResult = TaskResult(
-            task=task, id=d.id, status=TaskResultStatus.RUNNING,
+            task=prep.task, id=d.id, status=TaskResultStatus.RUNNING,
             enqueued_at=ms_to_datetime(d.enqueued_at), started_at=ms_to_datetime(d.started_at),
-            last_attempted_at=ms_to_datetime(int(time.time() * 1000)), finished_at=None,
-            args=message.args, kwargs=message.kwargs, backend=self.alias, errors=[], worker_ids=workers,
+            last_attempted_at=_now(), finished_at=None, args=message.args, kwargs=message.kwargs,
+            backend=self.alias, errors=[], worker_ids=d.workers.split(",") if d.workers else [worker_id],
         )
+        args = [TaskContext(task_result=result), *message.args] if prep.task.takes_context else message.args
+        return Attempt(d, message, prep, result, args, limit if 0 < limit < float("inf") else 0, max_retries, opts)
+
+    # -- on a thread -----------------------------------------------------
+
+    def run(self, d: Delivery, worker_id: str, started: Callable[[float], None] | None = None) -> Outcome:
+        """Run ``d`` on this thread; ``started(limit)`` is told the time limit just before the call."""
+        a = self.begin(d, worker_id)
+        if isinstance(a, Outcome):
+            return a
+        if started is not None:
+            started(a.limit)
+        return self._execute(a)
+
+    def _execute(self, a: Attempt) -> Outcome:
         start = time.perf_counter()
         _close_connections()
         try:
-            task_started.send(sender=sender, task_result=result)
-            args = [TaskContext(task_result=result), *message.args] if task.takes_context else message.args
-            value = self._call(task, args, message.kwargs, limit, prep.is_async)
-            try:
-                result_json = dumps(normalize_json(value))
-            except (TypeError, ValueError, RecursionError) as exc:
-                raise InvalidArguments(f"the return value of {message.task} is not JSON: {exc}") from None
-            if len(result_json) > opts.result_max_bytes // 4 and len(result_json.encode("utf-8", "surrogatepass")) > opts.result_max_bytes:
-                raise InvalidArguments(
-                    f"the return value of {message.task} is {len(result_json.encode('utf-8', 'surrogatepass'))} bytes as JSON; "
-                    f"the limit is {opts.result_max_bytes} (RESULT_MAX_BYTES). Store large results elsewhere and return their id."
-                )
+            task_started.send(sender=a.prep.sender, task_result=a.result)
+            value = self._call(a)
+            result_json = self._result_json(a, value)
         except BaseException as exc:  # noqa: BLE001 - a task's failure is data, never a worker crash (KeyboardInterrupt, SystemExit too)
-            duration = time.perf_counter() - start
-            if isinstance(exc, TaskTimeout) and exc.limit is None and exc.args == TaskTimeout().args and limit > 0:
-                exc.limit = limit
-                exc.args = (f"{message.task} exceeded its time limit of {limit:g} s (ran {duration:.3g} s)",)
-                logger.warning("task %s id=%s exceeded its time limit of %g s", message.task, d.id, limit)
-            outcome = self._failure(task, exc, d, max_retries, opts, over)
-            outcome.task_name, outcome.duration = message.task, duration
-            object.__setattr__(result, "status", TaskResultStatus.READY if outcome.kind == RETRY else TaskResultStatus.FAILED)
-            object.__setattr__(result, "finished_at", None if outcome.kind == RETRY else ms_to_datetime(int(time.time() * 1000)))
-            result.errors.append(TaskError(exception_class_path=outcome.error["exc"], traceback=outcome.error["tb"]))
-            self._finish(sender, result)
+            outcome = self._failed(a, exc, time.perf_counter() - start)
+            self._finish(a)
             return outcome
         finally:
+            self._cancelled.discard(a.d.id)
             _close_connections()
-        duration = time.perf_counter() - start
-        object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
-        object.__setattr__(result, "finished_at", ms_to_datetime(int(time.time() * 1000)))
-        object.__setattr__(result, "_return_value", value)
-        self._finish(sender, result)
-        return Outcome(SUCCESS, result_json=result_json, task_name=message.task, duration=duration)
+        outcome = self._succeeded(a, value, result_json, time.perf_counter() - start)
+        self._finish(a)
+        return outcome
 
-    @staticmethod
-    def _call(task: Task, args: list[Any], kwargs: dict[str, Any], limit: float, is_async: bool) -> Any:
-        """``task.call`` under a time limit of ``limit`` seconds (0: none): ``TaskTimeout`` when it is reached.
+    def _call(self, a: Attempt) -> Any:
+        """``task.call`` under the attempt's time limit, interruptible by ``interrupt``.
 
-        A thread gets the exception asynchronously from the watchdog (timelimit.py); the
-        caller's ``except`` handles one raised here between the call and ``disarm``. An
-        async task is cancelled by its event loop instead: an asynchronous exception in
-        the thread waiting on the loop would only arrive once the coroutine had finished.
+        A thread gets ``TaskTimeout`` (or ``TaskCancelled``) asynchronously from
+        the watchdog (timelimit.py); the caller's ``except`` handles one raised
+        between the call and ``disarm``. An async task runs on an event loop and
+        is cancelled there instead: an asynchronous exception in the thread
+        waiting on the loop would only arrive once the coroutine had finished.
         """
-        if not 0 < limit < float("inf"):
-            return task.call(*args, **kwargs)
-        if is_async:
-            return async_to_sync(_within)(task.func, limit, args, kwargs)
-        handle = arm(threading.get_ident(), limit)
+        task, d = a.prep.task, a.d
+        if a.prep.is_async:
+            return async_to_sync(self._within)(a)
+        handle = arm(threading.get_ident(), a.limit or float("inf"))
+        self._threads[d.id] = handle
         try:
-            return task.call(*args, **kwargs)
+            return task.call(*a.args, **a.message.kwargs)
         finally:
+            self._threads.pop(d.id, None)
             disarm(handle)
 
-    def _finish(self, sender: type, result: TaskResult) -> None:
+    # -- on an event loop ------------------------------------------------
+
+    async def arun(self, d: Delivery, worker_id: str, sync_executor: Executor) -> Outcome:
+        """Run ``d`` on the running event loop; a sync task runs on ``sync_executor``'s threads."""
+        a = self.begin(d, worker_id)
+        if isinstance(a, Outcome):
+            return a
+        if not a.prep.is_async:
+            return await asyncio.get_running_loop().run_in_executor(sync_executor, self._execute, a)
+        start = time.perf_counter()
+        await sync_to_async(_close_connections)()
         try:
-            task_finished.send(sender=sender, task_result=result)
+            await task_started.asend(sender=a.prep.sender, task_result=a.result)
+            value = await self._within(a)
+            result_json = self._result_json(a, value)
+        except BaseException as exc:  # noqa: BLE001 - as in _execute
+            outcome = self._failed(a, exc, time.perf_counter() - start)
+            await self._afinish(a)
+            return outcome
+        finally:
+            self._cancelled.discard(a.d.id)
+            await sync_to_async(_close_connections)()
+        outcome = self._succeeded(a, value, result_json, time.perf_counter() - start)
+        await self._afinish(a)
+        return outcome
+
+    async def _within(self, a: Attempt) -> Any:
+        """Await the task for at most its limit (``TaskTimeout`` past it); ``TaskCancelled`` if ``interrupt``ed."""
+        me = asyncio.current_task()
+        assert me is not None
+        self._coros[a.d.id] = (asyncio.get_running_loop(), me)
+        try:
+            if not a.limit:
+                return await a.prep.task.func(*a.args, **a.message.kwargs)
+            async with asyncio.timeout(a.limit) as scope:
+                return await a.prep.task.func(*a.args, **a.message.kwargs)
+        except TimeoutError:
+            if a.limit and scope.expired():
+                raise TaskTimeout from None
+            raise
+        except asyncio.CancelledError:
+            if a.d.id in self._cancelled:
+                me.uncancel()
+                raise TaskCancelled from None
+            raise
+        finally:
+            self._coros.pop(a.d.id, None)
+
+    # -- interrupting ----------------------------------------------------
+
+    def interrupt(self, task_id: str) -> bool:
+        """Cancel task ``task_id`` if it runs here: True if it was told (it ends with ``TaskCancelled``)."""
+        coro = self._coros.get(task_id)
+        if coro is not None:
+            loop, t = coro
+            self._cancelled.add(task_id)
+            loop.call_soon_threadsafe(t.cancel)
+            return True
+        handle = self._threads.get(task_id)
+        return handle is not None and interrupt(handle, TaskCancelled)
+
+    def running(self) -> set[str]:
+        return set(self._threads) | set(self._coros)
+
+    # -- outcomes --------------------------------------------------------
+
+    def _result_json(self, a: Attempt, value: Any) -> str:
+        try:
+            result_json = dumps(normalize_json(value))
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise InvalidArguments(f"the return value of {a.message.task} is not JSON: {exc}") from None
+        cap = a.opts.result_max_bytes
+        if len(result_json) > cap // 4 and (size := len(result_json.encode("utf-8", "surrogatepass"))) > cap:
+            raise InvalidArguments(
+                f"the return value of {a.message.task} is {size} bytes as JSON; the limit is {cap} (RESULT_MAX_BYTES). "
+                "Store large results elsewhere and return their id."
+            )
+        return result_json
+
+    def _succeeded(self, a: Attempt, value: Any, result_json: str, duration: float) -> Outcome:
+        object.__setattr__(a.result, "status", TaskResultStatus.SUCCESSFUL)
+        object.__setattr__(a.result, "finished_at", _now())
+        object.__setattr__(a.result, "_return_value", value)
+        return Outcome("success", result_json=result_json, task_name=a.message.task, duration=duration)
+
+    def _failed(self, a: Attempt, exc: BaseException, duration: float) -> Outcome:
+        if isinstance(exc, TaskTimeout) and exc.limit is None and exc.args == TaskTimeout().args and a.limit:
+            exc.limit = a.limit
+            exc.args = (f"{a.message.task} exceeded its time limit of {a.limit:g} s (ran {duration:.3g} s)",)
+            logger.warning("task %s id=%s exceeded its time limit of %g s", a.message.task, a.d.id, a.limit)
+        outcome = failure(a.prep.task, exc, a.d, a.max_retries, a.opts, a.message.overrides)
+        outcome.task_name, outcome.duration = a.message.task, duration
+        object.__setattr__(a.result, "status", TaskResultStatus.READY if outcome.kind == RETRY else TaskResultStatus.FAILED)
+        object.__setattr__(a.result, "finished_at", None if outcome.kind == RETRY else _now())
+        a.result.errors.append(TaskError(exception_class_path=outcome.error["exc"], traceback=outcome.error["tb"]))
+        return outcome
+
+    def lost(self, d: Delivery, worker_id: str, exc: BaseException, duration: float = 0.0) -> Outcome:
+        """The outcome of an attempt that could not finish where it ran (its process died or was killed)."""
+        a = self.begin(d, worker_id)
+        if isinstance(a, Outcome):
+            return a
+        outcome = self._failed(a, exc, duration)
+        self._finish(a)
+        return outcome
+
+    def _finish(self, a: Attempt) -> None:
+        try:
+            task_finished.send(sender=a.prep.sender, task_result=a.result)
         except Exception:  # a broken receiver must not change the task's fate
             logger.exception("a task_finished receiver raised")
 
-    def _failure(self, task: Task, exc: BaseException, d: Delivery, max_retries: int, opts: Options,
-                 over: dict[str, Any] | None = None) -> Outcome:
-        error = error_dict(exc)
-        failures = d.failures + 1
-        retryable = isinstance(exc, Retry)
-        if isinstance(exc, TaskTimeout):
-            retryable = not (isinstance(task, RedisTask) and isinstance(exc, task.no_retry_on))
-        elif not retryable and isinstance(task, RedisTask):
-            retryable = isinstance(exc, task.retry_on) and not isinstance(exc, task.no_retry_on)
-        elif not retryable:
-            retryable = isinstance(exc, Exception)
-        if isinstance(exc, RedisQError) and not isinstance(exc, Retry):
-            retryable = False  # e.g. a result that is not JSON: retrying cannot help
-        if retryable and failures <= max_retries:
-            if isinstance(exc, Retry) and exc.delay is not None:
-                delay = int(exc.delay * 1000)
-            else:
-                over = over or {}
-                base = task.backoff_base if isinstance(task, RedisTask) and task.backoff_base is not None else opts.backoff_base
-                cap = task.backoff_max if isinstance(task, RedisTask) and task.backoff_max is not None else opts.backoff_max
-                base, cap = over.get("backoff_base", base), over.get("backoff_max", cap)
-                delay = compute_backoff(failures, base, cap)
-            return Outcome(RETRY, error=error, delay_ms=delay, failed=True)
-        if isinstance(exc, TaskTimeout):
-            reason = "timeout"
-        else:
-            reason = "failed" if retryable or failures > max_retries else "not_retryable"
-        return Outcome(DEAD, error=error, reason=reason, failed=True)
-
-
-async def _within(func: Any, limit: float, args: list[Any], kwargs: dict[str, Any]) -> Any:
-    """Await ``func(*args, **kwargs)`` for at most ``limit`` seconds; ``TaskTimeout`` (it is cancelled) past that."""
-    try:
-        async with asyncio.timeout(limit) as scope:
-            return await func(*args, **kwargs)
-    except TimeoutError:
-        if scope.expired():
-            raise TaskTimeout from None
-        raise
+    async def _afinish(self, a: Attempt) -> None:
+        try:
+            await task_finished.asend(sender=a.prep.sender, task_result=a.result)
+        except Exception:
+            logger.exception("a task_finished receiver raised")

@@ -28,7 +28,7 @@ import redis
 from .broker import Broker, Delivery
 from .connection import is_transient
 from .exceptions import LeaseLost
-from .runner import DEAD, RETRY, SUCCESS, Outcome
+from .outcome import DEAD, RETRY, SUCCESS, Outcome
 
 logger = logging.getLogger("django_redisq")
 
@@ -41,13 +41,14 @@ Batch = list[tuple[Delivery, Outcome]]
 
 
 class Unsettled:
-    """Tasks one executor has run and not yet settled, oldest first."""
+    """Tasks one executor lane has run and not yet settled, oldest first."""
 
-    __slots__ = ("_lock", "items", "since")
+    __slots__ = ("_lock", "items", "since", "slow")
 
     def __init__(self) -> None:
         self.items: Batch = []
         self.since = 0.0  # monotonic time the oldest item finished
+        self.slow = False  # one of them ran for SETTLE_WITHIN or longer: settle without waiting for a batch
         self._lock = threading.Lock()
 
     def add(self, d: Delivery, outcome: Outcome) -> None:
@@ -55,6 +56,8 @@ class Unsettled:
             if not self.items:
                 self.since = time.monotonic()
             self.items.append((d, outcome))
+            if outcome.duration >= SETTLE_WITHIN:
+                self.slow = True
 
     def __len__(self) -> int:
         return len(self.items)
@@ -67,7 +70,7 @@ class Unsettled:
         with self._lock:
             if not self.items or (older_than and time.monotonic() - self.since < older_than):
                 return []
-            batch, self.items = self.items, []
+            batch, self.items, self.slow = self.items, [], False
             return batch
 
 

@@ -1,7 +1,9 @@
 """Soft time limits for code running on threads: one watchdog thread per process.
 
 ``arm(ident, seconds)`` registers a deadline for a thread and returns a
-handle; ``disarm(handle)`` withdraws it and says whether it fired. When a
+handle (``seconds`` may be ``inf``: no limit, but still interruptible);
+``disarm(handle)`` withdraws it and says whether it fired; ``interrupt(handle,
+exc)`` raises ``exc`` (``TaskCancelled``) in that thread now, under the same rules. When a
 deadline passes, the watchdog raises ``TaskTimeout`` *inside* that thread as an
 asynchronous exception (``PyThreadState_SetAsyncExc``). The interpreter raises
 it the next time the thread runs Python bytecode, so a blocking C call
@@ -78,6 +80,16 @@ class Watchdog:
             _clear_in(handle.ident, None)  # fired but not yet raised: it must not reach the caller's code
         return fired
 
+    def interrupt(self, handle: Handle, exc_type: type[BaseException]) -> bool:
+        """Raise ``exc_type`` in the handle's thread now (a cancellation); False if it was already disarmed or fired."""
+        with self._lock:
+            if handle not in self._armed:
+                return False
+            self._armed.remove(handle)
+            handle.fired = True
+            _raise_in(handle.ident, exc_type)
+        return True
+
     def _start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="redisq-timelimit", daemon=True)
         self._thread.start()
@@ -110,3 +122,7 @@ def arm(ident: int, seconds: float) -> Handle:
 
 def disarm(handle: Handle) -> bool:
     return watchdog.disarm(handle)
+
+
+def interrupt(handle: Handle, exc_type: type[BaseException]) -> bool:
+    return watchdog.interrupt(handle, exc_type)

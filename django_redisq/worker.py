@@ -4,14 +4,17 @@
   a per-queue budget, the prefetch.
 - ``fetcher.py``: keeps the budget fetched; executors fetch for themselves
   under a backlog, a thread per queue blocks in BLMOVE once it is dry.
-- executors (here): run tasks in queue order (earlier queues first) with the
-  runner (``runner.py``), each only within the heartbeat's lease.
+- executor lanes (here): take tasks in queue order (earlier queues first),
+  each only within the heartbeat's lease, and hand them to the pool
+  (``pools/``: threads, processes or asyncio), which runs them with the
+  runner (``runner.py``) and reports each outcome (``outcome.py``).
 - ``settle.py``: ack, retry or bury, in batches, within ``SETTLE_WITHIN``.
 - ``heartbeat.py``: keeps the worker registered and its guards leased, and
   fences it after it was reaped.
 - ``scheduler.py``: claims the due ticks of periodic schedules (its own thread;
   off with ``scheduler=False``, and by default in burst mode).
-- upkeep (here, the main thread): promote due tasks, reap dead workers.
+- upkeep (here, the main thread): promote due tasks, reap dead workers, and
+  tell the pool of cancelled tasks it runs.
 
 Signals belong to the management command, not here.
 
@@ -38,7 +41,9 @@ from .fetcher import Fetcher
 from .heartbeat import Heartbeat
 from .holding import Held
 from .keys import NAME_RE, WORKER_NAME_MAX
-from .runner import DEAD, Outcome, Runner, error_dict
+from .outcome import DEAD, Outcome, error_dict
+from .pools import Pool, make_pool
+from .runner import Runner
 from .scheduler import Scheduler
 from .settle import ACK_BATCH, SETTLE_WITHIN, Batch, Settler, Unsettled
 
@@ -81,6 +86,9 @@ class Worker:
         prefetch: int | None = None,
         runner: Runner | None = None,
         scheduler: bool | None = None,
+        pool: str = "threads",
+        max_tasks_per_child: int | None = None,
+        max_memory_per_child: int | None = None,
     ) -> None:
         from django.tasks import task_backends
 
@@ -115,7 +123,10 @@ class Worker:
         self.heartbeat = Heartbeat(self.options, self.id, self.queues, self.info, self.held.known, self._fenced)
         self.fetcher = Fetcher(self.broker, self.id, self.queues, self.held, self._stop, self.heartbeat.wake, burst)
         self.settler = Settler(self.broker, self.id, self._force, self._settled)
-        self.unsettled = [Unsettled() for _ in range(concurrency)]
+        self.pool: Pool = make_pool(pool, self.runner, self.id, concurrency, max_tasks_per_child=max_tasks_per_child,
+                                    max_memory_per_child=max_memory_per_child)
+        self.unsettled = [Unsettled() for _ in range(self.pool.lanes)]
+        self._told: set[str] = set()  # running tasks the pool was told to cancel
         # periodic schedules: on unless burst (a draining worker would keep enqueuing); bad ones are logged and skipped
         self.scheduler = Scheduler(self.options, self.broker, self._stop) if (not burst if scheduler is None else scheduler) else None
 
@@ -130,7 +141,7 @@ class Worker:
         if self.fixed_prefetch:
             return self.fixed_prefetch
         extra = int(self.concurrency * HOLD_SECONDS / max(self.avg_duration, 1e-6))
-        return max(1, min(AUTO_PREFETCH_MAX, self.concurrency + extra))
+        return max(1, min(max(AUTO_PREFETCH_MAX, 2 * self.concurrency), self.concurrency + extra))
 
     @property
     def stopping(self) -> bool:
@@ -147,11 +158,12 @@ class Worker:
 
     def run(self) -> int:
         """Serve until stopped (or drained, with ``burst``); returns tasks settled."""
+        self.pool.start()  # children set up before the worker registers and fetches
         self.heartbeat.beat()  # registered before the first fetch
         heartbeat = threading.Thread(target=self.heartbeat.loop, name="redisq-heartbeat", daemon=True)
         flusher = threading.Thread(target=self.settler.flush_loop, args=(self.unsettled, self._flush_stop), name="redisq-settle", daemon=True)
         fetchers = [threading.Thread(target=self.fetcher.loop, args=(q,), name=f"redisq-fetch-{q}", daemon=True) for q in self.queues]
-        executors = [threading.Thread(target=self._execute_loop, args=(u,), name=f"redisq-exec-{i}", daemon=True)
+        executors = [threading.Thread(target=self._execute_loop, args=(i, u), name=f"redisq-exec-{i}", daemon=True)
                      for i, u in enumerate(self.unsettled)]
         extra = []
         if self.scheduler is not None and self.scheduler.schedules:
@@ -160,7 +172,7 @@ class Worker:
             t.start()
         logger.log(
             logging.DEBUG if self.burst else logging.INFO,
-            "worker %s serving %s with %d thread(s)", self.id, ", ".join(self.queues), self.concurrency,
+            "worker %s serving %s with %s", self.id, ", ".join(self.queues), self.describe_pool(),
         )
         try:
             self._upkeep_loop()
@@ -168,10 +180,14 @@ class Worker:
             self._shutdown([*fetchers, *extra], executors, [heartbeat, flusher])
         return self.processed
 
+    def describe_pool(self) -> str:
+        kind = {"threads": "thread(s)", "processes": "child process(es)", "asyncio": "task(s) at once on an event loop"}
+        return f"{self.concurrency} {kind.get(self.pool.name, self.pool.name)}"
+
     def info(self) -> dict[str, Any]:
         return {
             "id": self.id, "name": self.name, "host": socket.gethostname(), "pid": os.getpid(), "queues": self.queues,
-            "concurrency": self.concurrency, "started_at": int(self.started_at * 1000),
+            "concurrency": self.concurrency, "pool": self.pool.name, "started_at": int(self.started_at * 1000),
             "processed": self.processed, "current": self.held.current(),
         }
 
@@ -185,18 +201,18 @@ class Worker:
 
     # -- running ---------------------------------------------------------
 
-    def _execute_loop(self, unsettled: Unsettled) -> None:
+    def _execute_loop(self, lane: int, unsettled: Unsettled) -> None:
         while True:
             try:
-                if not self._execute_one(unsettled):
+                if not self._execute_one(lane, unsettled):
                     break
             except BaseException:  # nothing may end an executor thread
                 logger.exception("executor error; going on")
                 time.sleep(0.05)
         self.settler.settle(unsettled.take())
 
-    def _execute_one(self, unsettled: Unsettled) -> bool:
-        """Run (or fetch) the next task; False once the worker stops."""
+    def _execute_one(self, lane: int, unsettled: Unsettled) -> bool:
+        """Hand the next task to the pool (or fetch); False once the worker stops."""
         d = self.held.next()
         if d is None:
             if len(unsettled):  # idle: settle what has run before anything else
@@ -221,28 +237,31 @@ class Worker:
             time.sleep(0.02)
             return True
         try:
-            outcome = self._outcome(d)
-        except BaseException as exc:  # a task that breaks the runner is dead-lettered, the thread goes on
+            if d.code in (NOMSG, CORRUPT):
+                unsettled.add(d, self._unrunnable(d))
+            else:
+                self.pool.submit(lane, d, unsettled.add)
+        except BaseException as exc:  # a task that breaks the pool is dead-lettered, the lane goes on
             logger.exception("running task %s failed inside the worker", d.id)
-            outcome = Outcome(DEAD, error=error_dict(exc), reason="worker_error")
-        unsettled.add(d, outcome)
+            unsettled.add(d, Outcome(DEAD, error=error_dict(exc), reason="worker_error"))
         # under a backlog, settle in batches of half the prefetch, so fetching refills while the other
         # half runs; a slow task is settled at once, and the flusher settles what waits SETTLE_WITHIN
-        if len(unsettled) >= min(ACK_BATCH, max(1, self.prefetch() // 2)) or outcome.duration >= SETTLE_WITHIN \
+        if len(unsettled) >= min(ACK_BATCH, max(1, self.prefetch() // 2)) or unsettled.slow \
                 or unsettled.age() >= SETTLE_WITHIN:
             self.settler.settle(unsettled.take())
         return True
 
-    def _outcome(self, d: Delivery) -> Outcome:
+    @staticmethod
+    def _unrunnable(d: Delivery) -> Outcome:
         if d.code == NOMSG:
             return Outcome(DEAD, error=error_dict(None, f"no task data for id {d.id!r}", BAD_MESSAGE), reason="missing_task")
-        if d.code == CORRUPT:
-            detail = d.problem or "wrong key type or counters"
-            return Outcome(DEAD, error=error_dict(None, f"task data of id {d.id!r} is corrupt: {detail}", BAD_MESSAGE), reason="corrupt_task")
-        return self.runner.run(d, self.id)
+        detail = d.problem or "wrong key type or counters"
+        return Outcome(DEAD, error=error_dict(None, f"task data of id {d.id!r} is corrupt: {detail}", BAD_MESSAGE), reason="corrupt_task")
 
     def _settled(self, batch: Batch) -> None:
         self.held.forget(d for d, _ in batch)
+        if self._told:
+            self._told.difference_update(d.id for d, _ in batch)
         with self._count_lock:
             self.processed += len(batch)
             done = self.processed
@@ -273,6 +292,7 @@ class Worker:
                 if time.monotonic() - last_reap >= self.options.heartbeat_interval:
                     last_reap = time.monotonic()
                     self._reap()
+                self._cancel_running()
                 if self.burst:
                     quiet_rounds = quiet_rounds + 1 if moved == 0 and self._drained() else 0
                     if quiet_rounds >= 2:
@@ -285,6 +305,17 @@ class Worker:
                 logger.exception("worker upkeep failed; retrying")
                 wait = 1.0
             self._stop.wait(max(0.005, wait))
+
+    def _cancel_running(self) -> None:
+        """Tell the pool to stop the running tasks someone cancelled (a look per queue with tasks running)."""
+        if not hasattr(self.broker, "cancel_requests"):  # TODO(merge): cancellation's Redis side
+            return
+        for q, ids in self.held.running_by_queue().items():
+            requested = self.broker.cancel_requests(q)
+            for task_id in ids & requested.keys() - self._told:
+                self._told.add(task_id)
+                if self.pool.cancel(task_id):
+                    logger.warning("task id=%s cancelled by %s while running: stopping it", task_id, requested[task_id] or "?")
 
     def _reap(self) -> None:
         for q in self.queues:
@@ -314,7 +345,11 @@ class Worker:
         for t in executors:
             while t.is_alive() and not self._force.is_set() and time.monotonic() < deadline:
                 t.join(0.1)
-        clean = not any(t.is_alive() for t in executors)
+        clean = not any(t.is_alive() for t in executors) and self.pool.wait_idle(deadline)
+        if clean:  # outcomes the pool reported after its lanes ended (the asyncio pool's)
+            for u in self.unsettled:
+                self.settler.settle(u.take())
+        self.pool.stop(force=not clean)
         unstarted = self.held.unstarted()
         # heartbeat and flusher stop last: only once no task of ours is running
         self._flush_stop.set()

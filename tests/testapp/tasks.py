@@ -252,3 +252,108 @@ def on_tick(key: str, periodic_tick: str = "", seconds: float = 0.0) -> str:
 def no_tick(key: str) -> None:
     """A periodic task that does not take its tick."""
     record(key)
+
+
+# -- execution pools (tests/test_pools.py): effects go to Redis, children are other processes --
+
+
+@task
+def whose_pid(key: str) -> int:
+    """The pid of the process that ran it, also recorded under ``key:<pid>``."""
+    record(f"{key}:{os.getpid()}")
+    return os.getpid()
+
+
+@task
+def cpu_bound(n: int) -> int:
+    """A pure-Python loop: holds the GIL for its whole run."""
+    total = 0
+    for i in range(n):
+        total += i * i % 7
+    return total
+
+
+@task(timeout=0.5, max_retries=1)
+def blocks_in_c(key: str, seconds: float = 30.0) -> str:
+    """One blocking C call past its limit: only a process pool can stop it at the limit."""
+    record(key)
+    time.sleep(seconds)
+    return "slept"
+
+
+@task(max_retries=1)
+def dies_once(key: str) -> int:
+    """SIGKILLs its own process on the first run (a segfault, an OOM kill); succeeds on the next."""
+    import signal
+
+    if record(key) == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return os.getpid()
+
+
+HOARD: list[bytes] = []
+
+
+@task
+def hoards_memory(key: str, mib: int) -> int:
+    """Keeps ``mib`` MiB alive in its process (a leak): a child above its memory limit is recycled."""
+    HOARD.append(os.urandom(mib * 2**20))
+    record(f"{key}:{os.getpid()}")
+    return os.getpid()
+
+
+@task(max_retries=3)
+def waits_to_be_cancelled(key: str, seconds: float = 30.0) -> str:
+    """Python code in small steps for ``seconds``; records its start and a clean-up (``finally``)."""
+    record(key + ":started")
+    try:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            time.sleep(0.01)
+    finally:
+        record(key + ":finally")
+    return "not cancelled"
+
+
+@task(max_retries=3)
+async def async_waits(key: str, seconds: float) -> str:
+    """Awaits ``seconds`` (I/O-bound); records its start and its end or cancellation."""
+    import asyncio
+
+    from asgiref.sync import sync_to_async
+
+    await sync_to_async(record)(key + ":started")
+    try:
+        await asyncio.sleep(seconds)
+    finally:
+        await sync_to_async(record)(key + ":finally")
+    return key
+
+
+@task(timeout=0.4, max_retries=1)
+def loops_recorded(key: str, seconds: float = 30.0) -> str:
+    """Python code in small C calls past its limit; records each start and each clean-up in Redis."""
+    record(key + ":started")
+    try:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            time.sleep(0.01)
+    finally:
+        record(key + ":finally")
+    return "ran to the end"
+
+
+@task
+async def async_nap(seconds: float) -> float:
+    import asyncio
+
+    await asyncio.sleep(seconds)
+    return seconds
+
+
+@task(max_retries=0)
+async def async_uses_orm_unsafely() -> int:
+    """Calls the ORM straight from async code: Django refuses (SynchronousOnlyOperation)."""
+    from django.contrib.auth.models import User
+
+    return User.objects.count()

@@ -17,6 +17,7 @@ from django.utils.module_loading import autodiscover_modules
 
 from django_redisq.connection import check_server, durability_warnings
 from django_redisq.exceptions import RedisUnavailable
+from django_redisq.pools import POOLS
 
 LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
 
@@ -70,13 +71,38 @@ def positive(value: str) -> int:
     return n
 
 
+def memory(value: str) -> int:
+    """A size in bytes: ``1048576``, ``512K``, ``256M``, ``2G`` (binary units)."""
+    import argparse
+
+    text = value.strip().upper().removesuffix("B").removesuffix("I")
+    scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:], 1)
+    digits = text[:-1] if scale > 1 else text
+    try:
+        n = float(digits) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a size such as 512M or 2G, got {value!r}") from None
+    if not 2**20 <= n < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be at least 1M (a child's own interpreter takes more), got {value!r}")
+    return int(n)
+
+
 class Command(BaseCommand):
     help = "Run tasks from django_redisq queues. First SIGTERM/SIGINT: finish running tasks and exit; second: exit now."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("queues", nargs="*", metavar="QUEUE", help="queues to serve, most important first (default: all configured)")
         parser.add_argument("--backend", default="default", help="the TASKS alias to serve (default: %(default)s)")
-        parser.add_argument("--concurrency", "-c", type=positive, default=1, help="threads running tasks (default: %(default)s)")
+        parser.add_argument("--pool", choices=POOLS, default="threads",
+                            help="how tasks run: on threads, in child processes (CPU-bound tasks, hard time limits) "
+                                 "or on an asyncio event loop (async def tasks) (default: %(default)s)")
+        parser.add_argument("--concurrency", "-c", type=positive, default=1,
+                            help="tasks run at once: threads, child processes or asyncio tasks (default: %(default)s)")
+        parser.add_argument("--max-tasks-per-child", type=positive, default=None,
+                            help="process pool: replace a child after this many tasks")
+        parser.add_argument("--max-memory-per-child", type=memory, default=None, metavar="SIZE",
+                            help="process pool: replace a child whose resident memory exceeds SIZE after a task "
+                                 "(bytes, or with K, M or G: 512M)")
         parser.add_argument("--prefetch", type=positive, default=None, help="tasks held per queue, running included (default: automatic, from task durations)")
         parser.add_argument("--burst", action="store_true", help="run until the queues are empty, then exit")
         parser.add_argument("--max-tasks", type=positive, default=None, help="exit after settling this many tasks")
@@ -93,7 +119,8 @@ class Command(BaseCommand):
             worker = Worker(
                 opts["queues"], backend=opts["backend"], concurrency=opts["concurrency"], name=opts["name"],
                 burst=opts["burst"], max_tasks=opts["max_tasks"], prefetch=opts["prefetch"],
-                scheduler=None if opts["scheduler"] else False,
+                scheduler=None if opts["scheduler"] else False, pool=opts["pool"],
+                max_tasks_per_child=opts["max_tasks_per_child"], max_memory_per_child=opts["max_memory_per_child"],
             )
             check_server(worker.options)
         except (ImproperlyConfigured, ValueError, RedisUnavailable) as exc:
@@ -107,6 +134,8 @@ class Command(BaseCommand):
         self._install_signals(worker)
         try:
             worker.run()
+        except ImproperlyConfigured as exc:  # e.g. a process-pool child that cannot set up
+            raise CommandError(str(exc)) from None
         finally:
             self._flush_logs()
 
@@ -135,6 +164,7 @@ class Command(BaseCommand):
             if worker.stopping:
                 logging.getLogger("django_redisq").warning("second signal: exiting now; unfinished tasks go to the reaper")
                 self._flush_logs()
+                worker.pool.kill()
                 os._exit(1)
             logging.getLogger("django_redisq").warning("%s: finishing running tasks, then exiting", signal.Signals(signum).name)
             worker.request_stop()

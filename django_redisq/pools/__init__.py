@@ -1,0 +1,85 @@
+"""Execution pools: where the tasks a worker fetched actually run.
+
+The worker (``worker.py``) fetches, settles, heartbeats and shuts down the
+same way whatever the pool; a pool only runs what it is handed. It runs
+``lanes`` executor threads, each handing the pool one delivery at a time with
+``submit``; the pool reports each outcome through the ``done`` callback, and
+the worker settles it.
+
+- ``threads`` (``threads.py``): the task runs on the executor thread itself.
+  Cheapest; a time limit or a cancellation is an exception raised in the task.
+- ``processes`` (``processes.py``, ``child.py``): each lane owns a child
+  process that runs one task at a time. Only the worker talks to Redis; the
+  child gets the message and returns the outcome. Time limits are hard (the
+  child is killed), a dying child fails only its attempt (``worker_lost``).
+- ``asyncio`` (``eventloop.py``): one event loop runs up to ``concurrency``
+  tasks at once; ``async def`` tasks run on it, sync ones on a thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..broker import Delivery
+from ..outcome import Outcome
+from ..runner import Runner
+
+POOLS = ("threads", "processes", "asyncio")
+Done = Callable[[Delivery, Outcome], None]
+
+
+class Pool:
+    """Runs deliveries handed to it by the worker's executor lanes."""
+
+    name = ""
+    lanes = 1
+    """How many executor threads feed this pool, each one delivery at a time."""
+
+    def __init__(self, runner: Runner, worker_id: str, concurrency: int) -> None:
+        self.runner = runner
+        self.worker_id = worker_id
+        self.concurrency = concurrency
+
+    def start(self) -> None:
+        """Get ready to run tasks (before the worker fetches its first)."""
+
+    def submit(self, lane: int, d: Delivery, done: Done) -> None:
+        """Run ``d``; ``done(d, outcome)`` is called exactly once, on any thread, unless the pool is killed.
+
+        May block the lane until the pool has room; the thread and process
+        pools return only once ``d`` has run.
+        """
+        raise NotImplementedError
+
+    def cancel(self, task_id: str) -> bool:
+        """Stop task ``task_id`` if it runs here (its outcome is ``TaskCancelled``); True if it was told."""
+        return self.runner.interrupt(task_id)
+
+    def wait_idle(self, deadline: float) -> bool:
+        """Wait (until ``time.monotonic()`` reaches ``deadline``) for tasks running beyond the lanes; True if none are left."""
+        return True
+
+    def stop(self, force: bool = False) -> None:
+        """Release what the pool holds: at once with ``force`` (running tasks are abandoned to the reaper)."""
+
+    def kill(self) -> None:
+        """The process is about to exit at once: leave nothing running behind it."""
+
+
+def make_pool(kind: str, runner: Runner, worker_id: str, concurrency: int, *,
+              max_tasks_per_child: int | None = None, max_memory_per_child: int | None = None) -> Pool:
+    """The pool named ``kind`` (one of ``POOLS``)."""
+    if kind == "threads":
+        from .threads import ThreadPool
+
+        return ThreadPool(runner, worker_id, concurrency)
+    if kind == "processes":
+        from .processes import ProcessPool
+
+        return ProcessPool(runner, worker_id, concurrency, max_tasks_per_child=max_tasks_per_child,
+                           max_memory_per_child=max_memory_per_child)
+    if kind == "asyncio":
+        from .eventloop import EventLoopPool
+
+        return EventLoopPool(runner, worker_id, concurrency)
+    raise ValueError(f"unknown pool {kind!r}: choose one of {', '.join(POOLS)}")

@@ -1,0 +1,286 @@
+"""The process pool: each executor lane supervises a child process that runs one task at a time.
+
+For CPU-bound tasks (one GIL per child) and for hard limits: a task stuck in a
+C call is stopped by killing its child. The worker process alone talks to
+Redis (fetch, heartbeat, settle), so batching and the crash guarantees are
+those of the other pools; a child only gets the message and returns the outcome.
+
+- **Time limits are hard.** The child raises ``TaskTimeout`` in the task at
+  the limit (as on threads); if it has not answered ``HARD_KILL_GRACE`` seconds
+  later, the lane kills it, records a ``TaskTimeout`` for the attempt and
+  starts a new child.
+- **A child that dies mid-task** (a segfault, the OOM killer, ``kill -9``)
+  fails that attempt with ``WorkerLost`` (retried by the task's policy, then
+  dead-lettered with reason ``worker_lost``); the lane starts a new child and
+  the worker goes on. The parent settles the attempt, not the reaper.
+- **Cancelling** a running task kills its child; the attempt is ``TaskCancelled``.
+- **Recycling**: a child is replaced after ``max_tasks_per_child`` tasks or once
+  its resident memory exceeds ``max_memory_per_child`` bytes after a task.
+
+Each child is a new interpreter (``python -m django_redisq.pools.child``),
+never a fork of the worker: the worker has threads and open sockets, and a
+fork of a threaded process may inherit a lock another thread held, forever.
+Nor is the main module imported again (as multiprocessing's spawn would), so
+any script can run a process-pool worker. Each child sets up Django once; the
+worker closes its database connections before starting children, so none is
+ever shared. The pipe to a child is a socket pair: when the child dies, its
+end closes and the lane sees it at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+
+from ..broker import Delivery
+from ..exceptions import TaskCancelled, TaskTimeout, WorkerLost
+from ..outcome import Outcome
+from ..task import _registry
+from . import Done, Pool
+from .child import ChildConfig
+
+logger = logging.getLogger("django_redisq")
+
+HARD_KILL_GRACE = 1.0
+"""Seconds a child may take past a task's time limit (to unwind from ``TaskTimeout``) before it is killed."""
+START_TIMEOUT = 120.0
+"""Seconds a new child may take to set up Django and import the tasks."""
+POLL = 0.1
+"""Seconds between looks at cancellations while a task runs in a child (a finished task is seen at once)."""
+
+
+@dataclass(eq=False)
+class Child:
+    process: subprocess.Popen[bytes]
+    conn: Connection
+    tasks: int = 0
+    rss: int = 0
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def join(self, timeout: float) -> bool:
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
+
+class Abandoned(Exception):
+    """The pool was stopped at once: the running task stays in processing for the reaper."""
+
+
+def _death(code: int | None) -> str:
+    if code is not None and code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with status {code}"
+
+
+class ProcessPool(Pool):
+    name = "processes"
+
+    def __init__(self, runner: Any, worker_id: str, concurrency: int, *,
+                 max_tasks_per_child: int | None = None, max_memory_per_child: int | None = None) -> None:
+        super().__init__(runner, worker_id, concurrency)
+        self.lanes = concurrency
+        self.max_tasks = max_tasks_per_child
+        self.max_memory = max_memory_per_child
+        self.children: list[Child | None] = [None] * concurrency
+        self.replaced = 0  # children started after the first ones (lost, killed or recycled)
+        self._lock = threading.Lock()
+        self._running: dict[str, int] = {}  # task id -> lane
+        self._cancelled: set[str] = set()
+        self._abandon = False
+        self._config: ChildConfig | None = None
+
+    # -- children --------------------------------------------------------
+
+    def start(self) -> None:
+        from django.conf import settings
+        from django.db import connections
+
+        modules = sorted({t.func.__module__ for t in _registry.values()} - {"__main__"})
+        self._config = ChildConfig(self.runner.alias, settings.TASKS, tuple(modules), self.worker_id,
+                                   logging.getLogger("django_redisq").getEffectiveLevel(), tuple(sys.path),
+                                   os.environ.get("DJANGO_SETTINGS_MODULE", ""))
+        connections.close_all()
+        launched = [self._launch() for _ in range(self.lanes)]  # set up side by side
+        for lane, child in enumerate(launched):
+            self.children[lane] = self._ready(child)
+        logger.debug("process pool: %d child(ren) ready: %s", self.lanes, ", ".join(str(c.process.pid) for c in launched))
+
+    def _launch(self) -> Child:
+        assert self._config is not None
+        if not hasattr(os, "fork"):
+            raise ImproperlyConfigured("the process pool needs a POSIX system (it passes a socket to each child)")
+        ours, theirs = mp.Pipe()
+        env = {**os.environ, "DJANGO_SETTINGS_MODULE": self._config.settings_module}
+        process = subprocess.Popen(
+            [sys.executable, "-m", "django_redisq.pools.child", str(theirs.fileno())],
+            pass_fds=(theirs.fileno(),), env=env, close_fds=True,
+        )
+        theirs.close()
+        ours.send(self._config)
+        return Child(process, ours)
+
+    def _ready(self, child: Child) -> Child:
+        if wait([child.conn], START_TIMEOUT):
+            try:
+                msg = child.conn.recv()
+            except (EOFError, OSError):
+                msg = ("error", "")
+            if msg[0] == "ready":
+                return child
+            detail = msg[1]
+        else:
+            detail = f"no answer within {START_TIMEOUT:g} s"
+        self._end(child, kill=True)
+        raise ImproperlyConfigured(f"a process-pool child could not start: {detail or 'it died while setting up'}")
+
+    def _end(self, child: Child, kill: bool = False) -> None:
+        """Stop one child: ask it to leave, kill it if it does not (or at once with ``kill``)."""
+        if not kill and child.alive():
+            try:
+                child.conn.send(None)
+            except OSError:
+                pass
+            child.join(5)
+        if child.alive():
+            child.process.kill()
+        child.join(5)
+        child.conn.close()
+
+    def _replace(self, lane: int, why: str) -> Child | None:
+        old = self.children[lane]
+        if old is not None:
+            self._end(old, kill=why != "recycled")
+        self.children[lane] = None
+        if self._abandon:
+            return None
+        self.replaced += 1
+        child = self.children[lane] = self._ready(self._launch())
+        logger.log(logging.INFO if why == "recycled" else logging.WARNING,
+                   "process pool: child %s %s; child %s replaces it",
+                   old.process.pid if old else "-", why, child.process.pid)
+        return child
+
+    # -- running ---------------------------------------------------------
+
+    def submit(self, lane: int, d: Delivery, done: Done) -> None:
+        child = self.children[lane]
+        if child is None or not child.alive():
+            child = self._replace(lane, "was gone")
+        if child is None:
+            return  # stopping at once: the task stays for the reaper
+        with self._lock:
+            self._running[d.id] = lane
+        try:
+            outcome = self._exchange(lane, child, d)
+        except Abandoned:
+            return
+        finally:
+            with self._lock:
+                self._running.pop(d.id, None)
+                self._cancelled.discard(d.id)
+        done(d, outcome)
+        child = self.children[lane]
+        if child is None:
+            self._replace(lane, "was gone")
+        elif self.max_tasks and child.tasks >= self.max_tasks:
+            self._replace(lane, f"recycled after {child.tasks} task(s)")
+        elif self.max_memory and child.rss > self.max_memory:
+            self._replace(lane, f"recycled at {child.rss / 2**20:.0f} MiB resident (limit {self.max_memory / 2**20:.0f} MiB)")
+
+    def _exchange(self, lane: int, child: Child, d: Delivery) -> Outcome:
+        """Hand ``d`` to the child and wait for its outcome, killing the child at a hard limit or a cancel."""
+        begun = time.monotonic()
+        deadline, limit = float("inf"), 0.0
+        try:
+            child.conn.send(d)
+        except OSError:
+            pass  # it died between tasks: seen below as a death
+        while True:
+            now = time.monotonic()
+            ready = wait([child.conn], min(POLL, max(0.0, deadline - now)))
+            if self._abandon:
+                raise Abandoned
+            if child.conn in ready:
+                try:
+                    msg = child.conn.recv()
+                except (EOFError, OSError):
+                    msg = ("eof",)
+                if msg[0] == "start":
+                    limit = msg[1]
+                    if limit:
+                        deadline = time.monotonic() + limit + HARD_KILL_GRACE
+                    continue
+                if msg[0] == "done":
+                    child.tasks += 1
+                    child.rss = msg[2]
+                    return msg[1]  # type: ignore[no-any-return]
+            ran = time.monotonic() - begun
+            if d.id in self._cancelled:
+                self._kill(lane, child)
+                return self.runner.lost(d, self.worker_id, TaskCancelled("cancelled while running (its child process was killed)"), ran)
+            if child.conn in ready or not child.alive():
+                child.join(1)
+                self._kill(lane, child)
+                why = f"the process running the task (pid {child.process.pid}) {_death(child.process.returncode)}"
+                logger.warning("task id=%s: %s; the attempt failed, a new child takes over", d.id, why)
+                return self.runner.lost(d, self.worker_id, WorkerLost(why), ran)
+            if time.monotonic() >= deadline:
+                self._kill(lane, child)
+                logger.warning("task id=%s ran past its time limit of %g s and did not stop: its child was killed", d.id, limit)
+                exc = TaskTimeout(f"exceeded its time limit of {limit:g} s and did not stop within {HARD_KILL_GRACE:g} s: "
+                                  f"its child process was killed (ran {ran:.3g} s)")
+                exc.limit = limit
+                return self.runner.lost(d, self.worker_id, exc, ran)
+
+    def _kill(self, lane: int, child: Child) -> None:
+        if child.alive():
+            child.process.kill()
+        child.join(5)
+        child.conn.close()
+        if self.children[lane] is child:
+            self.children[lane] = None
+
+    # -- control ---------------------------------------------------------
+
+    def cancel(self, task_id: str) -> bool:
+        with self._lock:
+            lane = self._running.get(task_id)
+            if lane is None:
+                return False
+            self._cancelled.add(task_id)
+            child = self.children[lane]
+        if child is not None and child.alive():
+            child.process.kill()
+        return True
+
+    def stop(self, force: bool = False) -> None:
+        self._abandon = self._abandon or force
+        for lane, child in enumerate(self.children):
+            if child is not None:
+                self._end(child, kill=force)
+                self.children[lane] = None
+
+    def kill(self) -> None:
+        self._abandon = True
+        for child in self.children:
+            if child is not None and child.alive():
+                child.process.kill()

@@ -1,0 +1,229 @@
+"""The three execution pools against a real redis-server: results, time limits, crashes, cancellation, shutdown.
+
+Each test serves the queues with a long-running worker in a thread (a burst
+worker per round would start new children each time) and watches results.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+from django.tasks import TaskResultStatus
+
+from django_redisq.worker import Worker
+from tests.helpers import keys, wait_for, where_is
+from tests.testapp import tasks
+from tests.testapp.tasks import EFFECTS, STOPS
+
+POOLS = ["threads", "processes", "asyncio"]
+TIMEOUT_PATH = "django_redisq.exceptions.TaskTimeout"
+CANCELLED_PATH = "django_redisq.exceptions.TaskCancelled"
+LOST_PATH = "django_redisq.exceptions.WorkerLost"
+
+
+@contextmanager
+def serving(pool: str, *queues: str, **kwargs) -> Iterator[Worker]:
+    """A worker with ``pool`` serving in a thread until the block ends (then a warm stop)."""
+    kwargs.setdefault("concurrency", 2)
+    worker = Worker(list(queues) or None, pool=pool, scheduler=False, **kwargs)
+    t = threading.Thread(target=worker.run, daemon=True)
+    t.start()
+    try:
+        yield worker
+    finally:
+        worker.request_stop()
+        t.join(30)
+        if t.is_alive():
+            worker.request_force_stop()
+            worker.pool.kill()
+            raise AssertionError("the worker did not stop within 30 s")
+
+
+def settled(*results, timeout: float = 30.0) -> None:
+    def done() -> bool:
+        for res in results:
+            res.refresh()
+        return all(res.is_finished for res in results)
+
+    assert wait_for(done, timeout), [res.status for res in results]
+
+
+def effect(r, key: str) -> int:
+    return int(r.hget(EFFECTS, key) or 0)
+
+
+@pytest.fixture(autouse=True)
+def _clear_stops():
+    STOPS.clear()
+    yield
+    STOPS.clear()
+
+
+# -- every pool ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("pool", POOLS)
+def test_tasks_run_and_their_results_are_stored(r, pool):
+    sync = tasks.add.enqueue_many([([i, i], {}) for i in range(30)])
+    nap = tasks.async_nap.delay(0.01)
+    with serving(pool):
+        settled(*sync, nap)
+    assert [res.return_value for res in sync] == [2 * i for i in range(30)]
+    assert nap.return_value == 0.01
+    assert r.llen(keys().pending) == 0 and not list(r.scan_iter(match=f"{keys().prefix}processing:*"))
+
+
+@pytest.mark.parametrize("pool", POOLS)
+def test_a_task_past_its_limit_is_stopped_at_the_limit_retried_then_dead_with_reason_timeout(r, pool):
+    res = tasks.loops_recorded.delay("late")  # timeout=0.4, max_retries=1
+    start = time.monotonic()
+    with serving(pool, concurrency=1):
+        settled(res)
+    took = time.monotonic() - start
+    assert res.status == TaskResultStatus.FAILED and where_is(r, res.id) == ["dead"]
+    assert r.hget(keys().task(res.id), "reason") == "timeout"
+    assert [e.exception_class_path for e in res.errors] == [TIMEOUT_PATH, TIMEOUT_PATH]
+    # the soft limit: TaskTimeout inside the task, whose finally block ran, in every pool
+    assert effect(r, "late:started") == 2 and effect(r, "late:finally") == 2
+    assert took < 6, took
+
+
+def test_an_async_task_past_its_limit_is_cancelled_on_the_event_loop(r):
+    res = tasks.async_loops.delay("async-late", 5)  # timeout=0.2
+    with serving("asyncio"):
+        settled(res)
+    assert r.hget(keys().task(res.id), "reason") == "timeout"
+    assert len(STOPS["async-late"]) == 1 and 0.2 <= STOPS["async-late"][0] < 0.5
+
+
+@pytest.mark.parametrize("pool", POOLS)
+def test_a_running_task_is_cancelled_within_a_second_and_never_retried(r, pool):
+    task = tasks.async_waits if pool == "asyncio" else tasks.waits_to_be_cancelled  # max_retries=3
+    res = task.delay("c", 30)
+    with serving(pool) as worker:
+        assert wait_for(lambda: effect(r, "c:started") == 1, 20)
+        asked = time.monotonic()
+        assert worker.pool.cancel(res.id)
+        settled(res)
+        took = time.monotonic() - asked
+    assert took < 1.0, took
+    assert res.status == TaskResultStatus.FAILED and [e.exception_class_path for e in res.errors] == [CANCELLED_PATH]
+    assert r.hget(keys().task(res.id), "reason") == "cancelled" and where_is(r, res.id) == ["dead"]
+    assert effect(r, "c:started") == 1  # not retried
+    if pool != "processes":  # in a thread or on the loop the task unwinds; a killed child runs no finally
+        assert effect(r, "c:finally") == 1
+
+
+@pytest.mark.parametrize("pool", POOLS)
+def test_a_warm_stop_lets_running_tasks_finish_and_hands_back_the_rest(r, pool):
+    task = tasks.async_waits if pool == "asyncio" else tasks.waits_to_be_cancelled
+    running = [task.delay(f"s{i}", 0.6) for i in range(2)]
+    with serving(pool, prefetch=4) as worker:
+        assert wait_for(lambda: effect(r, "s0:started") + effect(r, "s1:started") == 2, 20)
+        later = tasks.add.enqueue_many([([i, 0], {}) for i in range(5)])
+        time.sleep(0.1)
+        worker.request_stop()
+    for res in running:
+        res.refresh()
+        assert res.status == TaskResultStatus.SUCCESSFUL, res.errors
+    for res in later:  # run before the stop, or handed back untouched
+        res.refresh()
+        assert res.status == TaskResultStatus.SUCCESSFUL or where_is(r, res.id) == ["pending"]
+    assert not list(r.scan_iter(match=f"{keys().prefix}processing:*"))
+
+
+# -- the process pool ------------------------------------------------------------
+
+
+def test_process_pool_tasks_run_in_children_one_at_a_time(r):
+    results = tasks.whose_pid.enqueue_many([(["pid"], {}) for _ in range(10)])
+    with serving("processes", concurrency=2):
+        settled(*results)
+    pids = {res.return_value for res in results}
+    assert os.getpid() not in pids and len(pids) == 2
+
+
+def test_a_task_blocked_in_a_c_call_is_killed_at_its_hard_limit_and_its_child_replaced(r):
+    res = tasks.blocks_in_c.delay("c-call")  # timeout=0.5, max_retries=1, one time.sleep(30)
+    after = tasks.add.delay(2, 3)
+    start = time.monotonic()
+    with serving("processes", concurrency=1) as worker:
+        settled(res, after)
+        took = time.monotonic() - start
+        replaced = worker.pool.replaced
+    assert res.status == TaskResultStatus.FAILED and r.hget(keys().task(res.id), "reason") == "timeout"
+    assert [e.exception_class_path for e in res.errors] == [TIMEOUT_PATH, TIMEOUT_PATH]
+    assert "its child process was killed" in res.errors[-1].traceback
+    assert effect(r, "c-call") == 2
+    assert 2 * (0.5 + 1.0) <= took < 10, took  # two attempts, each killed at the limit plus the grace
+    assert replaced == 2 and after.return_value == 5
+
+
+def test_a_child_killed_mid_task_fails_only_that_attempt_and_the_worker_goes_on(r):
+    once = tasks.dies_once.delay("dies")  # SIGKILLs its child on the first run, max_retries=1
+    always = tasks.kills_its_worker.delay()  # max_retries=0
+    with serving("processes", concurrency=1) as worker:
+        settled(once, always)
+        after = tasks.add.delay(1, 1)
+        settled(after)
+        replaced = worker.pool.replaced
+    assert once.status == TaskResultStatus.SUCCESSFUL and [e.exception_class_path for e in once.errors] == [LOST_PATH]
+    assert "was killed by SIGKILL" in once.errors[0].traceback
+    assert always.status == TaskResultStatus.FAILED and r.hget(keys().task(always.id), "reason") == "worker_lost"
+    assert after.return_value == 2 and replaced == 2
+
+
+def test_children_are_recycled_after_max_tasks_per_child(r):
+    results = tasks.whose_pid.enqueue_many([(["n"], {}) for _ in range(9)])
+    with serving("processes", concurrency=1, max_tasks_per_child=3) as worker:
+        settled(*results)
+        replaced = worker.pool.replaced
+    assert len({res.return_value for res in results}) == 3 and replaced >= 2
+
+
+def test_a_child_above_its_memory_limit_is_recycled(r):
+    results = [tasks.hoards_memory.delay("mem", 100) for _ in range(4)]  # 100 MiB kept per task
+    with serving("processes", concurrency=1, max_memory_per_child=256 * 2**20):
+        settled(*results)
+    assert all(res.status == TaskResultStatus.SUCCESSFUL for res in results)
+    assert 2 <= len({res.return_value for res in results}) <= 3
+
+
+def test_children_die_with_a_killed_worker(run_worker_process, r):
+    import signal
+
+    res = tasks.waits_to_be_cancelled.delay("orphan", 30)
+    wp = run_worker_process("--pool", "processes", "-c", "1", "-v", "2")
+    assert wait_for(lambda: effect(r, "orphan:started") == 1, 30)
+    children = [int(p) for p in os.popen(f"pgrep -P {wp.proc.pid}").read().split()]
+    assert children
+    wp.proc.send_signal(signal.SIGKILL)
+    wp.proc.wait(10)
+    assert wait_for(lambda: not any(os.path.exists(f"/proc/{pid}") for pid in children), 5)
+    assert res.id in r.lrange(next(iter(r.scan_iter(match=f"{keys().prefix}processing:*"))), 0, -1)  # for the reaper
+
+
+# -- the asyncio pool ------------------------------------------------------------
+
+
+def test_the_asyncio_pool_runs_hundreds_of_io_bound_tasks_at_once(r):
+    results = tasks.async_nap.enqueue_many([([0.5], {}) for _ in range(300)])
+    start = time.monotonic()
+    with serving("asyncio", concurrency=300):
+        settled(*results)
+        took = time.monotonic() - start
+    assert all(res.return_value == 0.5 for res in results)
+    assert took < 5, took  # one after another: 150 s
+
+
+def test_django_async_safety_holds_on_the_asyncio_pool(r):
+    res = tasks.async_uses_orm_unsafely.delay()
+    with serving("asyncio"):
+        settled(res)
+    assert res.status == TaskResultStatus.FAILED
+    assert res.errors[0].exception_class_path == "django.core.exceptions.SynchronousOnlyOperation"
