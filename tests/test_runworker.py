@@ -36,6 +36,10 @@ def test_unreachable_redis_is_one_clear_line(r, run_worker_process, redis_url):
     (["--concurrency", "0"], "must be at least 1"),
     (["nope"], "not in TASKS"),
     (["--name", "a b"], "worker name"),
+    (["--pool", "gevent"], "invalid choice: 'gevent'"),
+    (["--pool", "processes", "--max-memory-per-child", "lots"], "expected a size such as 512M"),
+    (["--pool", "processes", "--max-memory-per-child", "10K"], "must be at least 1M"),
+    (["--pool", "processes", "--max-tasks-per-child", "0"], "must be at least 1"),
 ])
 def test_bad_options(r, run_worker_process, args, message):
     wp = run_worker_process("--burst", *args)
@@ -85,3 +89,47 @@ def test_an_evicting_redis_is_warned_about(r, run_worker_process):
     assert wp.proc.returncode == 0
     assert "maxmemory-policy is 'allkeys-lru'" in out and "noeviction" in out
     assert "persistence is off" in out  # the test server runs without persistence
+
+
+@pytest.mark.parametrize("pool", ["processes", "asyncio"])
+def test_every_pool_drains_in_burst_mode(r, run_worker_process, pool):
+    results = tasks.add.enqueue_many([([i, 1], {}) for i in range(20)])
+    nap = tasks.async_nap.delay(0.05)
+    wp = run_worker_process("--burst", "--pool", pool, "-c", "2", "-v", "2", "--max-memory-per-child", "1G")
+    out = wp.output()
+    assert wp.proc.returncode == 0, out
+    assert [tasks.add.get_result(x.id).return_value for x in results] == [i + 1 for i in range(20)]
+    assert tasks.async_nap.get_result(nap.id).return_value == 0.05
+    assert f"with 2 {'child process(es)' if pool == 'processes' else 'task(s) at once on an event loop'}" in out
+
+
+def test_sigterm_with_the_process_pool_finishes_the_running_task_and_stops_the_children(r, run_worker_process):
+    res = tasks.slow.delay("pterm", 1.0)
+    wp = run_worker_process("--pool", "processes", "-v", "1")
+    assert wait_for(lambda: r.hget(EFFECTS, "pterm:start"), 30)
+    children = [int(p) for p in __import__("os").popen(f"pgrep -P {wp.proc.pid}").read().split()]
+    wp.proc.send_signal(signal.SIGTERM)
+    out = wp.output()
+    assert wp.proc.returncode == 0, out
+    assert tasks.slow.get_result(res.id).status == "SUCCESSFUL"
+    assert children and not any(__import__("os").path.exists(f"/proc/{pid}") for pid in children)
+
+
+def test_a_second_signal_with_the_process_pool_kills_the_children_at_once(r, run_worker_process):
+    import os
+
+    res = tasks.slow.delay("pabort", 30.0)
+    wp = run_worker_process("--pool", "processes")
+    assert wait_for(lambda: r.hget(EFFECTS, "pabort:start"), 30)
+    children = [int(p) for p in os.popen(f"pgrep -P {wp.proc.pid}").read().split()]
+    for pid in children:  # a terminal's Ctrl-C reaches the whole process group: children leave it to the worker
+        os.kill(pid, signal.SIGINT)
+        os.kill(pid, signal.SIGTERM)
+    wp.proc.send_signal(signal.SIGINT)
+    time.sleep(0.3)
+    assert all(os.path.exists(f"/proc/{pid}") for pid in children)
+    wp.proc.send_signal(signal.SIGINT)
+    wp.proc.wait(10)
+    assert wp.proc.returncode == 1
+    assert wait_for(lambda: not any(os.path.exists(f"/proc/{pid}") for pid in children), 5)
+    assert where_is(r, res.id)[0].startswith("processing:")  # left for the reaper
