@@ -91,7 +91,7 @@ class Runner:
         self._tasks: dict[tuple[str, str], Prepared] = {}
         self._threads: dict[str, Handle] = {}  # task id -> the armed handle of the thread running it
         self._coros: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]]] = {}  # task id -> its coroutine
-        self._cancelled: set[str] = set()
+        self._cancelled: dict[str, str] = {}  # task id -> who cancelled it (while it unwinds)
 
     def _prepared(self, message: Message) -> Prepared:
         """The task of a message with what each run needs, worked out once per task and queue."""
@@ -175,7 +175,7 @@ class Runner:
             self._finish(a)
             return outcome
         finally:
-            self._cancelled.discard(a.d.id)
+            self._cancelled.pop(a.d.id, None)
             _close_connections()
         outcome = self._succeeded(a, value, result_json, time.perf_counter() - start)
         self._finish(a)
@@ -221,7 +221,7 @@ class Runner:
             await self._afinish(a)
             return outcome
         finally:
-            self._cancelled.discard(a.d.id)
+            self._cancelled.pop(a.d.id, None)
             await sync_to_async(_close_connections)()
         outcome = self._succeeded(a, value, result_json, time.perf_counter() - start)
         await self._afinish(a)
@@ -251,16 +251,25 @@ class Runner:
 
     # -- interrupting ----------------------------------------------------
 
-    def interrupt(self, task_id: str) -> bool:
-        """Cancel task ``task_id`` if it runs here: True if it was told (it ends with ``TaskCancelled``)."""
+    def interrupt(self, task_id: str, why: str = "") -> bool:
+        """Cancel task ``task_id`` if it runs here: True if it was told (it ends with ``TaskCancelled``).
+
+        ``why`` (who cancelled it) goes into the error's message.
+        """
         coro = self._coros.get(task_id)
         if coro is not None:
             loop, t = coro
-            self._cancelled.add(task_id)
+            self._cancelled[task_id] = why
             loop.call_soon_threadsafe(t.cancel)
             return True
         handle = self._threads.get(task_id)
-        return handle is not None and interrupt(handle, TaskCancelled)
+        if handle is None:
+            return False
+        self._cancelled[task_id] = why
+        if interrupt(handle, TaskCancelled):
+            return True
+        self._cancelled.pop(task_id, None)
+        return False
 
     def running(self) -> set[str]:
         return set(self._threads) | set(self._coros)
@@ -291,6 +300,9 @@ class Runner:
             exc.limit = a.limit
             exc.args = (f"{a.message.task} exceeded its time limit of {a.limit:g} s (ran {duration:.3g} s)",)
             logger.warning("task %s id=%s exceeded its time limit of %g s", a.message.task, a.d.id, a.limit)
+        if isinstance(exc, TaskCancelled) and exc.args == TaskCancelled().args and a.d.id in self._cancelled:
+            who = self._cancelled[a.d.id]
+            exc.args = (f"{a.message.task} was cancelled{' by ' + who if who else ''} while running (ran {duration:.3g} s)",)
         outcome = failure(a.prep.task, exc, a.d, a.max_retries, a.opts, a.message.overrides)
         outcome.task_name, outcome.duration = a.message.task, duration
         object.__setattr__(a.result, "status", TaskResultStatus.READY if outcome.kind == RETRY else TaskResultStatus.FAILED)

@@ -202,45 +202,56 @@ class Worker:
     # -- running ---------------------------------------------------------
 
     def _execute_loop(self, lane: int, unsettled: Unsettled) -> None:
+        reserved = False  # room in the pool for the next task (always, except in a full asyncio pool)
         while True:
             try:
-                if not self._execute_one(lane, unsettled):
+                if not reserved and not (reserved := self.pool.reserve(0.2)):
+                    self.settler.settle(unsettled.take())
+                    if self._stop.is_set():
+                        break
+                    continue
+                going, used = self._execute_one(lane, unsettled)
+                reserved = reserved and not used
+                if not going:
                     break
-            except BaseException:  # nothing may end an executor thread
+            except BaseException:  # nothing may end an executor lane
                 logger.exception("executor error; going on")
                 time.sleep(0.05)
+        if reserved:
+            self.pool.unreserve()
         self.settler.settle(unsettled.take())
 
-    def _execute_one(self, lane: int, unsettled: Unsettled) -> bool:
-        """Hand the next task to the pool (or fetch); False once the worker stops."""
+    def _execute_one(self, lane: int, unsettled: Unsettled) -> tuple[bool, bool]:
+        """Hand the next task to the pool (or fetch): (False once the worker stops, whether the pool took a task)."""
         d = self.held.next()
         if d is None:
             if len(unsettled):  # idle: settle what has run before anything else
                 self.settler.settle(unsettled.take())
-                return True
+                return True, False
             if self._stop.is_set():
-                return False
+                return False, False
             if self.fetcher.fetch_now():
-                return True
+                return True, False
             d = self.held.next(timeout=0.2)
             if d is None:
-                return True
+                return True, False
         if self._stop.is_set():  # stopping: unstarted tasks are handed back in _shutdown
             self.held.put_back(d)
-            return False
+            return False, False
         started = self.held.begin(d, self.heartbeat.may_start)
         if started is False:
-            return True  # dropped by a fence: it is pending again, maybe run elsewhere
+            return True, False  # dropped by a fence: it is pending again, maybe run elsewhere
         if started is None:  # past our lease (we were paused?): wait for the heartbeat to tell whether we were reaped
             self.held.put_back(d)
             self.heartbeat.wake()
             time.sleep(0.02)
-            return True
+            return True, False
+        used = d.code not in (NOMSG, CORRUPT)
         try:
-            if d.code in (NOMSG, CORRUPT):
-                unsettled.add(d, self._unrunnable(d))
-            else:
+            if used:
                 self.pool.submit(lane, d, unsettled.add)
+            else:
+                unsettled.add(d, self._unrunnable(d))
         except BaseException as exc:  # a task that breaks the pool is dead-lettered, the lane goes on
             logger.exception("running task %s failed inside the worker", d.id)
             unsettled.add(d, Outcome(DEAD, error=error_dict(exc), reason="worker_error"))
@@ -249,7 +260,7 @@ class Worker:
         if len(unsettled) >= min(ACK_BATCH, max(1, self.prefetch() // 2)) or unsettled.slow \
                 or unsettled.age() >= SETTLE_WITHIN:
             self.settler.settle(unsettled.take())
-        return True
+        return True, used
 
     @staticmethod
     def _unrunnable(d: Delivery) -> Outcome:
@@ -314,7 +325,7 @@ class Worker:
             requested = self.broker.cancel_requests(q)
             for task_id in ids & requested.keys() - self._told:
                 self._told.add(task_id)
-                if self.pool.cancel(task_id):
+                if self.pool.cancel(task_id, requested[task_id]):
                     logger.warning("task id=%s cancelled by %s while running: stopping it", task_id, requested[task_id] or "?")
 
     def _reap(self) -> None:

@@ -43,17 +43,27 @@ class Pool:
     def start(self) -> None:
         """Get ready to run tasks (before the worker fetches its first)."""
 
-    def submit(self, lane: int, d: Delivery, done: Done) -> None:
-        """Run ``d``; ``done(d, outcome)`` is called exactly once, on any thread, unless the pool is killed.
+    def reserve(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` for room for one more task; the lane calls it before it takes a task.
 
-        May block the lane until the pool has room; the thread and process
-        pools return only once ``d`` has run.
+        Taking the task only then keeps the lease check (``Held.begin``) right
+        before the task starts. A lane runs one task at a time in the thread and
+        process pools, so they always have room.
+        """
+        return True
+
+    def unreserve(self) -> None:
+        """Give back a reservation that was not used (no task to take)."""
+
+    def submit(self, lane: int, d: Delivery, done: Done) -> None:
+        """Run ``d`` (a reservation was made); ``done(d, outcome)`` is called exactly once, on any thread,
+        unless the pool is stopped at once. The thread and process pools return only once ``d`` has run.
         """
         raise NotImplementedError
 
-    def cancel(self, task_id: str) -> bool:
+    def cancel(self, task_id: str, why: str = "") -> bool:
         """Stop task ``task_id`` if it runs here (its outcome is ``TaskCancelled``); True if it was told."""
-        return self.runner.interrupt(task_id)
+        return self.runner.interrupt(task_id, why)
 
     def wait_idle(self, deadline: float) -> bool:
         """Wait (until ``time.monotonic()`` reaches ``deadline``) for tasks running beyond the lanes; True if none are left."""

@@ -6,8 +6,8 @@ A sync task runs on a thread of its own executor (up to ``SYNC_THREADS``), so
 it never blocks the loop; Django's async-safety rules hold as in an ASGI
 view: async code reaches the ORM through ``sync_to_async``.
 
-The worker feeds it from one executor lane; ``submit`` waits until fewer
-than ``concurrency`` tasks are in flight. A time limit cancels the coroutine
+The worker feeds it from one executor lane, which ``reserve``s room (fewer
+than ``concurrency`` tasks in flight) before it takes the next task. A time limit cancels the coroutine
 (``TaskTimeout``), as does a cancellation (``TaskCancelled``): the coroutine
 must reach an ``await`` for either to take effect, so a coroutine that blocks
 the loop in sync code stalls every task on it. That is the asyncio contract;
@@ -53,10 +53,16 @@ class EventLoopPool(Pool):
     def start(self) -> None:
         self._thread.start()
 
+    def reserve(self, timeout: float) -> bool:
+        return self._room.acquire(timeout=timeout)
+
+    def unreserve(self) -> None:
+        self._room.release()
+
     def submit(self, lane: int, d: Delivery, done: Done) -> None:
-        while not self._room.acquire(timeout=0.5):
-            if not self._thread.is_alive():
-                raise RuntimeError("the asyncio pool's event loop is not running")
+        if not self._thread.is_alive():
+            self._room.release()
+            raise RuntimeError("the asyncio pool's event loop is not running")
         with self._idle:
             self._inflight[d.id] = None  # type: ignore[assignment]  # counted from now; the task is set on the loop
         self._loop.call_soon_threadsafe(self._begin, d, done)

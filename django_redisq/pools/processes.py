@@ -104,7 +104,7 @@ class ProcessPool(Pool):
         self.replaced = 0  # children started after the first ones (lost, killed or recycled)
         self._lock = threading.Lock()
         self._running: dict[str, int] = {}  # task id -> lane
-        self._cancelled: set[str] = set()
+        self._cancelled: dict[str, str] = {}  # task id -> who cancelled it
         self._abandon = False
         self._config: ChildConfig | None = None
 
@@ -196,7 +196,7 @@ class ProcessPool(Pool):
         finally:
             with self._lock:
                 self._running.pop(d.id, None)
-                self._cancelled.discard(d.id)
+                self._cancelled.pop(d.id, None)
         done(d, outcome)
         child = self.children[lane]
         if child is None:
@@ -236,7 +236,9 @@ class ProcessPool(Pool):
             ran = time.monotonic() - begun
             if d.id in self._cancelled:
                 self._kill(lane, child)
-                return self.runner.lost(d, self.worker_id, TaskCancelled("cancelled while running (its child process was killed)"), ran)
+                who = self._cancelled[d.id]
+                gone = TaskCancelled(f"cancelled{' by ' + who if who else ''} while running (its child process was killed)")
+                return self.runner.lost(d, self.worker_id, gone, ran)
             if child.conn in ready or not child.alive():
                 child.join(1)
                 self._kill(lane, child)
@@ -246,10 +248,10 @@ class ProcessPool(Pool):
             if time.monotonic() >= deadline:
                 self._kill(lane, child)
                 logger.warning("task id=%s ran past its time limit of %g s and did not stop: its child was killed", d.id, limit)
-                exc = TaskTimeout(f"exceeded its time limit of {limit:g} s and did not stop within {HARD_KILL_GRACE:g} s: "
-                                  f"its child process was killed (ran {ran:.3g} s)")
-                exc.limit = limit
-                return self.runner.lost(d, self.worker_id, exc, ran)
+                late = TaskTimeout(f"exceeded its time limit of {limit:g} s and did not stop within {HARD_KILL_GRACE:g} s: "
+                                   f"its child process was killed (ran {ran:.3g} s)")
+                late.limit = limit
+                return self.runner.lost(d, self.worker_id, late, ran)
 
     def _kill(self, lane: int, child: Child) -> None:
         if child.alive():
@@ -261,12 +263,12 @@ class ProcessPool(Pool):
 
     # -- control ---------------------------------------------------------
 
-    def cancel(self, task_id: str) -> bool:
+    def cancel(self, task_id: str, why: str = "") -> bool:
         with self._lock:
             lane = self._running.get(task_id)
             if lane is None:
                 return False
-            self._cancelled.add(task_id)
+            self._cancelled[task_id] = why
             child = self.children[lane]
         if child is not None and child.alive():
             child.process.kill()
