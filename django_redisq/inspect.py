@@ -189,6 +189,7 @@ class Inspector:
         if isinstance(info, dict):
             w.host, w.pid = str(info.get("host", "")), info.get("pid")
             w.queues, w.concurrency = list(info.get("queues") or []), info.get("concurrency")
+            w.pool = str(info.get("pool") or "threads")
             w.processed, w.current = info.get("processed"), [str(i) for i in info.get("current") or []]
             w.started_at = to_datetime(info.get("started_at"))
         return w

@@ -163,6 +163,7 @@ class WorkerInfo:
     pid: int | None = None
     queues: list[str] = field(default_factory=list)
     concurrency: int | None = None
+    pool: str = ""  # threads, processes or asyncio
     processed: int | None = None
     current: list[str] = field(default_factory=list)
     started_at: datetime | None = None

@@ -42,8 +42,9 @@ def test_stats(r, dead):
 
 def test_stats_lists_workers(r):
     r.zadd(helpers.keys().workers, {"w1": helpers.redis_ms(r)})
-    r.set(helpers.keys().worker_info("w1"), json.dumps({"host": "box", "pid": 7, "queues": ["default"], "concurrency": 2}))
-    assert "worker w1 host=box pid=7 queues=default concurrency=2" in run("stats")[0]
+    r.set(helpers.keys().worker_info("w1"), json.dumps({"host": "box", "pid": 7, "queues": ["default"], "concurrency": 2,
+                                                        "pool": "processes"}))
+    assert "worker w1 host=box pid=7 queues=default pool=processes concurrency=2" in run("stats")[0]
 
 
 def test_dead_list(r, broker, dead):

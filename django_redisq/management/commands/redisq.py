@@ -131,7 +131,7 @@ class Command(BaseCommand):
             for w in s.workers:
                 workers.setdefault(w.name, w)
         lines.append("")
-        lines += [f"worker {w.name} host={w.host} pid={w.pid} queues={','.join(w.queues)} concurrency={w.concurrency} "
+        lines += [f"worker {w.name} host={w.host} pid={w.pid} queues={','.join(w.queues)} pool={w.pool} concurrency={w.concurrency} "
                   f"heartbeat={w.seen_ago:.1f}s ago{'' if w.alive else ' (silent)'}" for w in workers.values()]
         if not workers:
             lines.append("no workers")
