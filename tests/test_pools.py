@@ -227,3 +227,19 @@ def test_django_async_safety_holds_on_the_asyncio_pool(r):
         settled(res)
     assert res.status == TaskResultStatus.FAILED
     assert res.errors[0].exception_class_path == "django.core.exceptions.SynchronousOnlyOperation"
+
+
+def test_after_a_replacement_a_spare_child_is_set_up_ahead_so_the_next_one_is_instant(r):
+    results = tasks.whose_pid.enqueue_many([(["spare"], {}) for _ in range(2)])
+    with serving("processes", concurrency=1, max_tasks_per_child=1) as worker:
+        settled(*results)
+        pool = worker.pool
+        assert wait_for(lambda: pool._spare is not None and pool._spare.done(), 30)
+        spare_pid = pool._spare.result().process.pid
+        after = tasks.whose_pid.delay("spare")
+        settled(after)  # its child is then recycled: the spare takes its place
+        start = time.monotonic()
+        assert wait_for(lambda: (c := pool.children[0]) is not None and c.process.pid == spare_pid, 5, step=0.005)
+        took = time.monotonic() - start
+    assert after.return_value != spare_pid
+    assert took < 0.3, took  # a child set up from scratch takes most of a second

@@ -29,6 +29,7 @@ end closes and the lane sees it at once.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import multiprocessing as mp
 import os
@@ -37,6 +38,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any
@@ -107,6 +109,10 @@ class ProcessPool(Pool):
         self._cancelled: dict[str, str] = {}  # task id -> who cancelled it
         self._abandon = False
         self._config: ChildConfig | None = None
+        self._spare: Future[Child] | None = None  # started after the first replacement
+        self._spawner = ThreadPoolExecutor(1, thread_name_prefix="redisq-spawn")
+        self._stopping = ThreadPoolExecutor(1, thread_name_prefix="redisq-reap")
+        self._stopped = False
 
     # -- children --------------------------------------------------------
 
@@ -166,17 +172,49 @@ class ProcessPool(Pool):
         child.conn.close()
 
     def _replace(self, lane: int, why: str) -> Child | None:
+        """A new child for ``lane`` (the spare, set up beforehand, if there is one); None once stopping at once.
+
+        A child that cannot start (the code changed under the worker?) is tried
+        again with backoff while the lane holds its task: the task stays in the
+        worker's list, to be handed back at shutdown, never buried for it.
+        """
+        recycled = why.startswith("recycled")
         old = self.children[lane]
         if old is not None:
-            self._end(old, kill=why != "recycled")
+            if recycled:  # it leaves in its own time, the lane goes on with the next child
+                self._stopping.submit(self._end, old)
+            else:
+                self._end(old, kill=True)
         self.children[lane] = None
-        if self._abandon:
-            return None
+        for attempt in itertools.count():
+            if self._abandon:
+                return None
+            try:
+                child = self._take_spare()
+                break
+            except ImproperlyConfigured as exc:
+                logger.error("process pool: %s; trying again", exc)
+                time.sleep(min(30.0, 0.5 * 2**attempt))
+        self.children[lane] = child
         self.replaced += 1
-        child = self.children[lane] = self._ready(self._launch())
-        logger.log(logging.INFO if why == "recycled" else logging.WARNING,
-                   "process pool: child %s %s; child %s replaces it",
+        logger.log(logging.INFO if recycled else logging.WARNING, "process pool: child %s %s; child %s replaces it",
                    old.process.pid if old else "-", why, child.process.pid)
+        return child
+
+    def _take_spare(self) -> Child:
+        """The spare child if one is ready or starting, else a new one; then start the next spare.
+
+        Setting up Django takes a child most of a second: with a spare, a lane
+        whose child was recycled, killed or lost runs its next task at once.
+        """
+        with self._lock:
+            spare, self._spare = self._spare, None
+        try:
+            child = spare.result() if spare is not None else self._ready(self._launch())
+        finally:
+            with self._lock:
+                if self._spare is None and not self._abandon and not self._stopped:
+                    self._spare = self._spawner.submit(lambda: self._ready(self._launch()))
         return child
 
     # -- running ---------------------------------------------------------
@@ -275,14 +313,26 @@ class ProcessPool(Pool):
         return True
 
     def stop(self, force: bool = False) -> None:
-        self._abandon = self._abandon or force
+        with self._lock:
+            self._abandon = self._abandon or force
+            spare, self._spare = self._spare, None
+            self._stopped = True
         for lane, child in enumerate(self.children):
             if child is not None:
                 self._end(child, kill=force)
                 self.children[lane] = None
+        if spare is not None:
+            try:
+                self._end(spare.result(), kill=True)
+            except Exception:  # noqa: BLE001 - a spare that never started leaves nothing behind
+                pass
+        self._spawner.shutdown(wait=False)
+        self._stopping.shutdown(wait=True)
 
     def kill(self) -> None:
         self._abandon = True
-        for child in self.children:
+        spare = self._spare
+        children = [*self.children, spare.result() if spare is not None and spare.done() and not spare.exception() else None]
+        for child in children:
             if child is not None and child.alive():
                 child.process.kill()
