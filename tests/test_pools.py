@@ -243,3 +243,28 @@ def test_after_a_replacement_a_spare_child_is_set_up_ahead_so_the_next_one_is_in
         took = time.monotonic() - start
     assert after.return_value != spare_pid
     assert took < 0.3, took  # a child set up from scratch takes most of a second
+
+
+def test_a_child_that_cannot_set_up_stops_the_worker_with_the_reason(r):
+    from django.core.exceptions import ImproperlyConfigured
+
+    from django_redisq import task
+    from django_redisq.task import _registry
+
+    def orphan() -> None: ...
+
+    orphan.__module__ = "tests.no_such_module"  # the child imports every module that defines a task
+    orphan.__qualname__ = "orphan"
+    t = task(orphan)
+    res = tasks.add.delay(1, 1)
+    try:
+        worker = Worker(None, pool="processes", concurrency=2, burst=True)
+        with pytest.raises(ImproperlyConfigured, match=r"could not start: ModuleNotFoundError: No module named 'tests\.no_such_module'"):
+            worker.run()
+    finally:
+        _registry.pop(t.module_path, None)
+    assert where_is(r, res.id) == ["pending"]  # nothing was fetched
+    import subprocess
+
+    found = subprocess.run(["pgrep", "-P", str(os.getpid()), "-f", "django_redisq.pools.child"], capture_output=True, text=True)
+    assert found.stdout.split() == []  # the child that did start was stopped too

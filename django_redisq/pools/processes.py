@@ -126,8 +126,13 @@ class ProcessPool(Pool):
                                    os.environ.get("DJANGO_SETTINGS_MODULE", ""))
         connections.close_all()
         launched = [self._launch() for _ in range(self.lanes)]  # set up side by side
-        for lane, child in enumerate(launched):
-            self.children[lane] = self._ready(child)
+        try:
+            for lane, child in enumerate(launched):
+                self.children[lane] = self._ready(child)
+        except BaseException:
+            for child in launched:
+                self._end(child, kill=True)
+            raise
         logger.debug("process pool: %d child(ren) ready: %s", self.lanes, ", ".join(str(c.process.pid) for c in launched))
 
     def _launch(self) -> Child:
@@ -156,7 +161,8 @@ class ProcessPool(Pool):
         else:
             detail = f"no answer within {START_TIMEOUT:g} s"
         self._end(child, kill=True)
-        raise ImproperlyConfigured(f"a process-pool child could not start: {detail or 'it died while setting up'}")
+        lines = (detail or "it died while setting up").strip().splitlines()
+        raise ImproperlyConfigured(f"a process-pool child could not start: {lines[-1]}" + "".join(f"\n  {x}" for x in lines[:-1]))
 
     def _end(self, child: Child, kill: bool = False) -> None:
         """Stop one child: ask it to leave, kill it if it does not (or at once with ``kill``)."""
