@@ -177,7 +177,7 @@ class Broker:
         k = self.keys(queue)
         o = self.options.for_queue(queue)
         out = self._script("fetch")(
-            keys=[k.pending, k.processing(worker), k.scheduled, k.workers],
+            keys=[k.pending, k.processing(worker), k.scheduled, k.workers, k.cancels],
             args=[k.prefix, count, self._ms(lease or o.worker_timeout), worker, self._ms(o.result_ttl), moved_id,
                   self._ms(o.idempotency_ttl)],
         )

@@ -244,6 +244,16 @@ def test_release_of_everything_on_exit_buries_a_requested_one(r, broker):
     assert where_is(r, "t1") == ["pending"]
 
 
+def test_fetch_drops_the_request_of_an_id_it_finds_already_successful(r, broker):
+    seed_hash(r, "t0", "pending")  # a late ack of a reaped worker wrote 'success'; another worker's BLMOVE took the copy
+    r.set(K.status("t0"), "success")
+    broker.heartbeat(["default"], "w2", {})
+    r.lpush(K.processing("w2"), "t0")
+    assert broker.cancel("default", ["t0"], "cli") == ["requested"]
+    assert [d.code for d in broker.fetch("default", "w2", 0, moved_id="t0")] == [2]  # DONE: it will not run
+    assert where_is(r, "t0") == ["finished"] and broker.cancel_requests("default") == {}
+
+
 # -- a cancels key of the wrong type --------------------------------------------
 
 def plant(r) -> None:
