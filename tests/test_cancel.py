@@ -25,7 +25,7 @@ EXC = "django_redisq.exceptions.TaskCancelled"
 
 def run(*args: str) -> str:
     out = io.StringIO()
-    call_command("redisq", "cancel", *args, stdout=out, stderr=io.StringIO())
+    call_command("redisq", "cancel", *args, stdout=out, stderr=io.StringIO())  # "--": ids may start with "-"
     return out.getvalue()
 
 
@@ -106,7 +106,7 @@ def test_the_command_prints_one_line_per_id(r):
     pending = tasks.add.enqueue(1, 2).id
     scheduled = tasks.add.using(run_after=timezone.now() + timedelta(hours=1)).enqueue(1, 2).id
     task_id = running(r)
-    lines = run(pending, scheduled, task_id).splitlines()
+    lines = run("--", pending, scheduled, task_id).splitlines()
     assert lines == [f"{pending}  cancelled", f"{scheduled}  cancelled", f"{task_id}  requested"]
     assert r.hget(helpers.keys().task(pending), "error") == "cancelled by cli"
 
@@ -116,7 +116,7 @@ def test_the_command_as_json(r, make_worker):
     make_worker().run()
     waiting = tasks.add.enqueue(1, 2).id
     out = io.StringIO()
-    call_command("redisq", "cancel", done, waiting, "--json", stdout=out)
+    call_command("redisq", "cancel", "--json", "--", done, waiting, stdout=out)
     assert json.loads(out.getvalue()) == {done: "finished", waiting: "cancelled"}
 
 
@@ -124,7 +124,7 @@ def test_a_missing_id_is_an_error_after_the_others_are_cancelled(r):
     waiting = tasks.add.enqueue(1, 2).id
     out = io.StringIO()
     with pytest.raises(CommandError, match="no such task in any configured queue: nope"):
-        call_command("redisq", "cancel", waiting, "nope", stdout=out)
+        call_command("redisq", "cancel", "--", waiting, "nope", stdout=out)
     assert out.getvalue().splitlines() == [f"{waiting}  cancelled", "nope  missing"]
     assert helpers.where_is(r, waiting) == ["dead"]
 
@@ -132,9 +132,9 @@ def test_a_missing_id_is_an_error_after_the_others_are_cancelled(r):
 def test_the_command_with_a_queue(r):
     waiting = tasks.counted.enqueue("k").id  # on "emails"
     with pytest.raises(CommandError, match="no such task in queue default"):
-        run(waiting, "--queue", "default")
+        run("--queue", "default", "--", waiting)
     assert helpers.where_is(r, waiting, "emails") == ["pending"]
-    assert run(waiting, "--queue", "emails") == f"{waiting}  cancelled\n"
+    assert run("--queue", "emails", "--", waiting) == f"{waiting}  cancelled\n"
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -146,6 +146,11 @@ def test_bad_input_is_a_clear_error(r, args, message):
     with pytest.raises(CommandError, match=message):
         run(*args)
     assert r.dbsize() == 0
+
+
+def test_an_id_starting_with_a_dash_after_a_double_dash(r):
+    helpers.seed_pending(r, "-starts-with-a-dash")  # ids are URL-safe base64: one in 32 starts with '-'
+    assert run("--", "-starts-with-a-dash") == "-starts-with-a-dash  cancelled\n"
 
 
 def test_ids_are_required(r):

@@ -10,8 +10,10 @@
 --                          whichever script settles the task deletes the request (lib/cancel.lua).
 --   finished / dead     -> nothing changes (a dead letter being moved to another queue is dead).
 --   no task hash        -> nothing changes (a key of another type: its worker buries it as corrupt).
--- Removing a pending task is one LREM over pending, O(depth): an operator's action, never
--- on the hot path; broker.py sends at most CANCEL_BATCH ids per call.
+-- Removing a pending task walks pending from its tail (the next to run) to the id: O(depth),
+-- an operator's action, never on the hot path. A call walks about ARGV[5] entries at most,
+-- except that its first pending id is always removed (plus one walk of the whole list at
+-- worst), so every call progresses; ids it does not reach answer -1, for the caller to send again.
 --
 -- KEYS[1] -> P:pending    (LIST)
 -- KEYS[2] -> P:scheduled  (ZSET)
@@ -22,7 +24,8 @@
 -- ARGV[2] -> who          who asks ('admin:<username>', 'cli', 'api'), recorded in the error
 -- ARGV[3] -> retention in ms (dead letters older than this are trimmed; 0 = keep)
 -- ARGV[4] -> max dead letters kept (0 = no limit)
--- ARGV[5..] -> task ids
+-- ARGV[5] -> scan budget: pending entries this call may walk
+-- ARGV[6..] -> task ids
 --
 -- Keys of the wrong type are set aside (lib/types.lua) and treated as missing.
 --
@@ -31,10 +34,12 @@
 --   2 -> REQUESTED: running; its worker will stop it (also when it was requested already)
 --   3 -> FINISHED:  already finished or dead; nothing changed
 --   0 -> MISSING:   no such task (or its data is not a hash); nothing changed
+--  -1 -> NOT REACHED: the scan budget ran out before this id (and every later one answers -1)
 --! include cancel.lua
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local prefix, who = ARGV[1], ARGV[2]
+local prefix, who, budget = ARGV[1], ARGV[2], tonumber(ARGV[5])
+local spent = 0  -- pending entries walked so far
 want(KEYS[1], 'list')
 want(KEYS[2], 'zset')
 want(KEYS[3], 'zset')
@@ -59,6 +64,27 @@ local function held(id, last)
   return false
 end
 
+-- unqueue(id): take id out of pending, walking from the tail. true: removed; false: not
+-- there; nil: farther than this call's budget lets it walk (sent again in the next call)
+local function unqueue(id)
+  local len, left = redis.call('LLEN', KEYS[1]), budget - spent
+  if left > 0 then
+    local pos = redis.call('LPOS', KEYS[1], id, 'RANK', -1, 'MAXLEN', left)
+    if pos then
+      spent = spent + 2 * (len - pos)  -- LPOS and LREM each walk that far
+      redis.call('LREM', KEYS[1], -1, id)
+      return true
+    end
+    if len <= left then
+      spent = spent + len
+      return false
+    end
+  end
+  if spent > 0 then return nil end
+  spent = budget  -- the first of a call, beyond the budget: one plain walk, so every call progresses
+  return redis.call('LREM', KEYS[1], -1, id) == 1
+end
+
 local function bury(id)
   bury_cancelled(prefix, KEYS[3], id, now, who)
   redis.call('HDEL', KEYS[4], id)  -- a request left over from an earlier run
@@ -67,20 +93,28 @@ end
 
 local out = {}
 local cancelled = 0
-for i = 5, #ARGV do
+local reached = true
+for i = 6, #ARGV do
   local id = ARGV[i]
   local tkey = prefix .. 't:' .. id
   local code = 0
-  if redis.call('TYPE', tkey)['ok'] == 'hash' then
+  if not reached then
+    code = -1
+  elseif redis.call('TYPE', tkey)['ok'] == 'hash' then
     local f = redis.call('HMGET', tkey, 'state', 'workers')
     local state = f[1]
+    local queued = false
     if state == 'finished' or state == 'dead' or state == 'moving' or redis.call('ZSCORE', KEYS[3], id) then
       code = 3
     elseif redis.call('ZREM', KEYS[2], id) == 1 then
+      queued = true
+    elseif state == 'pending' then
+      queued = unqueue(id)
+      if queued == nil then reached = false; code = -1 end
+    end
+    if queued then
       code = bury(id)
-    elseif state == 'pending' and redis.call('LREM', KEYS[1], -1, id) == 1 then
-      code = bury(id)
-    elseif held(id, string.match(f[2] or '', '([^,]*)$')) then
+    elseif code == 0 and held(id, string.match(f[2] or '', '([^,]*)$')) then
       redis.call('HSETNX', KEYS[4], id, now .. '|' .. who)
       code = 2
     end

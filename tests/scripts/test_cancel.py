@@ -138,6 +138,25 @@ def test_a_large_batch_goes_in_several_atomic_calls(r, broker):
     assert r.llen(K.pending) == 0 and r.zcard(K.dead) == 250
 
 
+def test_a_call_walks_pending_within_its_budget_and_the_rest_is_sent_again(r, broker, monkeypatch):
+    from django_redisq import broker as broker_module
+
+    monkeypatch.setattr(broker_module, "CANCEL_SCAN", 10)
+    for i in range(30):
+        seed_pending(r, f"t{i}")  # t29 is at the head: the farthest from the tail, where the walk starts
+    seed_scheduled(r, "s", 5_000)
+    r.config_resetstat()
+    ids = ["t29", "t28", "s", "t0", "nope", "t27"]
+    assert broker.cancel("default", ids, "cli") == ["cancelled", "cancelled", "cancelled", "cancelled", "missing", "cancelled"]
+    stats = r.info("commandstats")["cmdstat_evalsha"]
+    assert stats["calls"] - stats["failed_calls"] == 4  # t29, then t28 and s, then t0 and nope, then t27: each far one waits for a call
+    assert r.llen(K.pending) == 26 and r.zcard(K.dead) == 5
+    r.config_resetstat()
+    assert broker.cancel("default", ["t1", "t2", "t3"], "cli") == ["cancelled"] * 3  # next to run: within one budget
+    stats = r.info("commandstats")["cmdstat_evalsha"]
+    assert stats["calls"] - stats["failed_calls"] == 1
+
+
 def test_cancelling_trims_the_dead_set_as_bury_does(r, broker):
     seed_dead(r, "ancient", died_at=1)
     seed_pending(r, "t0")

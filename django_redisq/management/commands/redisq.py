@@ -88,7 +88,7 @@ class Command(BaseCommand):
                                help="do not ask for confirmation before purging with --all")
 
         cancel = sub.add_parser("cancel", help="cancel tasks: waiting ones are dead-lettered now, running ones stopped by their worker")
-        cancel.add_argument("ids", nargs="+", metavar="ID")
+        cancel.add_argument("ids", nargs="+", metavar="ID", help="task ids (after '--' if one starts with '-')")
         cancel.add_argument("--queue", help="the queue (default: wherever each task is)")
         cancel.add_argument("--json", action="store_true", help="print the outcome as JSON")
 
