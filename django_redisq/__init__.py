@@ -1,6 +1,27 @@
 """django-redisq: a reliable, fast task queue for Django on Redis."""
 
-from .exceptions import InvalidArguments, LeaseLost, RedisQError, Retry, TaskTimeout
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .exceptions import InvalidArguments, LeaseLost, RedisQError, Retry, TaskCancelled, TaskTimeout
 from .task import RedisTask, task
 
-__all__ = ["InvalidArguments", "LeaseLost", "RedisQError", "RedisTask", "Retry", "TaskTimeout", "task"]
+if TYPE_CHECKING:
+    from django.tasks import TaskResult
+
+
+def cancel(task_id_or_result: str | TaskResult, *, backend: str = "default", who: str = "api") -> str:
+    """Cancel a task; it is never retried. Returns what happened:
+
+    ``"cancelled"`` (it was pending or scheduled: now a dead letter), ``"requested"`` (it is
+    running: its worker stops it within about a second) or ``"finished"`` (already done or
+    dead: nothing changed). ``TaskNotFound`` for an unknown id. Details in ``backend.cancel``,
+    imported on the first call so that importing this package stays light.
+    """
+    from .backend import cancel as cancel_task
+
+    return cancel_task(task_id_or_result, backend=backend, who=who)
+
+
+__all__ = ["InvalidArguments", "LeaseLost", "RedisQError", "RedisTask", "Retry", "TaskCancelled", "TaskTimeout", "cancel", "task"]

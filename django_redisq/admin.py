@@ -2,7 +2,8 @@
 
 The ``DeadLetter`` model is a placeholder (no table) that gives the admin an
 index entry and two permissions: "view" to look, "change" to replay, delete
-and purge dead letters, and to pause, resume or run now a schedule. Reads go
+and purge dead letters, to cancel tasks (admin_actions.py), and to pause,
+resume or run now a schedule. Reads go
 through ``inspect.py`` and changes through ``operations.py``. Every change is a POST that first shows a confirmation
 page (the count and a sample), is CSRF-protected, and is written to the
 admin log. Bulk runs do about a second of work per request and then show
@@ -28,19 +29,17 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.http import urlencode
 
+from .admin_actions import LIST_STATES, MAX_SELECTED, SAMPLE, cancel_view
 from .conf import get_options
 from .connection import describe
 from .exceptions import RedisUnavailable
 from .inspect import DeadFilter, Inspector, Pagination, UnknownQueue, UnknownSchedule, WorkerInfo, backend_aliases, schedule_rows
 from .models import DeadLetter
-from .operations import DELETE, PAUSE, REPLAY, RESUME, RUN_NOW, SCHEDULE_ACTIONS, Operations, Progress, ScheduleOperations
+from .operations import DELETE, PAUSE, REPLAY, RESUME, RUN_NOW, SCHEDULE_ACTIONS, TASK_ID_RE, Operations, Progress, ScheduleOperations
 
-ID_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,64}$")
+ID_RE = TASK_ID_RE
 TOP_RE = re.compile(r"^\d{1,17}$")
-MAX_SELECTED = 1000
 SLICE_SECONDS = 1.0  # work one request does on a bulk action before it shows progress
-SAMPLE = 10
-LIST_STATES = ("pending", "scheduled", "running")
 PAST = {REPLAY: "Replayed", DELETE: "Deleted"}
 
 
@@ -101,6 +100,7 @@ class DeadLetterAdmin(admin.ModelAdmin):
             path("tasks/<str:state>/", wrap(self.tasks_view), name=f"{name}_tasks"),
             path("task/<str:alias>/<str:queue>/<str:task_id>/", wrap(self.detail_view), name=f"{name}_detail"),
             path("action/", wrap(self.action_view), name=f"{name}_action"),
+            path("cancel/", wrap(self.cancel_view), name=f"{name}_cancel"),
             path("schedules/", wrap(self.schedules_view), name=f"{name}_schedules"),
             path("schedules/action/", wrap(self.schedule_action_view), name=f"{name}_schedule_action"),
             path("<path:object_id>/change/", wrap(self.log_link_view), name=f"{name}_change"),
@@ -234,6 +234,10 @@ class DeadLetterAdmin(admin.ModelAdmin):
             workers=list(Counter(detail.workers).items()),  # one per delivery: shown once each, with a count
         )
         return self._render(request, "detail.html", context)
+
+    def cancel_view(self, request: HttpRequest) -> HttpResponse:
+        """Cancel tasks selected on a pending, scheduled or running list (admin_actions.py)."""
+        return cancel_view(self, request)
 
     def log_link_view(self, request: HttpRequest, object_id: str) -> HttpResponseRedirect:
         """Where an admin-log entry links: the task, or the queue's dead letters."""

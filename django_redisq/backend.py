@@ -10,16 +10,17 @@ from datetime import UTC, datetime
 from functools import cached_property
 from typing import Any
 
-from django.tasks import Task, TaskResult, TaskResultStatus
+from django.tasks import DEFAULT_TASK_BACKEND_ALIAS, Task, TaskResult, TaskResultStatus, task_backends
 from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.base import TaskError
-from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+from django.tasks.exceptions import InvalidTask, InvalidTaskBackend, TaskResultDoesNotExist
 from django.tasks.signals import task_enqueued
 from django.utils import timezone
 from django.utils.module_loading import autodiscover_modules
 
 from .broker import Broker
 from .conf import Options, build_options, check_errors
+from .exceptions import TaskNotFound
 from .message import OVERRIDES, encode_arguments
 from .message import encode as encode_message
 from .records import stored_errors
@@ -141,6 +142,22 @@ class RedisQueueBackend(BaseTaskBackend):
         status = TaskResultStatus.SUCCESSFUL if found is None else TaskResultStatus.FAILED
         return dataclasses.replace(result, id=holder, status=status, enqueued_at=None)
 
+    # -- cancelling ------------------------------------------------------
+
+    def cancel(self, result_id: str, who: str = "api") -> str:
+        """Cancel one task of this backend, found by id in its queues (see ``django_redisq.cancel``).
+
+        Returns ``"cancelled"``, ``"requested"`` or ``"finished"``; ``TaskNotFound`` for an unknown id.
+        A waiting task is taken out of its queue here, in one atomic step. A running one cannot be:
+        only its worker can stop the code, and only the worker holding a task may settle it (so
+        it is never moved twice), so this records a request that the worker polls.
+        """
+        found = self.broker.get_task(result_id, sorted(self.queues)) if isinstance(result_id, str) and 0 < len(result_id) <= 64 else None
+        outcome = self.broker.cancel(found[0], [result_id], who)[0] if found else "missing"
+        if outcome == "missing":
+            raise TaskNotFound(f"no task {result_id!r} in the queues of backend {self.alias!r}")
+        return outcome
+
     # -- results ---------------------------------------------------------
 
     def resolve_task(self, path: str, queue: str) -> Task:
@@ -195,3 +212,23 @@ class RedisQueueBackend(BaseTaskBackend):
             except ValueError:
                 object.__setattr__(result, "_return_value", data["result"])
         return result
+
+
+def cancel(task_id_or_result: str | TaskResult, *, backend: str = DEFAULT_TASK_BACKEND_ALIAS, who: str = "api") -> str:
+    """Cancel a task by id or by its ``TaskResult`` (whose own backend is used); it is never retried.
+
+    A pending or scheduled task is dead-lettered at once (``"cancelled"``); a running one is
+    stopped by its worker within about a second (``"requested"``); a finished or dead one is
+    left alone (``"finished"``). A cancelled task's result is FAILED with a ``TaskCancelled``
+    error, "cancelled by <who>", and it shows as a dead letter with reason ``cancelled``
+    (replay runs it after all). Raises ``TaskNotFound`` for an id that is in none of the
+    backend's queues, and ``InvalidTaskBackend`` for a backend that is not django_redisq's.
+    """
+    if isinstance(task_id_or_result, TaskResult):
+        alias, task_id = task_id_or_result.backend, task_id_or_result.id
+    else:
+        alias, task_id = backend, task_id_or_result
+    found = task_backends[alias]
+    if not isinstance(found, RedisQueueBackend):
+        raise InvalidTaskBackend(f"TASKS[{alias!r}] is not a django_redisq backend: it cannot cancel tasks")
+    return found.cancel(task_id, who=who)

@@ -19,10 +19,31 @@ from redis.exceptions import NoScriptError
 from . import scripts
 from .conf import Options
 from .connection import BLOCK_TIMEOUT, get_client
-from .exceptions import Fenced, LeaseLost
+from .exceptions import Fenced, LeaseLost, TaskCancelled
 from .keys import QueueKeys
 
 RUN, DONE, BUSY, NOMSG, CORRUPT = 1, 2, 3, 4, 5
+
+CANCELLED = "cancelled"
+"""The dead-letter reason of a cancelled task: the reason a worker buries a task it stopped with."""
+CANCELLED_EXC = f"{TaskCancelled.__module__}.{TaskCancelled.__qualname__}"
+"""Its error's exception class path (scripts/lib/cancel.lua spells the same)."""
+CANCEL_OUTCOMES = {1: "cancelled", 2: "requested", 3: "finished", 0: "missing"}
+CANCEL_BATCH = 100
+"""Ids per cancel.lua call."""
+CANCEL_SCAN = 200_000
+"""Pending entries one cancel.lua call may walk to find the ids it removes (a few ms of Redis time)."""
+
+
+def cancelled_error(who: str, traceback: str = "") -> dict[str, Any]:
+    """The error a cancelled task is dead-lettered with: ``{"exc": CANCELLED_EXC, "msg": "cancelled by <who>", ...}``.
+
+    The scripts that bury a cancelled task themselves (cancel, retry, reap, release)
+    record the same; a worker that stopped one passes this (or ``runner.error_dict`` of
+    the ``TaskCancelled`` it raised) to ``bury(..., reason=CANCELLED, failed=False)``.
+    """
+    msg = f"cancelled by {who}"
+    return {"exc": CANCELLED_EXC, "msg": msg, "tb": traceback or f"{CANCELLED_EXC}: {msg}", "at": 0}
 
 
 def _wire(value: Any) -> Any:
@@ -158,7 +179,7 @@ class Broker:
         k = self.keys(queue)
         o = self.options.for_queue(queue)
         out = self._script("fetch")(
-            keys=[k.pending, k.processing(worker), k.scheduled, k.workers],
+            keys=[k.pending, k.processing(worker), k.scheduled, k.workers, k.cancels],
             args=[k.prefix, count, self._ms(lease or o.worker_timeout), worker, self._ms(o.result_ttl), moved_id,
                   self._ms(o.idempotency_ttl)],
         )
@@ -183,24 +204,30 @@ class Broker:
         argv: list[Any] = [k.prefix, self._ms(o.result_ttl), self._ms(o.idempotency_ttl), self._aside_ms(o)]
         for task_id, result_json in results:
             argv += (task_id, result_json)
-        return list(self._script("ack")(keys=[k.processing(worker), k.dead], args=argv))
+        return list(self._script("ack")(keys=[k.processing(worker), k.dead, k.cancels], args=argv))
 
-    def retry(self, queue: str, worker: str, task_id: str, delay_ms: int, error: dict[str, Any]) -> None:
+    def retry(self, queue: str, worker: str, task_id: str, delay_ms: int, error: dict[str, Any]) -> bool:
+        """Schedule another attempt after ``delay_ms``; False if the task was dead-lettered instead.
+
+        That is when it was cancelled while it ran (reason ``cancelled``: never retried)
+        or its task data turned out corrupt (reason ``corrupt``).
+        """
         k = self.keys(queue)
         code = self._script("retry")(
-            keys=[k.processing(worker), k.scheduled, k.task(task_id), k.status(task_id), k.dead],
+            keys=[k.processing(worker), k.scheduled, k.task(task_id), k.status(task_id), k.dead, k.cancels],
             args=[k.prefix, task_id, max(0, int(delay_ms)), json.dumps(error, separators=(",", ":")), worker,
                   self._aside_ms(self.options.for_queue(queue))],
         )
         if code == -1:
             raise LeaseLost(f"task {task_id} was no longer held by worker {worker} at retry")
+        return int(code) == 1
 
     def bury(self, queue: str, worker: str, task_id: str, error: dict[str, Any], reason: str, failed: bool) -> int:
-        """Dead-letter a task; returns how many old dead letters retention removed."""
+        """Dead-letter a task (deleting its cancel request); returns how many old dead letters retention removed."""
         k = self.keys(queue)
         o = self.options.for_queue(queue)
         code = self._script("bury")(
-            keys=[k.processing(worker), k.dead, k.task(task_id), k.status(task_id)],
+            keys=[k.processing(worker), k.dead, k.task(task_id), k.status(task_id), k.cancels],
             args=[
                 k.prefix, task_id, json.dumps(error, separators=(",", ":")), reason,
                 int(o.dead_letter_ttl * 1000), o.dead_letter_max, worker, 1 if failed else 0,
@@ -212,11 +239,13 @@ class Broker:
         return int(code)
 
     def release(self, queue: str, worker: str, unstarted: Sequence[str] = ()) -> int:
-        """Hand back unstarted tasks; with none given, everything left, and leave the heartbeat set."""
+        """Hand back unstarted tasks; with none given, everything left, and leave the heartbeat set.
+
+        A task with a cancel request is dead-lettered (``cancelled``) instead. Returns how many left the list.
+        """
         k = self.keys(queue)
-        return int(
-            self._script("release")(keys=[k.processing(worker), k.pending, k.workers, k.alive], args=[k.prefix, worker, *unstarted])
-        )
+        return int(self._script("release")(keys=[k.processing(worker), k.pending, k.workers, k.alive, k.dead, k.cancels],
+                                           args=[k.prefix, worker, *unstarted]))
 
     # -- background duties ----------------------------------------------
 
@@ -232,11 +261,12 @@ class Broker:
         A worker passes its own id as ``reaper``: it is never reaped by itself,
         and reaps only once its own heartbeats have been fresh and unbroken for
         ``WORKER_TIMEOUT`` (after an outage every heartbeat looks stale). An
-        operator's call (no ``reaper``) has no such condition.
+        operator's call (no ``reaper``) has no such condition. A task with a cancel
+        request is dead-lettered (``cancelled``) instead of given back.
         """
         k = self.keys(queue)
         out = self._script("reap")(
-            keys=[k.workers, k.pending, k.alive],
+            keys=[k.workers, k.pending, k.alive, k.dead, k.cancels],
             args=[k.prefix, self._ms(self.options.worker_timeout), max_workers, reaper, self.heartbeat_gap_ms()],
         )
         if len(out) == 2 and out[1] == -1:
@@ -286,6 +316,43 @@ class Broker:
             return 0
         k = self.keys(queue)
         return int(self._script("purge")(keys=[k.dead], args=[k.prefix, *ids]))
+
+    def cancel(self, queue: str, ids: Sequence[str], who: str) -> list[str]:
+        """Cancel tasks of ``queue`` (scripts/cancel.lua, up to CANCEL_BATCH ids per atomic call).
+
+        Per id, in order: ``"cancelled"`` (was pending or scheduled: now a dead letter, reason
+        ``cancelled``), ``"requested"`` (running: its worker stops it, see ``cancel_requests``),
+        ``"finished"`` (already finished or dead: unchanged) or ``"missing"`` (no such task).
+        ``who`` ('admin:<username>', 'cli', 'api') goes into the error: "cancelled by <who>".
+        """
+        k = self.keys(queue)
+        o = self.options.for_queue(queue)
+        script = self._script("cancel")
+        out: list[str] = []
+        todo = list(ids)
+        while todo:  # a call answers -1 for the ids it did not reach in its scan budget: send those again
+            codes = [int(c) for c in script(keys=[k.pending, k.scheduled, k.dead, k.cancels, k.workers],
+                                            args=[k.prefix, who[:200], int(o.dead_letter_ttl * 1000), o.dead_letter_max,
+                                                  CANCEL_SCAN, *todo[:CANCEL_BATCH]])]
+            done = [CANCEL_OUTCOMES[c] for c in codes if c != -1]
+            out += done
+            todo = todo[len(done):]
+        return out
+
+    def cancel_requests(self, queue: str) -> dict[str, str]:
+        """The running tasks of ``queue`` asked to stop: id -> who asked. One HGETALL, of nothing when there are none.
+
+        A worker polls this, stops those it runs, and buries each with
+        ``cancelled_error(who)`` and reason ``CANCELLED``, which deletes the request.
+        The hash holds one entry per requested task still in a processing list.
+        """
+        try:
+            raw = cast("dict[str, str]", self.client.hgetall(self.keys(queue).cancels))
+        except redis.ResponseError as exc:  # not a hash (another program?): the next script sets it aside
+            if "WRONGTYPE" not in str(exc):
+                raise
+            return {}
+        return {task_id: value.partition("|")[2] if "|" in value else value for task_id, value in raw.items()}
 
     def move_out(self, queue: str, to: str, ids: Sequence[str]) -> list[tuple[str, int, list[str]]]:
         """Step 1 of a replay into another queue: mark dead letters 'moving' to ``to``.

@@ -294,6 +294,20 @@ class Inspector:
 
     # -- tasks -----------------------------------------------------------
 
+    def task_queues(self, ids: list[str]) -> dict[str, str]:
+        """Which configured queue holds a task hash for each id (ids found nowhere are left out); one round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        for q in self.queues:
+            for i in ids:
+                pipe.exists(self.keys(q).task(i))
+        found = iter(pipe.execute())
+        out: dict[str, str] = {}
+        for q in self.queues:
+            for i in ids:
+                if next(found):
+                    out.setdefault(i, q)
+        return out
+
     def rows(self, queue: str, ids: list[str], extra: dict[str, tuple[Any, str]] | None = None) -> list[TaskRow]:
         """Rows for ``ids`` in one round trip; ids whose hash is gone are dropped."""
         k = self.keys(queue)

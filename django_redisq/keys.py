@@ -18,6 +18,10 @@ key                                type    meaning
 ``P:t:<id>``                       HASH    the task: message, state, attempts, errors, result
 ``P:status:<id>``                  STRING  idempotency guard: ``running:<worker>`` or ``success``
 ``P:idem:<key>``                   STRING  user idempotency key -> id of the task holding it
+``P:cancels``                      HASH    task id -> ``<Redis ms>|<who>``: cancel requests for running
+                                           tasks (scripts/cancel.lua), polled by their workers; deleted
+                                           by the script that settles the task (ack, bury, retry, reap,
+                                           release), so at most one per task in a processing list
 ``P:sched:<name>``                 HASH    a periodic schedule's marker: last claimed tick, last run,
                                            counters (scripts/fire.lua), pause and last "run now"
                                            (scripts/schedule_*.lua); expires unless renewed, never
@@ -36,7 +40,8 @@ Task hash fields: ``msg`` (the JSON message), ``task`` (dotted path), ``state``
 ``started_at``, ``last_attempted_at``, ``finished_at``, ``died_at`` (Redis ms),
 ``deliveries``, ``failures``, ``workers`` (comma-joined worker ids),
 ``errors`` (JSON list), ``error``/``exc`` (the last failure), ``result`` (JSON),
-``idem`` (the user idempotency key), ``reason`` (why it was dead-lettered),
+``idem`` (the user idempotency key), ``reason`` (why it was dead-lettered:
+``failed``, ``timeout``, ``cancelled``, ``bad_message``, ...),
 ``errors_len`` / ``errors_dropped`` (see scripts/lib/errors.lua), ``replayed``,
 ``replayed_from``, ``moving_to`` (a dead letter being replayed into that queue).
 """
@@ -59,7 +64,7 @@ STATES = ("pending", "scheduled", "running", "finished", "dead", "moving")
 class QueueKeys:
     """Key names of one queue; cheap to build, so callers may cache or not."""
 
-    __slots__ = ("alive", "dead", "pending", "prefix", "queue", "scheduled", "workers")
+    __slots__ = ("alive", "cancels", "dead", "pending", "prefix", "queue", "scheduled", "workers")
 
     def __init__(self, queue: str, key_prefix: str = DEFAULT_PREFIX) -> None:
         self.queue = queue
@@ -70,6 +75,7 @@ class QueueKeys:
         self.dead = base + ":dead"
         self.workers = base + ":workers"
         self.alive = base + ":alive"
+        self.cancels = base + ":cancels"
 
     def processing(self, worker: str) -> str:
         return f"{self.prefix}processing:{worker}"

@@ -1,5 +1,5 @@
 """Operator actions: replay (here or into another queue) and delete dead letters;
-pause, resume and run now a periodic schedule.
+cancel tasks; pause, resume and run now a periodic schedule.
 
 Shared by the admin and ``manage.py redisq``. Work is done in batches of
 ``BATCH`` ids, each one atomic script call (replay.lua, purge.lua, or
@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import secrets
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -26,6 +28,8 @@ from .records import to_datetime
 
 logger = logging.getLogger("django_redisq")
 
+TASK_ID_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,64}$")
+"""What a task id can be (ours are URL-safe base64; periodic ones add '-' and digits)."""
 REPLAY, DELETE = "replay", "delete"
 ACTIONS = (REPLAY, DELETE)
 BATCH = 500
@@ -101,6 +105,23 @@ class Operations:
             if deadline is not None and time.monotonic() >= deadline:
                 break
         return progress
+
+    def cancel(self, ids: Sequence[str], who: str, queue: str | None = None) -> dict[str, str]:
+        """Cancel tasks (Broker.cancel) of ``queue``, or of whichever configured queue holds each id.
+
+        Returns id -> ``cancelled``, ``requested``, ``finished`` or ``missing``, in the order given.
+        """
+        ids = list(dict.fromkeys(ids))
+        where = dict.fromkeys(ids, queue) if queue is not None else self.inspector.task_queues(ids)
+        if queue is not None:
+            self.inspector.keys(queue)  # UnknownQueue
+        out = dict.fromkeys(ids, "missing")
+        for q in dict.fromkeys(w for w in where.values() if w is not None):
+            chosen = [i for i in ids if where.get(i) == q]
+            out.update(zip(chosen, self.broker.cancel(q, chosen, who), strict=True))
+        counts = Counter(out.values())
+        logger.info("cancel by %s: %s", who, ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items())))
+        return out
 
     def _act(self, action: str, queue: str, ids: list[str], to: str | None) -> tuple[int, int]:
         if action == DELETE:

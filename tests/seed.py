@@ -65,7 +65,7 @@ def seed_dead(
             short = exc.rsplit(".", 1)[-1]
             error = {"exc": exc, "msg": msg, "tb": TRACEBACK.format(name=task.rsplit(".", 1)[-1], exc=short, msg=msg),
                      "at": int(time.time() * 1000)}
-            bury(keys=[k.processing(SEED_WORKER), k.dead, k.task(d.id), k.status(d.id)],
+            bury(keys=[k.processing(SEED_WORKER), k.dead, k.task(d.id), k.status(d.id), k.cancels],
                  args=[k.prefix, d.id, json.dumps(error), "failed", int(o.dead_letter_ttl * 1000), o.dead_letter_max,
                        SEED_WORKER, 1, msg, exc], client=pipe)
             ids.append(d.id)

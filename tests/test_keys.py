@@ -15,7 +15,7 @@ def hash_slot_tag(key: str) -> str:
 
 def test_every_key_of_a_queue_shares_its_hash_tag():
     k = QueueKeys("emails")
-    names = [k.pending, k.scheduled, k.dead, k.workers, k.processing("w"), k.worker_info("w"),
+    names = [k.pending, k.scheduled, k.dead, k.workers, k.cancels, k.processing("w"), k.worker_info("w"),
              k.task("id"), k.status("id"), k.idem("order-{1}"), k.counter("processed"), k.counter("failed", 5)]
     assert {hash_slot_tag(n) for n in names} == {"emails"}
     assert all(n.startswith(k.prefix) for n in names)

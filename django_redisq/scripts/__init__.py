@@ -24,6 +24,7 @@ NAMES = (
     "heartbeat",
     "replay",
     "purge",
+    "cancel",
     "scan_dead",
     "move_out",
     "move_in",

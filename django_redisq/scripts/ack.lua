@@ -4,6 +4,9 @@
 --
 -- KEYS[1] -> P:processing:<worker>  (LIST)
 -- KEYS[2] -> P:dead                 (ZSET), for a task whose hash turned out corrupt
+-- KEYS[3] -> P:cancels              (HASH, task id -> cancel request): the batch's requests are
+--                                   deleted, lost leases included (their 'success' guard means no
+--                                   copy runs again); one TYPE per call, one HDEL only if it exists
 -- ARGV[1] -> P:                the queue's key prefix (task hashes P:t:<id>, guards P:status:<id>,
 --                              idempotency keys, counters)
 -- ARGV[2] -> result TTL in ms (how long a finished task hash is kept)
@@ -22,6 +25,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local prefix, result_ttl, success_ttl, corrupt_ttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 want(KEYS[1], 'list')
 want(KEYS[2], 'zset')
+local cancels = want(KEYS[3], 'hash')
 local lost = {}
 local acked = 0
 
@@ -48,4 +52,9 @@ for i = 5, #ARGV, 2 do
   end
 end
 count(prefix, 'processed', acked, now)
+if cancels == 'hash' then
+  local ids = {}
+  for i = 5, #ARGV, 2 do ids[#ids + 1] = ARGV[i] end
+  for lo = 1, #ids, 1000 do redis.call('HDEL', KEYS[3], unpack(ids, lo, math.min(lo + 999, #ids))) end
+end
 return lost

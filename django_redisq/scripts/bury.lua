@@ -3,17 +3,20 @@
 -- task, corrupt data). Prove ownership first. Trims the dead-letter queue by
 -- age and size. Every key is type-checked (lib/types.lua) before the LREM, so
 -- nothing after it can fail: a task is never dropped. A dead letter keeps its
--- idempotency key; trimming frees it along with the task.
+-- idempotency key; trimming frees it along with the task. A cancel request for
+-- the task is deleted: this is how a worker settles a task it stopped because it
+-- was cancelled (reason 'cancelled', error TaskCancelled; see lib/cancel.lua).
 --
 -- KEYS[1] -> P:processing:<worker>  (LIST)
 -- KEYS[2] -> P:dead                 (ZSET, score = died at, Redis ms)
 -- KEYS[3] -> P:t:<id>               (HASH; a key of another type is set aside to P:t:<id>:corrupt,
 --                                   kept for the retention, deleted with the dead letter)
 -- KEYS[4] -> P:status:<id>          (STRING guard)
+-- KEYS[5] -> P:cancels              (HASH, task id -> cancel request): the id's request is deleted
 -- ARGV[1] -> P:              the queue's key prefix (counters, idempotency key, trimmed hashes)
 -- ARGV[2] -> id
 -- ARGV[3] -> error JSON      {"exc", "msg", "tb", "at"}, appended to the task's errors ("at" := Redis time)
--- ARGV[4] -> reason          why it is dead: 'failed', 'bad_message', 'unknown_task', ...
+-- ARGV[4] -> reason          why it is dead: 'failed', 'bad_message', 'unknown_task', 'cancelled', ...
 -- ARGV[5] -> retention in ms (dead letters older than this are deleted; 0 = keep)
 -- ARGV[6] -> max dead letters kept (the oldest beyond it are deleted; 0 = no limit)
 -- ARGV[7] -> worker id       (the guard is released only if this worker holds it)
@@ -33,7 +36,9 @@ want(KEYS[1], 'list')
 want(KEYS[2], 'zset')
 local kind = redis.call('TYPE', KEYS[3])['ok']
 local guard = want(KEYS[4], 'string')
+local cancels = want(KEYS[5], 'hash')
 if redis.call('LREM', KEYS[1], 1, id) == 0 then return -1 end
+if cancels == 'hash' then redis.call('HDEL', KEYS[5], id) end
 if kind ~= 'hash' and kind ~= 'none' then set_aside(KEYS[3], ARGV[5]) end  -- kept for inspection
 local f = redis.call('HMGET', KEYS[3], 'errors', 'errors_len', 'errors_dropped', 'failures')
 local errs, lens, dropped = errors_append(f[1], f[2], f[3], ARGV[3], now)
@@ -46,25 +51,4 @@ redis.call('PERSIST', KEYS[3])
 redis.call('ZADD', KEYS[2], now, id)
 if guard == 'string' and redis.call('GET', KEYS[4]) == 'running:' .. ARGV[7] then redis.call('DEL', KEYS[4]) end
 count(prefix, 'dead_count', 1, now)
--- retention: bounded batches, so the cost per bury stays O(log n)
-local trimmed = 0
-local retention, maxn = tonumber(ARGV[5]), tonumber(ARGV[6])
-if retention > 0 then
-  local old = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now - retention, 'LIMIT', 0, 100)
-  for _, old_id in ipairs(old) do
-    redis.call('ZREM', KEYS[2], old_id)
-    forget(prefix, old_id)
-    trimmed = trimmed + 1
-  end
-end
-if maxn > 0 then
-  local excess = redis.call('ZCARD', KEYS[2]) - maxn
-  if excess > 0 then
-    local popped = redis.call('ZPOPMIN', KEYS[2], math.min(excess, 100))
-    for i = 1, #popped, 2 do
-      forget(prefix, popped[i])
-      trimmed = trimmed + 1
-    end
-  end
-end
-return trimmed
+return trim_dead(prefix, KEYS[2], now, ARGV[5], ARGV[6])  -- bounded batches: O(log n) per bury

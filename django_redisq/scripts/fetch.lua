@@ -5,6 +5,8 @@
 -- KEYS[2] -> P:processing:<worker>  (LIST)
 -- KEYS[3] -> P:scheduled            (ZSET), where a task another worker still holds is put back
 -- KEYS[4] -> P:workers              (ZSET): the worker must be registered (the fence)
+-- KEYS[5] -> P:cancels              (HASH): the cancel request of an id found DONE is deleted
+--                                   (it will not run); touched only then, and only if a hash
 -- ARGV[1] -> P:            the queue's key prefix
 -- ARGV[2] -> n             how many ids to take from pending (may be 0)
 -- ARGV[3] -> lease in ms   lifetime of the guard; the worker's heartbeat renews it
@@ -45,6 +47,9 @@ for _ = 1, tonumber(ARGV[2]) do
   ids[#ids + 1] = id
 end
 local out = {}
+local function done(id)  -- a task that will not run needs no cancel request (one BLMOVE moved before it finished)
+  if redis.call('TYPE', KEYS[5])['ok'] == 'hash' then redis.call('HDEL', KEYS[5], id) end
+end
 local function skip(id, code)
   out[#out + 1] = id; out[#out + 1] = code; out[#out + 1] = ''; out[#out + 1] = 0
   out[#out + 1] = 0; out[#out + 1] = ''; out[#out + 1] = 0; out[#out + 1] = 0; out[#out + 1] = ''
@@ -61,6 +66,7 @@ for _, id in ipairs(ids) do
     skip(id, 4)
   elseif f[2] == 'finished' or f[2] == 'dead' then
     redis.call('LREM', KEYS[2], 1, id)
+    done(id)
     skip(id, 2)
   else
     if redis.call('SET', skey, 'running:' .. worker, 'NX', 'PX', lease) then
@@ -86,6 +92,7 @@ for _, id in ipairs(ids) do
           redis.call('PEXPIRE', ikey, ARGV[7])
         end
       end
+      done(id)
       skip(id, 2)
     else
       redis.call('LREM', KEYS[2], 1, id)

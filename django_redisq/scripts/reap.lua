@@ -2,6 +2,8 @@
 -- worker's processing list goes back to the front of pending (they run next),
 -- its guards are released, and it is removed from the heartbeat set. The
 -- delivery each one counted stays counted: its worker may have died running it.
+-- A task with a cancel request (lib/cancel.lua) is dead-lettered with reason
+-- 'cancelled' instead of given back: it never runs again.
 --
 -- A worker reaps only while its own heartbeats are fresh and have been
 -- unbroken for at least WORKER_TIMEOUT: after Redis was paused or unreachable,
@@ -11,15 +13,18 @@
 -- KEYS[1] -> P:workers  (ZSET, worker id -> last heartbeat in Redis ms)
 -- KEYS[2] -> P:pending  (LIST)
 -- KEYS[3] -> P:alive    (HASH, worker id -> start of its unbroken run of heartbeats)
+-- KEYS[4] -> P:dead     (ZSET), where cancelled tasks go
+-- KEYS[5] -> P:cancels  (HASH, task id -> '<Redis ms>|<who>')
 -- ARGV[1] -> P:         the queue's key prefix (processing lists, task hashes, guards)
 -- ARGV[2] -> dead after in ms: a worker silent for longer is dead
 -- ARGV[3] -> most workers reaped by one call
 -- ARGV[4] -> the reaping worker's id ('' = an operator's call: no condition on the caller)
 -- ARGV[5] -> gap in ms: the reaper's own last heartbeat must be at most this old
 --
--- Returns: {tasks given back, reaped worker id, ...}; {0, -1} when the reaper may not reap yet
+-- Returns: {tasks given back or cancelled, reaped worker id, ...}; {0, -1} when the reaper may not reap yet
 --! include shape.lua
-local bad = wrong_shape({'zset', 'list', 'hash'})
+--! include cancel.lua
+local bad = wrong_shape({'zset', 'list', 'hash', 'zset', 'hash'})
 if bad then return bad end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -29,6 +34,7 @@ if me ~= '' then
   local since = tonumber(redis.call('HGET', KEYS[3], me))
   if not mine or not since or now - mine > tonumber(ARGV[5]) or now - since < timeout then return {0, -1} end
 end
+local requests = redis.call('EXISTS', KEYS[5]) == 1
 local dead = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - timeout, 'LIMIT', 0, tonumber(ARGV[3]) + 1)  -- +1: we may be among them
 local out = {0}
 local reaped = 0
@@ -38,10 +44,18 @@ for _, w in ipairs(dead) do
   if w ~= me and reaped < tonumber(ARGV[3]) then
     -- a "list" of another type holds no task id: left in place for an operator, its worker deregistered
     while pt == 'list' do
-      local id = redis.call('LMOVE', plist, KEYS[2], 'RIGHT', 'RIGHT')
+      local id = redis.call('RPOP', plist)
       if not id then break end
       local tkey = prefix .. 't:' .. id
-      if redis.call('TYPE', tkey)['ok'] == 'hash' then redis.call('HSET', tkey, 'state', 'pending') end
+      local is_hash = redis.call('TYPE', tkey)['ok'] == 'hash'
+      local request = requests and redis.call('HGET', KEYS[5], id)
+      if request then redis.call('HDEL', KEYS[5], id) end
+      if request and is_hash then
+        bury_cancelled(prefix, KEYS[4], id, now, cancel_who(request))
+      else
+        redis.call('RPUSH', KEYS[2], id)
+        if is_hash then redis.call('HSET', tkey, 'state', 'pending') end
+      end
       local skey = prefix .. 'status:' .. id
       if redis.call('TYPE', skey)['ok'] == 'string' and redis.call('GET', skey) == 'running:' .. w then redis.call('DEL', skey) end
       out[1] = out[1] + 1

@@ -3,29 +3,35 @@
 -- elsewhere as if never taken. With no ids given, it hands back everything
 -- left in its processing list and leaves the heartbeat set (clean exit).
 -- Worker ids are unique per process, so only the process that claimed a task
--- can undo its claim: a restart under the same name never does.
+-- can undo its claim: a restart under the same name never does. A task with a
+-- cancel request (lib/cancel.lua) is dead-lettered with reason 'cancelled'
+-- instead of handed back (its claim undone or released all the same).
 --
 -- KEYS[1] -> P:processing:<worker>  (LIST)
 -- KEYS[2] -> P:pending              (LIST)
 -- KEYS[3] -> P:workers              (ZSET)
 -- KEYS[4] -> P:alive                (HASH)
+-- KEYS[5] -> P:dead                 (ZSET), where cancelled tasks go
+-- KEYS[6] -> P:cancels              (HASH, task id -> '<Redis ms>|<who>')
 -- ARGV[1] -> P:          the queue's key prefix
 -- ARGV[2] -> worker id
 -- ARGV[3..] -> ids never started (undo their claim); none = release all and deregister
 --
--- Returns: number of tasks handed back
+-- Returns: number of tasks handed back or cancelled
 --! include shape.lua
-local bad = wrong_shape({'list', 'list', 'zset', 'hash'})
+--! include cancel.lua
+local bad = wrong_shape({'list', 'list', 'zset', 'hash', 'zset', 'hash'})
 if bad then return bad end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local prefix, w = ARGV[1], ARGV[2]
+local requests = redis.call('EXISTS', KEYS[6]) == 1
 local n = 0
 local function give_back(id, undo)
   local tkey = prefix .. 't:' .. id
   local skey = prefix .. 'status:' .. id
   local is_hash = redis.call('TYPE', tkey)['ok'] == 'hash'
   local ours = redis.call('TYPE', skey)['ok'] == 'string' and redis.call('GET', skey) == 'running:' .. w
-  redis.call('RPUSH', KEYS[2], id)
-  if is_hash then redis.call('HSET', tkey, 'state', 'pending') end
   if ours then
     redis.call('DEL', skey)
     if undo and is_hash then
@@ -37,6 +43,14 @@ local function give_back(id, undo)
       if cut then workers = string.sub(workers, 1, cut - 1) else workers = '' end
       redis.call('HSET', tkey, 'workers', workers)
     end
+  end
+  local request = requests and redis.call('HGET', KEYS[6], id)
+  if request then redis.call('HDEL', KEYS[6], id) end
+  if request and is_hash then
+    bury_cancelled(prefix, KEYS[5], id, now, cancel_who(request))
+  else
+    redis.call('RPUSH', KEYS[2], id)
+    if is_hash then redis.call('HSET', tkey, 'state', 'pending') end
   end
   n = n + 1
 end

@@ -1,11 +1,14 @@
 -- retry: an attempt failed and attempts are left. Prove ownership, record the
--- error, release the guard and schedule the task after the backoff delay.
+-- error, release the guard and schedule the task after the backoff delay. A task
+-- with a cancel request (lib/cancel.lua) is never retried: it is dead-lettered
+-- with reason 'cancelled' instead (the attempt's error, then TaskCancelled).
 --
 -- KEYS[1] -> P:processing:<worker>  (LIST)
 -- KEYS[2] -> P:scheduled            (ZSET)
 -- KEYS[3] -> P:t:<id>               (HASH)
 -- KEYS[4] -> P:status:<id>          (STRING guard)
--- KEYS[5] -> P:dead                 (ZSET), for a task whose hash turned out corrupt
+-- KEYS[5] -> P:dead                 (ZSET), for a task whose hash turned out corrupt, or cancelled
+-- KEYS[6] -> P:cancels              (HASH, task id -> '<Redis ms>|<who>'): the id's request is deleted
 -- ARGV[1] -> P:             the queue's key prefix (counters)
 -- ARGV[2] -> id
 -- ARGV[3] -> delay in ms    (computed by backoff.py; the due time is Redis TIME + delay)
@@ -19,9 +22,10 @@
 -- Returns:
 --    1 -> scheduled for a retry
 --    2 -> the task key was not a hash: set aside, and the id dead-lettered ('corrupt')
+--    3 -> a cancel was requested: dead-lettered ('cancelled') instead of retried
 --   -1 -> LEASE_LOST: not in this worker's processing list; nothing changed (but keys of the
 --         wrong type set aside)
---! include dead.lua
+--! include cancel.lua
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local prefix, id = ARGV[1], ARGV[2]
@@ -30,7 +34,9 @@ want(KEYS[2], 'zset')
 want(KEYS[5], 'zset')
 local kind = redis.call('TYPE', KEYS[3])['ok']
 local guard = want(KEYS[4], 'string')
+local request = want(KEYS[6], 'hash') == 'hash' and redis.call('HGET', KEYS[6], id)
 if redis.call('LREM', KEYS[1], 1, id) == 0 then return -1 end
+if request then redis.call('HDEL', KEYS[6], id) end
 if guard == 'string' and redis.call('GET', KEYS[4]) == 'running:' .. ARGV[5] then redis.call('DEL', KEYS[4]) end
 count(prefix, 'failed', 1, now)
 if kind ~= 'hash' and kind ~= 'none' then
@@ -41,5 +47,9 @@ local f = redis.call('HMGET', KEYS[3], 'errors', 'errors_len', 'errors_dropped',
 local errs, lens, dropped = errors_append(f[1], f[2], f[3], ARGV[4], now)
 redis.call('HSET', KEYS[3], 'state', 'scheduled', 'errors', errs, 'errors_len', lens, 'failures', (tonumber(f[4]) or 0) + 1)
 if dropped > 0 then redis.call('HSET', KEYS[3], 'errors_dropped', dropped) end
+if request then
+  bury_cancelled(prefix, KEYS[5], id, now, cancel_who(request))
+  return 3
+end
 redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), id)
 return 1

@@ -7,6 +7,7 @@
     redisq dead show ID [--queue Q] [--json]
     redisq dead replay (--all | ID ...) [--queue Q] [--to Q2] [filters] [--json]
     redisq dead purge (--all | ID ...) [--queue Q] [filters] [--noinput] [--json]
+    redisq cancel ID [ID ...] [--queue Q] [--json]
 
 It reads through ``inspect.py`` and changes through ``operations.py``, as
 the admin does. Long runs draw a progress bar on stderr.
@@ -28,7 +29,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django_redisq.exceptions import InvalidArguments
 from django_redisq.inspect import DeadFilter, Inspector, UnknownQueue, UnknownSchedule, schedule_rows
 from django_redisq.management.commands.runworker import positive
-from django_redisq.operations import DELETE, PAUSE, REPLAY, RUN_NOW, Operations, Progress, ScheduleOperations
+from django_redisq.operations import DELETE, PAUSE, REPLAY, RUN_NOW, TASK_ID_RE, Operations, Progress, ScheduleOperations
 
 
 def _json_default(value: Any) -> Any:
@@ -45,11 +46,11 @@ def _user() -> str:
 
 
 class Command(BaseCommand):
-    help = "Queue figures, and list, show, replay or purge dead letters."
+    help = "Queue figures; list, show, replay or purge dead letters; cancel tasks; control schedules."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--backend", default="default", help="the TASKS alias (default: %(default)s)")
-        sub = parser.add_subparsers(dest="command", required=True, metavar="{stats,schedules,dead}")
+        sub = parser.add_subparsers(dest="command", required=True, metavar="{stats,schedules,dead,cancel}")
         sched = sub.add_parser("schedules", help="periodic schedules: next and last run, missed and skipped ticks; pause, resume, run now")
         sched.add_argument("--json", action="store_true", help="print JSON")
         control = sched.add_subparsers(dest="schedule_command", metavar="{pause,resume,run}")
@@ -86,6 +87,11 @@ class Command(BaseCommand):
                 p.add_argument("--noinput", "--no-input", action="store_false", dest="interactive",
                                help="do not ask for confirmation before purging with --all")
 
+        cancel = sub.add_parser("cancel", help="cancel tasks: waiting ones are dead-lettered now, running ones stopped by their worker")
+        cancel.add_argument("ids", nargs="+", metavar="ID", help="task ids (after '--' if one starts with '-')")
+        cancel.add_argument("--queue", help="the queue (default: wherever each task is)")
+        cancel.add_argument("--json", action="store_true", help="print the outcome as JSON")
+
     def _filters(self, parser: CommandParser) -> None:
         parser.add_argument("--task", default="", help="task path, or its last part ('send_receipt')")
         parser.add_argument("--exc", default="", help="exception class path, or its last part ('ValueError')")
@@ -104,6 +110,8 @@ class Command(BaseCommand):
                 self.stats(opts)
             elif opts["command"] == "schedules":
                 self.schedules(opts)
+            elif opts["command"] == "cancel":
+                self.cancel(opts)
             else:
                 getattr(self, f"dead_{opts['dead_command']}")(opts)
         except UnknownQueue as exc:
@@ -173,6 +181,18 @@ class Command(BaseCommand):
         else:
             text = f"resumed schedule {name}" if change.changed else f"schedule {name} was not paused"
         self.emit(opts, asdict(change), text)
+
+    def cancel(self, opts: dict[str, Any]) -> None:
+        """One line per id: cancelled (was waiting, now dead), requested (running), finished, missing (an error)."""
+        bad = [i for i in opts["ids"] if not TASK_ID_RE.match(i)]
+        if bad:
+            raise CommandError("not task ids (1-64 letters, digits, '_', '-', '.', ':'): " + ", ".join(repr(i[:80]) for i in bad))
+        queue = self._queue(opts) if opts.get("queue") else None
+        outcomes = Operations(self.ins).cancel(opts["ids"], "cli", queue)
+        self.emit(opts, outcomes, "\n".join(f"{i}  {outcome}" for i, outcome in outcomes.items()))
+        missing = [i for i, outcome in outcomes.items() if outcome == "missing"]
+        if missing:
+            raise CommandError(f"no such task in {f'queue {queue}' if queue else 'any configured queue'}: {', '.join(missing)}")
 
     def dead_list(self, opts: dict[str, Any]) -> None:
         queue = self._queue(opts)
