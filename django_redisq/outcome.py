@@ -63,8 +63,8 @@ def failure(task: Task, exc: BaseException, d: Delivery, max_retries: int, opts:
       ``RedisQError`` (a result that is not JSON) is not retried, retrying cannot help.
     """
     error = error_dict(exc)
-    if isinstance(exc, TaskCancelled):
-        return Outcome(DEAD, error=error, reason="cancelled", failed=True)
+    if isinstance(exc, TaskCancelled):  # someone's decision, not a failed attempt
+        return Outcome(DEAD, error=error, reason="cancelled")
     failures = d.failures + 1
     retryable = isinstance(exc, Retry)
     if isinstance(exc, TaskTimeout | WorkerLost):

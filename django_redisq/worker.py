@@ -319,8 +319,6 @@ class Worker:
 
     def _cancel_running(self) -> None:
         """Tell the pool to stop the running tasks someone cancelled (a look per queue with tasks running)."""
-        if not hasattr(self.broker, "cancel_requests"):  # TODO(merge): cancellation's Redis side
-            return
         for q, ids in self.held.running_by_queue().items():
             requested = self.broker.cancel_requests(q)
             for task_id in ids & requested.keys() - self._told:

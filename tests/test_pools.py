@@ -120,6 +120,50 @@ def test_a_running_task_is_cancelled_within_a_second_and_never_retried(r, pool):
 
 
 @pytest.mark.parametrize("pool", POOLS)
+def test_cancel_stops_a_running_task_where_it_runs_within_a_second(r, pool):
+    """The public API end to end: the request in Redis, the worker's look at it, the pool's stop, the burial."""
+    import django_redisq
+
+    task = tasks.async_waits if pool == "asyncio" else tasks.waits_to_be_cancelled  # max_retries=3
+    res = task.delay("api", 30)
+    with serving(pool) as worker:
+        assert wait_for(lambda: effect(r, "api:started") == 1, 20)
+        asked = time.monotonic()
+        assert django_redisq.cancel(res, who="ops") == "requested"
+        settled(res)
+        took = time.monotonic() - asked
+        other = tasks.add.delay(2, 2)  # the worker goes on
+        settled(other)
+        assert worker.stopping is False
+    assert took < 1.0, took
+    assert res.status == TaskResultStatus.FAILED and [e.exception_class_path for e in res.errors] == [CANCELLED_PATH]
+    assert "cancelled by ops" in res.errors[0].traceback
+    h = r.hgetall(keys().task(res.id))
+    assert h["reason"] == "cancelled" and h["failures"] == "0" and where_is(r, res.id) == ["dead"]
+    assert r.hlen(keys().cancels) == 0  # the request went with the burial
+    assert effect(r, "api:started") == 1 and other.return_value == 4
+
+
+def test_cancel_of_pending_and_scheduled_tasks_needs_no_worker(r):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    import django_redisq
+
+    pending = tasks.add.delay(1, 2)
+    later = tasks.add.using(run_after=timezone.now() + timedelta(hours=1)).enqueue(1, 2)
+    assert [django_redisq.cancel(x) for x in (pending, later)] == ["cancelled", "cancelled"]
+    with serving("processes", concurrency=1):
+        after = tasks.add.delay(3, 3)
+        settled(after)
+    for res in (pending, later):
+        res.refresh()
+        assert res.status == TaskResultStatus.FAILED and res.errors[-1].exception_class_path == CANCELLED_PATH
+        assert where_is(r, res.id) == ["dead"]
+
+
+@pytest.mark.parametrize("pool", POOLS)
 def test_a_warm_stop_lets_running_tasks_finish_and_hands_back_the_rest(r, pool):
     task = tasks.async_waits if pool == "asyncio" else tasks.waits_to_be_cancelled
     running = [task.delay(f"s{i}", 0.6) for i in range(2)]
