@@ -81,7 +81,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         "lat_samples": 400, "flat_small": 1000, "flat_big": 1_000_000, "flat_ops": 2000,
         "rss_small": 1000, "rss_big": 100_000, "bare_count": 50_000, "bare_s": 2.0, "rb_n": 50_000,
         "peer_n": 20_000, "peer_cap": 20.0, "peer_lat": 200, "peer_enqueue": 10_000, "peer_enqueue_s": 2.0,
-        "pool_noop_n": 10_000, "pool_io_n": 3000, "pool_cpu_n": 2000, "pool_lat": 300,
+        "pool_noop_n": 10_000, "pool_io_n": 3000, "pool_cpu_n": 1500, "pool_lat": 300,
     },
     # --quick: under 2 minutes
     "quick": {
@@ -90,15 +90,18 @@ PROFILES: dict[str, dict[str, Any]] = {
         "lat_samples": 150, "flat_small": 1000, "flat_big": 100_000, "flat_ops": 1000,
         "rss_small": 1000, "rss_big": 10_000, "bare_count": 20_000, "bare_s": 1.0, "rb_n": 20_000,
         "peer_n": 2000, "peer_cap": 8.0, "peer_lat": 100, "peer_enqueue": 3000, "peer_enqueue_s": 1.0,
-        "pool_noop_n": 3000, "pool_io_n": 1000, "pool_cpu_n": 600, "pool_lat": 100,
+        "pool_noop_n": 3000, "pool_io_n": 1000, "pool_cpu_n": 500, "pool_lat": 100,
     },
 }
 
-# the pools section: (workload, pool, --concurrency); the workloads are benchapp.tasks noop, io_sleep and cpu
+# the pools section: (workload, pool, --concurrency), in this order; the workloads are benchapp.tasks noop, io_sleep
+# and cpu. The two drains of the CPU-bound ratio run twice, A B B A, so a change of the machine's load during
+# the four cancels out to first order (other jobs share these 2 cores)
 POOL_RUNS: tuple[tuple[str, str, int], ...] = (
     ("noop", "threads", 4), ("noop", "processes", 2), ("noop", "asyncio", 4),
     ("io", "threads", 8), ("io", "processes", 2), ("io", "asyncio", 100),
-    ("cpu", "threads", 2), ("cpu", "threads", 4), ("cpu", "processes", 2), ("cpu", "asyncio", 4),
+    ("cpu", "threads", 2), ("cpu", "threads", 4), ("cpu", "processes", 2), ("cpu", "processes", 2), ("cpu", "threads", 4),
+    ("cpu", "asyncio", 4),
 )
 # idle latency per pool: (pool, --concurrency, task); the asyncio pool with a sync task and an async def one
 POOL_LATENCY: tuple[tuple[str, int, str], ...] = (
@@ -453,22 +456,27 @@ class Bench:
         self.r.config_set("notify-keyspace-events", "K$")
         try:
             for rep in range(cfg["repeats"]):
-                steady: dict[tuple[str, str, int], float | None] = {}
+                steady: dict[tuple[str, str, int], list[float]] = {}
                 for wl, pool, conc in runs:
                     n = cfg[f"pool_{wl}_n"]
                     key, label = f"pool_{wl}_{pool}_c{conc}", f"pools: {WORKLOADS[wl]}, drain {n:,}, --pool {pool} -c {conc}"
                     out = self.drain_once(f"{key}-{rep}", conc, 1, n, pool=pool, task=self.workloads[wl])
-                    steady[(wl, pool, conc)] = out["steady_per_s"]
+                    if out["steady_per_s"]:
+                        steady.setdefault((wl, pool, conc), []).append(out["steady_per_s"])
+                    cpu_us = out.get("worker_cpu_us")
                     self.res.add(f"{key}_steady", label + " (steady)", "tasks/s", out["steady_per_s"])
                     self.res.add(key, "  start to last ack", "tasks/s", out["per_s"], "capped" if out["capped"] else "")
-                    self.res.add(f"{key}_cpu", "  worker CPU per task (children included)", "us", out.get("worker_cpu_us"))
+                    self.res.add(f"{key}_cpu", "  worker CPU per task (children included)", "us", cpu_us)
+                    self.res.add(f"{key}_cores", "  cores busy (steady rate x CPU per task)", "cores",
+                                 out["steady_per_s"] * cpu_us / 1e6 if out["steady_per_s"] and cpu_us else None)
                     self.res.details.setdefault("pools", []).append(
                         {"workload": wl, "pool": pool, "concurrency": conc, "run": rep, **out})
                     log(f"pools {wl} {pool} -c {conc} run {rep + 1}: steady {fmt(out['steady_per_s'])}/s, "
                         f"start to last ack {fmt(out['per_s'])}/s, worker CPU {fmt(out.get('worker_cpu_us'))} us/task")
-                p, t2, t4 = (steady.get(("cpu", pool, c)) for pool, c in (("processes", 2), ("threads", 2), ("threads", 4)))
+                p, t2, t4 = (statistics.fmean(steady[k]) if k in steady else None
+                             for k in (("cpu", "processes", 2), ("cpu", "threads", 2), ("cpu", "threads", 4)))
                 if p and t4:
-                    self.res.add("pool_cpu_ratio", "pools: CPU-bound drain, processes -c 2 / threads -c 4 (steady, per run)", "ratio", p / t4)
+                    self.res.add("pool_cpu_ratio", "pools: CPU-bound drain, processes -c 2 / threads -c 4 (steady, ABBA per run)", "ratio", p / t4)
                 if p and t2:
                     self.res.add("pool_cpu_ratio_c2", "  processes -c 2 / threads -c 2", "ratio", p / t2)
                 for pool, conc, name in lats:
@@ -684,12 +692,12 @@ class Bench:
 def pool_table(res: Results, cfg: dict[str, Any]) -> str:
     """The pools section as one table (medians): drain rates per workload and pool, then idle latency per pool."""
     m = res.median
-    lines = [("workload", "pool", "-c", "tasks/s steady", "start to last ack", "CPU us/task")]
-    for wl, pool, conc in POOL_RUNS:
+    lines = [("workload", "pool", "-c", "tasks/s steady", "start to last ack", "CPU us/task", "cores busy")]
+    for wl, pool, conc in dict.fromkeys(POOL_RUNS):
         key = f"pool_{wl}_{pool}_c{conc}"
         if key in res.rows:
             lines.append((f"{WORKLOADS[wl]} ({cfg[f'pool_{wl}_n']:,})", pool, str(conc), fmt(m(f"{key}_steady")), fmt(m(key)),
-                          fmt(m(f"{key}_cpu"))))
+                          fmt(m(f"{key}_cpu")), fmt(m(f"{key}_cores"))))
     out = _columns(lines)
     if "pool_cpu_ratio" in res.rows:
         out += f"\nCPU-bound, processes -c 2 / threads -c 4: {fmt(m('pool_cpu_ratio'))}x"
