@@ -672,6 +672,7 @@ def produce(argv: list[str]) -> None:
     stats = Counter()
     bursts: list[int] = []
     signal.signal(signal.SIGUSR1, lambda *_: bursts.append(1))
+    store.sadd("chaos:ready", str(args.index))  # from now on a SIGUSR1 asks for a burst (before, it would kill us)
     start = time.monotonic()
 
     def flush() -> None:
@@ -797,6 +798,7 @@ def run_chaos(cfg: Config) -> dict[str, Any]:
             ))
             out.close()
         procs.producers = producers
+        wait_ready(effects, producers)
         chaos = Chaos(cfg, main, procs, rng)
         t0 = time.monotonic()
         chaos_until = t0 + cfg.duration + 30
@@ -844,6 +846,19 @@ def run_chaos(cfg: Config) -> dict[str, Any]:
             os.kill(main.proc.pid, signal.SIGCONT)
         main.cleanup()
         effects.cleanup()
+
+
+def wait_ready(effects: RedisServer, producers: list[subprocess.Popen[bytes]], limit: float = 60.0) -> None:
+    """Wait until every producer has its SIGUSR1 handler: a burst asked of one still starting would kill it."""
+    e = redis.Redis.from_url(effects.url)
+    deadline = time.monotonic() + limit
+    try:
+        while e.scard("chaos:ready") < len(producers) and time.monotonic() < deadline:
+            if any(p.poll() is not None for p in producers):
+                raise RuntimeError("a producer exited while starting (see its log in the run directory)")
+            time.sleep(0.1)
+    finally:
+        e.close()
 
 
 def _sample_children(procs: Procs, stop: threading.Event, every: float = 0.3) -> None:
@@ -954,9 +969,18 @@ def account(main: RedisServer, effects: RedisServer, faults: list[Fault], procs:
     runs = read_runs(e, children)
     ids = sorted(kinds)
     child_kills = [f for f in faults if f.kind == "child_kill"]
-    # running in a child at its SIGKILL: begun before it, not ended (or ended too shortly before to be reported)
-    killed_in_child = {tid for tid, rs in runs.items() for run in rs for f in child_kills
-                       if run.child == f.pid and run.t <= f.t and (run.end is None or run.end >= f.t - cfg.settle_slack)}
+    # running in a child at its SIGKILL: the child's last run begun before it (a child runs one task at a time),
+    # if not ended, or ended too shortly before to have been reported
+    killed_in_child: set[str] = set()
+    last_in_child: dict[int, tuple[float, str, float | None]] = {}
+    kill_at = {f.pid: f.t for f in child_kills}
+    for tid, rs in runs.items():
+        for run in rs:
+            if run.child in kill_at and run.t <= kill_at[run.child] and run.t >= last_in_child.get(run.child, (-1.0, "", None))[0]:
+                last_in_child[run.child] = (run.t, tid, run.end)
+    for child, (_t, tid, end) in last_in_child.items():
+        if end is None or end >= kill_at[child] - cfg.settle_slack:
+            killed_in_child.add(tid)
     places: dict[str, list[str]] = defaultdict(list)
     for q in QUEUES:
         base = f"{PREFIX}:{{{q}}}:"
@@ -1119,8 +1143,7 @@ def account(main: RedisServer, effects: RedisServer, faults: list[Fault], procs:
     r["children_outliving_killed_worker"] = len(orphans)
     r["examples"]["children_outliving_killed_worker"] = orphans[:10]
     r["children_of_killed_workers"] = sum(len(f.children) for f in kills)
-    r["child_kills_running_a_task"] = sum(any(run.child == f.pid and run.t <= f.t and (run.end is None or run.end >= f.t - cfg.settle_slack)
-                                              for rs in runs.values() for run in rs) for f in child_kills)
+    r["child_kills_running_a_task"] = len(killed_in_child)
     r["tasks_killed_in_child"] = len(killed_in_child)
     r["tasks_killed_in_child_dead_worker_lost"] = sum(states[i][1] == "worker_lost" for i in killed_in_child if i in states)
     # reaps: a worker may be reaped only once dead (killed, exited) or while frozen
