@@ -74,7 +74,7 @@ SECTIONS = ("limits", "enqueue", "drain", "latency", "pools", "flatness", "rss",
 POOL_NAMES = ("threads", "processes", "asyncio")
 
 PROFILES: dict[str, dict[str, Any]] = {
-    # make bench: about 10 minutes on 2 cores
+    # make bench: about 10 minutes on 2 cores, and the pools section about 11 more
     "full": {
         "repeats": 3, "drain_n": 20_000, "drain_cap": 120.0, "concurrency": 4,
         "delay_count": 20_000, "delay_s": 3.0, "many_count": 50_000, "many_batch": 1000, "many_s": 4.0,
@@ -83,7 +83,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         "peer_n": 20_000, "peer_cap": 20.0, "peer_lat": 200, "peer_enqueue": 10_000, "peer_enqueue_s": 2.0,
         "pool_noop_n": 10_000, "pool_io_n": 3000, "pool_cpu_n": 1500, "pool_lat": 300,
     },
-    # --quick: under 2 minutes
+    # --quick: under 2 minutes, and the pools section about 1.5 more
     "quick": {
         "repeats": 1, "drain_n": 5000, "drain_cap": 60.0, "concurrency": 4,
         "delay_count": 5000, "delay_s": 1.5, "many_count": 20_000, "many_batch": 1000, "many_s": 2.0,
@@ -788,7 +788,7 @@ def terminate_on_signal() -> Iterator[None]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="smaller counts, one run each: under 2 minutes")
+    ap.add_argument("--quick", action="store_true", help="smaller counts, one run each: under 2 minutes (pools: 1.5 more)")
     ap.add_argument("--repeats", type=int, default=None, help="runs of each measurement (default 3, --quick 1)")
     ap.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated sections: {','.join(SECTIONS)}")
     ap.add_argument("--skip", default="", help="comma-separated sections to leave out (e.g. peers)")
