@@ -34,6 +34,19 @@ worker identities are unique per process) and the recovery time under fire:
                      (``CONFIG SET maxmemory 1``, then 0) and BUSY (a Lua busy loop past a
                      lowered ``lua-time-limit``, then ``SCRIPT KILL``), in turn
   long_pause         SIGSTOP redis-server for 12-15 s (> WORKER_TIMEOUT), then SIGCONT
+  child_kill         ``--pool processes`` only: after a burst, SIGKILL one child process of
+                     the busiest worker (the attempt it ran fails with ``worker_lost`` and is
+                     retried; the lane starts a new child)
+
+``--pool threads|processes|asyncio`` is passed to every worker (default threads).
+With ``processes`` the tasks run in the workers' child processes, so a run's pid
+in the effects store is a child's: a sampler maps each child pid to its worker
+(``/proc``, every 0.3 s and just before each fault), and the accounting below
+speaks of the worker. The faults then mean: sigkill and same_name_restart kill
+the worker, and its children die with it (``PR_SET_PDEATHSIG``; a child that
+outlives its SIGKILLed worker is a failure of its own row); freeze stops the
+worker alone: its children finish the task they run but cannot report it, and
+get no new one; sigterm lets the children finish, then stops them.
 
 * then waits for every task to settle and prints the table: enqueued,
   finished, dead (only designed failures), lost (must be 0), stuck (must be 0),
@@ -57,6 +70,9 @@ Which fault may explain a task whose effect ran twice:
   (invariant 9);
 * restart, restart_crash, client_kill, pause: the fault fell between the task's
   first and last run;
+* child_kill: the killed child was running it (a run by that child pid begun
+  before the kill that never ended); a designed failure whose last attempt was
+  the killed one is dead with reason ``worker_lost`` and counts as designed;
 * sigterm, error_replies, long_pause: nothing (an error reply or a paused Redis
   must cost no second run: acks are retried, and no live worker is reaped).
 
@@ -107,10 +123,15 @@ FAIL_RUNS = 3  # chaos_fail: max_retries=2
 RECOVERY_LIMIT = 15.0
 FAULTS = ("sigkill", "same_name_restart", "sigterm", "client_kill", "pause", "restart", "freeze", "error_replies", "long_pause")
 """The fault kinds (``do_<kind>``); ``restart`` is counted as ``restart`` or ``restart_crash``."""
+PROCESS_FAULTS = ("child_kill",)
+"""Fault kinds of ``--pool processes`` only (in its default mix at ``CHILD_KILL_WEIGHT``)."""
+CHILD_KILL_WEIGHT = 0.10
+POOLS = ("threads", "processes", "asyncio")
+CHILD_MODULE = "django_redisq.pools.child"
 KILLS = ("sigkill", "same_name_restart")
 WINDOW_EXPLAINERS = ("restart", "restart_crash", "client_kill", "pause")
 """Redis faults that explain a duplicate falling between its first and last run."""
-EXPLAINERS = (*KILLS, "freeze", *WINDOW_EXPLAINERS)
+EXPLAINERS = (*KILLS, "freeze", "child_kill", *WINDOW_EXPLAINERS)
 SLOWING_FAULTS = (*WINDOW_EXPLAINERS, "error_replies", "long_pause", "freeze")
 """Faults of the queue's Redis, and freezes (the reaper may be the frozen one): a recovery
 measured across one is not held to RECOVERY_LIMIT."""
@@ -124,6 +145,7 @@ class Config:
     producers: int = 3
     workers: int = 3
     concurrency: int = 4
+    pool: str = "threads"  # runworker --pool
     faults: int = 60
     duration: float = 420.0  # seconds over which producers spread their enqueues (the chaos may go on 30 s longer)
     gap: tuple[float, float] = (2.0, 6.0)  # seconds between faults
@@ -149,9 +171,13 @@ class Config:
     keep: bool = False  # keep the run directory (logs, AOF) after a passing run
 
     def validate(self) -> None:
-        unknown = sorted((set(self.weights) | set(self.sequence)) - set(FAULTS))
+        if self.pool not in POOLS:
+            raise ValueError(f"unknown pool {self.pool!r}; known: {', '.join(POOLS)}")
+        known = (*FAULTS, *PROCESS_FAULTS) if self.pool == "processes" else FAULTS
+        asked = {k for k, w in self.weights.items() if w > 0} | set(self.sequence)
+        unknown = sorted(asked - set(known))
         if unknown:
-            raise ValueError(f"unknown fault kind(s) {unknown}; known: {', '.join(FAULTS)}")
+            raise ValueError(f"unknown fault kind(s) {unknown} for --pool {self.pool}; known: {', '.join(known)}")
         if not self.sequence and not any(w > 0 for w in self.weights.values()):
             raise ValueError("every fault weight is 0 and no --sequence is given")
 
@@ -165,11 +191,12 @@ class Fault:
     t: float  # wall clock, seconds
     end: float
     target: str = ""  # the worker (its label) or what was done
-    pid: int = 0  # the worker process hit (sigkill, same_name_restart, sigterm, freeze)
+    pid: int = 0  # the worker process hit (sigkill, same_name_restart, sigterm, freeze); child_kill: the child
     ids: list[str] = field(default_factory=list)  # kills, freeze: ids in the worker's processing lists once it stopped
     current: list[str] = field(default_factory=list)  # freeze: "current" of the worker's info JSON at the stop
     worker_ids: list[str] = field(default_factory=list)  # the process's worker id(s), as its info JSON says
     note: str = ""
+    children: list[int] = field(default_factory=list)  # kills: the worker's child processes at the kill (--pool processes)
 
 
 @dataclass
@@ -215,6 +242,8 @@ class Procs:
         self.all: list[Proc] = []
         self.escalated = 0
         self.producers: list[subprocess.Popen[bytes]] = []
+        self.owners: dict[int, int] = {}  # child pid -> its worker's pid (--pool processes)
+        self._scan_lock = threading.Lock()
 
     def start(self, name: str | None = None) -> Proc:
         """Start a worker, under a new name or (a supervisor's restart) under ``name`` again."""
@@ -226,7 +255,7 @@ class Procs:
         out = open(self.workdir / f"{label}.log", "wb")
         popen = subprocess.Popen(
             [sys.executable, "-m", "django", "runworker", *QUEUES, "--concurrency", str(self.cfg.concurrency),
-             "--name", name, "-v", "0"],
+             "--pool", self.cfg.pool, "--name", name, "-v", "0"],
             cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT,
         )
         out.close()
@@ -234,6 +263,15 @@ class Procs:
         self.live[label] = proc
         self.all.append(proc)
         return proc
+
+    def scan(self) -> dict[int, int]:
+        """Learn the child processes of every worker not known to have ended (``/proc``); returns them (pid -> worker pid)."""
+        if self.cfg.pool != "processes":
+            return {}
+        with self._scan_lock:
+            found = children_of({p.pid for p in list(self.all) if p.ended is None})
+            self.owners.update(found)
+            return found
 
     def poll(self) -> None:
         """Forget stopped workers; SIGKILL one that ignored SIGTERM for too long."""
@@ -272,6 +310,34 @@ class Procs:
             if proc.popen.poll() is None:
                 proc.popen.kill()
                 proc.popen.wait(10)
+
+
+def _stat_ppid(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat[stat.rindex(")") + 2:].split()[1])  # after "pid (comm) state"
+
+
+def children_of(parents: set[int]) -> dict[int, int]:
+    """Live processes whose parent is one of ``parents``: pid -> parent pid."""
+    out: dict[int, int] = {}
+    if not parents:
+        return out
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit() and (ppid := _stat_ppid(int(entry.name))) in parents:
+            out[int(entry.name)] = ppid
+    return out
+
+
+def pool_child_alive(pid: int) -> bool:
+    """Is ``pid`` a live (not zombie) process-pool child?"""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        return state != "Z" and CHILD_MODULE in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except (OSError, IndexError):
+        return False
 
 
 def _info_pid(text: str | None) -> int | None:
@@ -313,6 +379,7 @@ class Chaos:
         none of them names yet is looked for by SCAN of ``processing:<name>*``, keeping
         only ids no other process has shown.
         """
+        self.procs.scan()
         procs = {p.pid: p for p in self.procs.live.values()}
         if not procs:
             return
@@ -400,6 +467,7 @@ class Chaos:
             return
         self.resolve()
         del self.procs.live[proc.label]
+        children = sorted(c for c, w in self.procs.scan().items() if w == proc.pid)
         t = time.time()
         proc.popen.kill()
         proc.popen.wait(10)
@@ -407,7 +475,8 @@ class Chaos:
         if kind == "same_name_restart":
             self.procs.start(proc.name)  # at once: a supervisor restarting "the same" worker
         ids = self._held(proc)
-        self.faults.append(Fault(kind, t, time.time(), proc.label, proc.pid, ids, worker_ids=sorted(proc.ids)))
+        self.faults.append(Fault(kind, t, time.time(), proc.label, proc.pid, ids, worker_ids=sorted(proc.ids),
+                                 children=children))
         if kind == "sigkill":
             self.procs.start()
 
@@ -485,8 +554,9 @@ class Chaos:
             return
         low, high = self.cfg.freeze_seconds
         seconds = self.rng.uniform(low, high)
+        self.procs.scan()  # its children, which keep running
         t = time.time()
-        os.kill(proc.pid, signal.SIGSTOP)
+        os.kill(proc.pid, signal.SIGSTOP)  # the worker process alone
         reaped_at: float | None = None
         try:
             ids = self._held(proc)  # read once stopped: it cannot change them any more
@@ -503,6 +573,23 @@ class Chaos:
         note = f"{time.time() - t:.1f}s, " + (
             f"reaped {reaped_at:.1f}s in" if reaped_at is not None else "not reaped while frozen")
         self.faults.append(Fault("freeze", t, time.time(), proc.label, proc.pid, ids, current, sorted(proc.ids), note))
+
+    def do_child_kill(self) -> None:
+        """SIGKILL one child process of the busiest worker (``--pool processes``): its attempt fails with worker_lost."""
+        proc = self._loaded(more_than=self.cfg.concurrency - 1)
+        if proc is None:
+            return
+        kids = sorted(c for c, w in self.procs.scan().items() if w == proc.pid and pool_child_alive(c))
+        if not kids:
+            return
+        child = self.rng.choice(kids)
+        t = time.time()
+        try:
+            os.kill(child, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        self.faults.append(Fault("child_kill", t, time.time(), proc.label, child, worker_ids=sorted(proc.ids),
+                                 note=f"child {child} of worker pid {proc.pid}"))
 
     def do_error_replies(self) -> None:
         """Redis answers error replies for a second or two: OOM and BUSY in turn."""
@@ -585,6 +672,7 @@ def produce(argv: list[str]) -> None:
     stats = Counter()
     bursts: list[int] = []
     signal.signal(signal.SIGUSR1, lambda *_: bursts.append(1))
+    store.sadd("chaos:ready", str(args.index))  # from now on a SIGUSR1 asks for a burst (before, it would kill us)
     start = time.monotonic()
 
     def flush() -> None:
@@ -674,6 +762,8 @@ def produce(argv: list[str]) -> None:
 
 
 def run_chaos(cfg: Config) -> dict[str, Any]:
+    if cfg.pool == "processes" and not cfg.sequence:
+        cfg.weights.setdefault("child_kill", CHILD_KILL_WEIGHT)
     cfg.validate()
     rng = random.Random(cfg.seed)
     workdir = Path(cfg.workdir or tempfile.mkdtemp(prefix="redisq-chaos-"))
@@ -682,6 +772,7 @@ def run_chaos(cfg: Config) -> dict[str, Any]:
     effects = RedisServer()
     procs: Procs | None = None
     producers: list[subprocess.Popen[bytes]] = []
+    sampling = threading.Event()
     try:
         main.start()
         effects.start()
@@ -694,6 +785,8 @@ def run_chaos(cfg: Config) -> dict[str, Any]:
         procs = Procs(cfg, env, workdir)
         for _ in range(cfg.workers):
             procs.start()
+        if cfg.pool == "processes":  # which worker each child pid (in the effects store's runs) belongs to
+            threading.Thread(target=_sample_children, args=(procs, sampling), name="chaos-children", daemon=True).start()
         per = [cfg.tasks // cfg.producers + (1 if i < cfg.tasks % cfg.producers else 0) for i in range(cfg.producers)]
         conf = json.dumps(asdict(cfg))
         for i, count in enumerate(per):
@@ -705,6 +798,7 @@ def run_chaos(cfg: Config) -> dict[str, Any]:
             ))
             out.close()
         procs.producers = producers
+        wait_ready(effects, producers)
         chaos = Chaos(cfg, main, procs, rng)
         t0 = time.monotonic()
         chaos_until = t0 + cfg.duration + 30
@@ -730,7 +824,8 @@ def run_chaos(cfg: Config) -> dict[str, Any]:
         log(f"settled in {settled_at:.0f}s after the chaos ({unsettled} not settled)")
         procs.poll()
         chaos.resolve()
-        report = account(main, effects, chaos.faults, procs.all, cfg, workdir)
+        procs.scan()
+        report = account(main, effects, chaos.faults, procs.all, cfg, workdir, procs.owners)
         report["faults_total"] = len(chaos.faults)
         report["sigterm_escalated_to_kill"] = procs.escalated
         report["settle_seconds"] = round(settled_at, 1)
@@ -740,6 +835,7 @@ def run_chaos(cfg: Config) -> dict[str, Any]:
         (workdir / "report.json").write_text(json.dumps(report, indent=1, default=str))
         return report
     finally:
+        sampling.set()
         for p in producers:
             if p.poll() is None:
                 p.kill()
@@ -750,6 +846,27 @@ def run_chaos(cfg: Config) -> dict[str, Any]:
             os.kill(main.proc.pid, signal.SIGCONT)
         main.cleanup()
         effects.cleanup()
+
+
+def wait_ready(effects: RedisServer, producers: list[subprocess.Popen[bytes]], limit: float = 60.0) -> None:
+    """Wait until every producer has its SIGUSR1 handler: a burst asked of one still starting would kill it."""
+    e = redis.Redis.from_url(effects.url)
+    deadline = time.monotonic() + limit
+    try:
+        while e.scard("chaos:ready") < len(producers) and time.monotonic() < deadline:
+            if any(p.poll() is not None for p in producers):
+                raise RuntimeError("a producer exited while starting (see its log in the run directory)")
+            time.sleep(0.1)
+    finally:
+        e.close()
+
+
+def _sample_children(procs: Procs, stop: threading.Event, every: float = 0.3) -> None:
+    while not stop.wait(every):
+        try:
+            procs.scan()
+        except Exception as exc:  # noqa: BLE001 - a sampler must not end the run; the next scan tries again
+            log(f"children scan failed: {type(exc).__name__}: {exc}")
 
 
 def _states(c: redis.Redis, ids: list[str], kinds: dict[str, str]) -> list[tuple[str | None, str | None, str | None]]:
@@ -791,16 +908,20 @@ class Run:
 
     t: float
     worker: str
-    pid: int
+    pid: int  # the worker process's (the process pool's children are mapped to their worker)
     attempt: int
     end: float | None = None
+    child: int = 0  # the pid that ran it, if a child of the worker (--pool processes)
 
 
-def read_runs(e: redis.Redis) -> dict[str, list[Run]]:
+def read_runs(e: redis.Redis, owners: dict[int, int] | None = None) -> dict[str, list[Run]]:
     runs: dict[str, list[Run]] = defaultdict(list)
+    owners = owners or {}
     for entry in e.lrange("chaos:starts", 0, -1):
         tid, ms, worker, pid = entry.split("|")
-        runs[tid].append(Run(int(ms) / 1000, worker, int(pid), len(runs[tid]) + 1))
+        raw = int(pid)
+        runs[tid].append(Run(int(ms) / 1000, worker, owners.get(raw, raw), len(runs[tid]) + 1,
+                             child=raw if raw in owners else 0))
     for entry in e.lrange("chaos:ends", 0, -1):
         tid, attempt, ms, _pid = entry.split("|")
         rs = runs.get(tid, [])
@@ -834,7 +955,7 @@ def read_reaps(procs: list[Proc], workdir: Path) -> list[tuple[float, str, str, 
 
 
 def account(main: RedisServer, effects: RedisServer, faults: list[Fault], procs: list[Proc], cfg: Config,
-            workdir: Path) -> dict[str, Any]:
+            workdir: Path, children: dict[int, int] | None = None) -> dict[str, Any]:
     c = redis.Redis.from_url(main.url, decode_responses=True, socket_timeout=15)
     e = redis.Redis.from_url(effects.url, decode_responses=True)
     kinds = e.hgetall("chaos:kind")
@@ -845,8 +966,21 @@ def account(main: RedisServer, effects: RedisServer, faults: list[Fault], procs:
     prod = Counter()
     for v in e.hgetall("chaos:producers").values():
         prod.update(json.loads(v))
-    runs = read_runs(e)
+    runs = read_runs(e, children)
     ids = sorted(kinds)
+    child_kills = [f for f in faults if f.kind == "child_kill"]
+    # running in a child at its SIGKILL: the child's last run begun before it (a child runs one task at a time),
+    # if not ended, or ended too shortly before to have been reported
+    killed_in_child: set[str] = set()
+    last_in_child: dict[int, tuple[float, str, float | None]] = {}
+    kill_at = {f.pid: f.t for f in child_kills}
+    for tid, rs in runs.items():
+        for run in rs:
+            if run.child in kill_at and run.t <= kill_at[run.child] and run.t >= last_in_child.get(run.child, (-1.0, "", None))[0]:
+                last_in_child[run.child] = (run.t, tid, run.end)
+    for child, (_t, tid, end) in last_in_child.items():
+        if end is None or end >= kill_at[child] - cfg.settle_slack:
+            killed_in_child.add(tid)
     places: dict[str, list[str]] = defaultdict(list)
     for q in QUEUES:
         base = f"{PREFIX}:{{{q}}}:"
@@ -863,7 +997,8 @@ def account(main: RedisServer, effects: RedisServer, faults: list[Fault], procs:
     r: dict[str, Any] = {"enqueued": len(ids), "by_kind": dict(Counter(kinds.values()))}
     finished = [i for i in ids if states[i][0] == "finished" and not places.get(i)]
     dead = [i for i in ids if places.get(i) == ["dead"] and states[i][0] == "dead"]
-    designed = [i for i in dead if kinds[i] == "fail" and states[i][1] == "failed"]
+    designed = [i for i in dead if kinds[i] == "fail" and (states[i][1] == "failed" or (
+        states[i][1] == "worker_lost" and i in killed_in_child))]  # its last attempt was in a killed child
     stuck = [i for i in ids if any(p in ("pending", "scheduled", "processing") for p in places.get(i, []))
              or states[i][0] in ("pending", "scheduled", "running")]
     lost = [i for i in ids if not places.get(i) and states[i][0] not in ("finished", "dead")]
@@ -912,6 +1047,8 @@ def account(main: RedisServer, effects: RedisServer, faults: list[Fault], procs:
         for f in freezes:
             if tid in running[id(f)]:
                 return "freeze"
+        if tid in killed_in_child:
+            return "child_kill"
         for f in window:
             if rs[0].t - 1 <= f.t <= rs[-1].t:
                 return f.kind
@@ -926,6 +1063,8 @@ def account(main: RedisServer, effects: RedisServer, faults: list[Fault], procs:
         for f in kills:
             if tid in f.ids:
                 return f.kind
+        if tid in killed_in_child:
+            return "child_kill"
         rs = runs.get(tid, [])
         if rs:  # a fault overlapping its runs, preferring one begun at or after its first run, the nearest
             lo, hi = rs[0].t - 1, rs[-1].t + 1
@@ -997,6 +1136,16 @@ def account(main: RedisServer, effects: RedisServer, faults: list[Fault], procs:
                     for f in freezes]
     r["freezes_reaped"] = sum("reaped " in f.note and "not reaped" not in f.note for f in freezes)
     r["error_replies_modes"] = dict(Counter(f.target for f in faults if f.kind == "error_replies"))
+    # the process pool: children of a SIGKILLed worker die with it; a killed child's attempt is worker_lost
+    r["pool"] = cfg.pool
+    r["children_seen"] = len(children or {})
+    orphans = sorted({c for f in kills for c in f.children if pool_child_alive(c)})
+    r["children_outliving_killed_worker"] = len(orphans)
+    r["examples"]["children_outliving_killed_worker"] = orphans[:10]
+    r["children_of_killed_workers"] = sum(len(f.children) for f in kills)
+    r["child_kills_running_a_task"] = len(killed_in_child)
+    r["tasks_killed_in_child"] = len(killed_in_child)
+    r["tasks_killed_in_child_dead_worker_lost"] = sum(states[i][1] == "worker_lost" for i in killed_in_child if i in states)
     # reaps: a worker may be reaped only once dead (killed, exited) or while frozen
     owners: dict[str, list[Proc]] = defaultdict(list)
     for proc in procs:
@@ -1035,6 +1184,7 @@ def account(main: RedisServer, effects: RedisServer, faults: list[Fault], procs:
         logs["lease_lost_warnings"] += text.count("no longer held")
         logs["reap_warnings"] += text.count("reaped worker")
         logs["fetch_reply_lost_handbacks"] += text.count("fetch reply was lost")
+        logs["children_replaced"] += text.count("process pool: child ")
     r["worker_logs"] = dict(logs)
     r["fault_log"] = [asdict(f) | {"ids": len(f.ids), "current": len(f.current)} for f in faults]
     c.close()
@@ -1064,7 +1214,7 @@ def checks(r: dict[str, Any]) -> list[str]:
     for key in ("lost", "stuck", "in_two_places", "dead_undesigned", "finished_without_effect",
                 "effects_more_than_once_unexplained", "freeze_held_task_run_again", "runs_beyond_deliveries",
                 "live_workers_reaped", "fail_extra_runs_unexplained", "order_repeat_got_new_id",
-                "order_keys_with_two_tasks", "enqueue_gave_up"):
+                "order_keys_with_two_tasks", "enqueue_gave_up", "children_outliving_killed_worker"):
         if r.get(key):
             detail = r.get(key + "_near")
             bad.append(f"{key} = {r[key]}" + (f" (near: {_pairs(detail)})" if detail else ""))
@@ -1087,7 +1237,18 @@ def table(r: dict[str, Any]) -> str:
     f = r["faults"]
     fz = r["freezes"]
     by = r["effects_more_than_once_by_fault"]
+    pool_rows: list[tuple[str, Any]] = []
+    if r.get("pool") == "processes":
+        pool_rows = [
+            ("  child_kill (SIGKILL a worker's child)", "{} (running a task: {}; tasks killed {}, of them dead worker_lost {})".format(
+                f.get("child_kill", 0), r["child_kills_running_a_task"], r["tasks_killed_in_child"],
+                r["tasks_killed_in_child_dead_worker_lost"])),
+            ("children of SIGKILLed workers / outliving them (must be 0)",
+             f"{r['children_of_killed_workers']} / {r['children_outliving_killed_worker']}"),
+            ("pool children seen / replaced (worker log)", f"{r['children_seen']} / {r['worker_logs'].get('children_replaced', 0)}"),
+        ]
     rows: list[tuple[str, Any]] = [
+        ("worker pool (runworker --pool)", r.get("pool", "threads")),
         ("tasks enqueued (returned by enqueue)", r["enqueued"]),
         ("  by kind", ", ".join(f"{k} {v}" for k, v in sorted(r["by_kind"].items()))),
         ("  of them in bursts before freezes", r["burst_tasks"]),
@@ -1126,6 +1287,7 @@ def table(r: dict[str, Any]) -> str:
             sum(x["had_run_not_settled"] for x in fz), sum(x["held_not_started"] for x in fz))),
         ("  error_replies (OOM / BUSY)", "{} ({})".format(f.get("error_replies", 0), _pairs(r["error_replies_modes"]))),
         ("  long_pause (redis-server SIGSTOP > WORKER_TIMEOUT)", f.get("long_pause", 0)),
+        *pool_rows,
         ("tasks held by SIGKILLed workers", f"{r['tasks_held_by_killed_workers']} (in {r['sigkills_with_tasks']} kills)"),
         ("death -> running elsewhere: max (median)", f"{r['recovery_max_s']} s ({r['recovery_median_s']} s)"),
         ("  max, no Redis fault or freeze in the window (<= 15 s)", f"{r['recovery_max_without_redis_fault_s']} s"),
@@ -1161,6 +1323,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--producers", type=int, default=Config.producers)
     p.add_argument("--workers", type=int, default=Config.workers)
     p.add_argument("--concurrency", type=int, default=Config.concurrency)
+    p.add_argument("--pool", choices=POOLS, default=Config.pool, help="runworker --pool of every worker (default: %(default)s); "
+                   f"processes adds child_kill to the mix (weight {CHILD_KILL_WEIGHT})")
     p.add_argument("--faults", type=int, default=Config.faults, help="most faults (default: %(default)s)")
     p.add_argument("--duration", type=float, default=Config.duration,
                    help="seconds over which tasks are enqueued; the chaos stops 30 s after (default: %(default)s)")
@@ -1175,12 +1339,14 @@ def main(argv: list[str]) -> int:
     p.add_argument("--workdir", default="", help="keep logs and the AOF here (default: a temporary directory, removed on success)")
     p.add_argument("--json", default="", help="also write the report here")
     a = p.parse_args(argv)
-    cfg = Config(tasks=a.tasks, producers=a.producers, workers=a.workers, concurrency=a.concurrency, faults=a.faults,
+    cfg = Config(tasks=a.tasks, producers=a.producers, workers=a.workers, concurrency=a.concurrency, pool=a.pool, faults=a.faults,
                  duration=a.duration, gap=a.gap, settle=a.settle, seed=a.seed, workdir=a.workdir)
     if a.weights is not None:
         cfg.weights = a.weights
     if a.sequence:
         cfg.sequence = a.sequence
+    if cfg.pool == "processes" and not cfg.sequence:
+        cfg.weights.setdefault("child_kill", CHILD_KILL_WEIGHT)
     try:
         cfg.validate()
     except ValueError as exc:

@@ -11,6 +11,10 @@ with a no-op task through the public API and the real ``runworker`` process:
   concurrency 1, one at a higher concurrency, two processes; with Redis
   commands and round trips per task from ``INFO commandstats`` / ``INFO stats``;
 * latency enqueue->start and enqueue->ack on an idle worker, one queue and three;
+* pools: drain/s and idle latency of each execution pool (``--pool threads``,
+  ``processes``, ``asyncio``) with a no-op, an ``async def`` awaiting
+  ``asyncio.sleep(0.01)`` and a ~5 ms pure-Python loop, and the CPU-bound
+  ratio processes / threads;
 * flatness: per-task cost of enqueue, fetch and ack with few and many waiting,
   and Redis bytes per pending task;
 * worker resident memory after few and many tasks;
@@ -66,26 +70,44 @@ from common import START_KEY, Procs, group_cpu_seconds, rate_loop, redis_cpu_sec
 PEERS_VENV = BENCH / ".peers-venv"
 PEER_PACKAGES = ["dramatiq[redis]==2.2.1", "huey==3.5.4", "rq==2.12.0", "hiredis"]
 PEER_NAMES = ("dramatiq", "huey", "rq")
-SECTIONS = ("limits", "enqueue", "drain", "latency", "flatness", "rss", "peers")
+SECTIONS = ("limits", "enqueue", "drain", "latency", "pools", "flatness", "rss", "peers")
+POOL_NAMES = ("threads", "processes", "asyncio")
 
 PROFILES: dict[str, dict[str, Any]] = {
-    # make bench: about 10 minutes on 2 cores
+    # make bench: about 10 minutes on 2 cores, and the pools section about 11 more
     "full": {
         "repeats": 3, "drain_n": 20_000, "drain_cap": 120.0, "concurrency": 4,
         "delay_count": 20_000, "delay_s": 3.0, "many_count": 50_000, "many_batch": 1000, "many_s": 4.0,
         "lat_samples": 400, "flat_small": 1000, "flat_big": 1_000_000, "flat_ops": 2000,
         "rss_small": 1000, "rss_big": 100_000, "bare_count": 50_000, "bare_s": 2.0, "rb_n": 50_000,
         "peer_n": 20_000, "peer_cap": 20.0, "peer_lat": 200, "peer_enqueue": 10_000, "peer_enqueue_s": 2.0,
+        "pool_noop_n": 10_000, "pool_io_n": 3000, "pool_cpu_n": 1500, "pool_lat": 300,
     },
-    # --quick: under 2 minutes
+    # --quick: under 2 minutes, and the pools section about 1.5 more
     "quick": {
         "repeats": 1, "drain_n": 5000, "drain_cap": 60.0, "concurrency": 4,
         "delay_count": 5000, "delay_s": 1.5, "many_count": 20_000, "many_batch": 1000, "many_s": 2.0,
         "lat_samples": 150, "flat_small": 1000, "flat_big": 100_000, "flat_ops": 1000,
         "rss_small": 1000, "rss_big": 10_000, "bare_count": 20_000, "bare_s": 1.0, "rb_n": 20_000,
         "peer_n": 2000, "peer_cap": 8.0, "peer_lat": 100, "peer_enqueue": 3000, "peer_enqueue_s": 1.0,
+        "pool_noop_n": 3000, "pool_io_n": 1000, "pool_cpu_n": 500, "pool_lat": 100,
     },
 }
+
+# the pools section: (workload, pool, --concurrency), in this order; the workloads are benchapp.tasks noop, io_sleep
+# and cpu. The two drains of the CPU-bound ratio run twice, A B B A, so a change of the machine's load during
+# the four cancels out to first order (other jobs share these 2 cores)
+POOL_RUNS: tuple[tuple[str, str, int], ...] = (
+    ("noop", "threads", 4), ("noop", "processes", 2), ("noop", "asyncio", 4),
+    ("io", "threads", 8), ("io", "processes", 2), ("io", "asyncio", 100),
+    ("cpu", "threads", 2), ("cpu", "threads", 4), ("cpu", "processes", 2), ("cpu", "processes", 2), ("cpu", "threads", 4),
+    ("cpu", "asyncio", 4),
+)
+# idle latency per pool: (pool, --concurrency, task); the asyncio pool with a sync task and an async def one
+POOL_LATENCY: tuple[tuple[str, int, str], ...] = (
+    ("threads", 4, "stamp"), ("processes", 2, "stamp"), ("asyncio", 100, "stamp"), ("asyncio", 100, "astamp"),
+)
+WORKLOADS = {"noop": "no-op", "io": "async sleep 10 ms", "cpu": "CPU ~5 ms"}
 
 FLAT_WORKER = "bench-flat"
 
@@ -165,12 +187,13 @@ class Bench:
         import django
 
         django.setup()
-        from benchapp.tasks import noop, stamp
+        from benchapp.tasks import astamp, cpu, io_sleep, noop, stamp
         from django.tasks import task_backends
 
         from django_redisq.keys import QueueKeys
 
         self.noop, self.stamp = noop, stamp
+        self.workloads: dict[str, Any] = {"noop": noop, "io": io_sleep, "cpu": cpu, "stamp": stamp, "astamp": astamp}
         self.backend: Any = task_backends["default"]
         self.keys = QueueKeys
         self.env = dict(
@@ -193,10 +216,12 @@ class Bench:
     def processed(self, queue: str = "default") -> int:
         return int(self.r.get(self.key(queue, "processed")) or 0)
 
-    def fill(self, n: int, queue: str = "default", producers: int = 1, backend: str = "default") -> float:
-        """Queue ``n`` no-op tasks with ``enqueue_many`` (batches of 1000); seconds taken."""
+    def fill(self, n: int, queue: str = "default", producers: int = 1, backend: str = "default", task: Any = None) -> float:
+        """Queue ``n`` no-op tasks (or of ``task``, from this process) with ``enqueue_many`` (batches of 1000); seconds taken."""
         t = time.perf_counter()
-        if producers > 1 and n >= 20_000:
+        if task is not None:
+            fill_local(task, n, queue, backend)
+        elif producers > 1 and n >= 20_000:
             share = [n // producers + (1 if i < n % producers else 0) for i in range(producers)]
             ps = [subprocess.Popen([sys.executable, str(Path(__file__)), "--fill-only", str(k), "--fill-queue", queue,
                                     "--fill-backend", backend], env=self.env, cwd=BENCH, start_new_session=True) for k in share]
@@ -209,15 +234,20 @@ class Bench:
             fill_local(self.noop, n, queue, backend)
         return time.perf_counter() - t
 
-    def worker_argv(self, queues: Sequence[str], concurrency: int = 1, verbosity: int | None = None) -> list[str]:
+    def worker_argv(self, queues: Sequence[str], concurrency: int = 1, verbosity: int | None = None,
+                    pool: str | None = None) -> list[str]:
         argv = [sys.executable, "-m", "django", "runworker", *queues, "--concurrency", str(concurrency)]
+        if pool is not None:  # without it, the worker's default (and an --engine older than the pools works)
+            argv += ["--pool", pool]
         v = self.args.worker_verbosity if verbosity is None else verbosity
         if v is not None:
             argv += ["-v", str(v)]
         return argv
 
-    def start_worker(self, tag: str, queues: Sequence[str] = ("default",), concurrency: int = 1) -> subprocess.Popen[bytes]:
-        return self.procs.start(self.worker_argv(queues, concurrency), env=self.env, cwd=BENCH, log=self.logdir / f"{tag}.log")
+    def start_worker(self, tag: str, queues: Sequence[str] = ("default",), concurrency: int = 1,
+                     pool: str | None = None) -> subprocess.Popen[bytes]:
+        return self.procs.start(self.worker_argv(queues, concurrency, pool=pool), env=self.env, cwd=BENCH,
+                                log=self.logdir / f"{tag}.log")
 
     def server_stats(self) -> dict[str, float]:
         cs = self.r.info("commandstats")
@@ -291,9 +321,10 @@ class Bench:
     # -- drain -----------------------------------------------------------
 
     def drain_once(self, tag: str, concurrency: int, processes: int, n: int, marks: Sequence[int] = (),
-                   on_mark: Callable[[int, list[subprocess.Popen[bytes]]], None] | None = None) -> dict[str, Any]:
+                   on_mark: Callable[[int, list[subprocess.Popen[bytes]]], None] | None = None,
+                   pool: str | None = None, task: Any = None) -> dict[str, Any]:
         self.r.flushall()
-        fill_s = self.fill(n, producers=2 if n >= 50_000 else 1)
+        fill_s = self.fill(n, producers=2 if n >= 50_000 else 1, task=task)
         polls = 0
 
         def done() -> int:
@@ -303,7 +334,7 @@ class Bench:
 
         before = self.server_stats()
         t0 = time.perf_counter()
-        ps = [self.start_worker(f"{tag}-{i}", concurrency=concurrency) for i in range(processes)]
+        ps = [self.start_worker(f"{tag}-{i}", concurrency=concurrency, pool=pool) for i in range(processes)]
         try:
             out = watch_drain(done, n, t0, self.cfg["drain_cap"], alive=lambda: all(p.poll() is None for p in ps),
                               marks=marks, on_mark=(lambda k: on_mark(k, ps)) if on_mark else None,
@@ -373,10 +404,12 @@ class Bench:
             self.r.config_set("notify-keyspace-events", "")
         self.r.flushall()
 
-    def latency_once(self, tag: str, queues: Sequence[str], target: str) -> dict[str, Any]:
+    def latency_once(self, tag: str, queues: Sequence[str], target: str, pool: str | None = None, concurrency: int = 1,
+                     task: Any = None, samples: int | None = None) -> dict[str, Any]:
         self.r.flushall()
-        task = self.stamp if target == "default" else self.stamp.using(queue_name=target)
-        p = self.start_worker(tag, queues)
+        task = task or self.stamp
+        task = task if target == "default" else task.using(queue_name=target)
+        p = self.start_worker(tag, queues, concurrency, pool)
         sub = self.r.pubsub(ignore_subscribe_messages=True)
         try:
             deadline = time.monotonic() + 30
@@ -395,10 +428,74 @@ class Bench:
                         return True
                 return False
 
-            return start_latency(lambda i: task.delay(i), self.r, START_KEY, self.cfg["lat_samples"], wait_done=wait_ack)
+            return start_latency(lambda i: task.delay(i), self.r, START_KEY, samples or self.cfg["lat_samples"], wait_done=wait_ack)
         finally:
             sub.close()
             self.procs.stop([p], grace=15)
+
+    # -- pools -----------------------------------------------------------
+
+    def pools(self) -> None:
+        """Drain rate and idle latency of each execution pool, with a no-op, an async sleep and a CPU-bound task.
+
+        The runs of one repeat follow each other, so the CPU-bound ratio processes / threads
+        is taken per repeat (the machine's load changes less within a repeat) and its median kept.
+        """
+        from benchapp.tasks import CPU_LOOPS, burn
+
+        cfg = self.cfg
+        runs = [x for x in POOL_RUNS if x[1] in self.args.pools]
+        lats = [x for x in POOL_LATENCY if x[0] in self.args.pools]
+        calls = []
+        for _ in range(20):
+            t = time.perf_counter()
+            burn()
+            calls.append((time.perf_counter() - t) * 1000)
+        self.res.add("pool_cpu_call_ms", f"pools: CPU task alone, {CPU_LOOPS:,} loops (best of 20, this process)", "ms", min(calls))
+        self.res.details["pools_cpu_loops"] = CPU_LOOPS
+        self.r.config_set("notify-keyspace-events", "K$")
+        try:
+            for rep in range(cfg["repeats"]):
+                steady: dict[tuple[str, str, int], list[float]] = {}
+                for wl, pool, conc in runs:
+                    n = cfg[f"pool_{wl}_n"]
+                    key, label = f"pool_{wl}_{pool}_c{conc}", f"pools: {WORKLOADS[wl]}, drain {n:,}, --pool {pool} -c {conc}"
+                    out = self.drain_once(f"{key}-{rep}", conc, 1, n, pool=pool, task=self.workloads[wl])
+                    if out["steady_per_s"]:
+                        steady.setdefault((wl, pool, conc), []).append(out["steady_per_s"])
+                    cpu_us = out.get("worker_cpu_us")
+                    self.res.add(f"{key}_steady", label + " (steady)", "tasks/s", out["steady_per_s"])
+                    self.res.add(key, "  start to last ack", "tasks/s", out["per_s"], "capped" if out["capped"] else "")
+                    self.res.add(f"{key}_cpu", "  worker CPU per task (children included)", "us", cpu_us)
+                    self.res.add(f"{key}_cores", "  cores busy (steady rate x CPU per task)", "cores",
+                                 out["steady_per_s"] * cpu_us / 1e6 if out["steady_per_s"] and cpu_us else None)
+                    self.res.details.setdefault("pools", []).append(
+                        {"workload": wl, "pool": pool, "concurrency": conc, "run": rep, **out})
+                    log(f"pools {wl} {pool} -c {conc} run {rep + 1}: steady {fmt(out['steady_per_s'])}/s, "
+                        f"start to last ack {fmt(out['per_s'])}/s, worker CPU {fmt(out.get('worker_cpu_us'))} us/task")
+                p, t2, t4 = (statistics.fmean(steady[k]) if k in steady else None
+                             for k in (("cpu", "processes", 2), ("cpu", "threads", 2), ("cpu", "threads", 4)))
+                if p and t4:
+                    self.res.add("pool_cpu_ratio", "pools: CPU-bound drain, processes -c 2 / threads -c 4 (steady, ABBA per run)", "ratio", p / t4)
+                if p and t2:
+                    self.res.add("pool_cpu_ratio_c2", "  processes -c 2 / threads -c 2", "ratio", p / t2)
+                for pool, conc, name in lats:
+                    tag = f"pool_lat_{pool}_{name}"
+                    out = self.latency_once(f"{tag}-{rep}", ("default",), "default", pool, conc, self.workloads[name], cfg["pool_lat"])
+                    label = f"pools: latency, --pool {pool} -c {conc}, {'async def' if name == 'astamp' else 'sync'} task"
+                    for what, arrow in (("start", "enqueue->start"), ("ack", "enqueue->ack")):
+                        for pc in ("p50", "p99"):
+                            first = what == "start" and pc == "p50"
+                            self.res.add(f"{tag}_{what}_{pc}", label + f": {arrow} {pc}" if first else f"  {arrow} {pc}", "ms",
+                                         out.get(f"{what}_{pc}_ms"))
+                    self.res.details.setdefault("pools_latency", []).append({"pool": pool, "concurrency": conc, "task": name, "run": rep, **out})
+                    log(f"pools latency {pool} {name} run {rep + 1}: start p50 {fmt(out.get('start_p50_ms'))} "
+                        f"p99 {fmt(out.get('start_p99_ms'))} ms, ack p50 {fmt(out.get('ack_p50_ms'))} p99 {fmt(out.get('ack_p99_ms'))} ms, "
+                        f"lost {out['lost']}")
+        finally:
+            self.r.config_set("notify-keyspace-events", "")
+        self.res.details["pools_table"] = pool_table(self.res, self.cfg)
+        self.r.flushall()
 
     # -- flatness and memory ---------------------------------------------
 
@@ -588,7 +685,40 @@ class Bench:
         for op in ("enqueue", "fetch", "ack"):
             check(f"flatness {op} (client cost) < 1.2", m(f"flat_{op}_client_ratio"), 1.2, lt, "1.2")
         check("worker RSS growth <= 10%", m("rss_ratio"), 1.10, le, "1.10")
+        check("CPU-bound drain: processes -c 2 / threads -c 4 >= 1.7 (about 2x on 2 cores)", m("pool_cpu_ratio"), 1.7, ge, "1.7")
         return out
+
+
+def pool_table(res: Results, cfg: dict[str, Any]) -> str:
+    """The pools section as one table (medians): drain rates per workload and pool, then idle latency per pool."""
+    m = res.median
+    lines = [("workload", "pool", "-c", "tasks/s steady", "start to last ack", "CPU us/task", "cores busy")]
+    for wl, pool, conc in dict.fromkeys(POOL_RUNS):
+        key = f"pool_{wl}_{pool}_c{conc}"
+        if key in res.rows:
+            lines.append((f"{WORKLOADS[wl]} ({cfg[f'pool_{wl}_n']:,})", pool, str(conc), fmt(m(f"{key}_steady")), fmt(m(key)),
+                          fmt(m(f"{key}_cpu")), fmt(m(f"{key}_cores"))))
+    out = _columns(lines)
+    if "pool_cpu_ratio" in res.rows:
+        out += f"\nCPU-bound, processes -c 2 / threads -c 4: {fmt(m('pool_cpu_ratio'))}x"
+        if "pool_cpu_ratio_c2" in res.rows:
+            out += f" (/ threads -c 2: {fmt(m('pool_cpu_ratio_c2'))}x)"
+        out += " (steady rates, median of per-run ratios)"
+    lat = [("pool", "-c", "task", "start p50 ms", "start p99 ms", "ack p50 ms", "ack p99 ms")]
+    for pool, conc, name in POOL_LATENCY:
+        tag = f"pool_lat_{pool}_{name}"
+        if f"{tag}_start_p50" in res.rows:
+            lat.append((pool, str(conc), "async def" if name == "astamp" else "sync",
+                        *(fmt(m(f"{tag}_{w}_{p}")) for w in ("start", "ack") for p in ("p50", "p99"))))
+    if len(lat) > 1:
+        out += "\n\n" + _columns(lat)
+    return out
+
+
+def _columns(rows: list[tuple[str, ...]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    text = ["  ".join(c.ljust(widths[i]) if i < 3 else c.rjust(widths[i]) for i, c in enumerate(r)) for r in rows]
+    return "\n".join([text[0], "  ".join("-" * w for w in widths), *text[1:]])
 
 
 def fill_local(noop: Any, n: int, queue: str = "default", backend: str = "default") -> None:
@@ -658,11 +788,12 @@ def terminate_on_signal() -> Iterator[None]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="smaller counts, one run each: under 2 minutes")
+    ap.add_argument("--quick", action="store_true", help="smaller counts, one run each: under 2 minutes (pools: 1.5 more)")
     ap.add_argument("--repeats", type=int, default=None, help="runs of each measurement (default 3, --quick 1)")
     ap.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated sections: {','.join(SECTIONS)}")
     ap.add_argument("--skip", default="", help="comma-separated sections to leave out (e.g. peers)")
     ap.add_argument("--peers", default=",".join(PEER_NAMES), help="peers to measure (default: all)")
+    ap.add_argument("--pools", default=",".join(POOL_NAMES), help="execution pools the pools section measures (default: all)")
     ap.add_argument("--drain-n", type=int, default=None, help="tasks queued before each drain (default 20000)")
     ap.add_argument("--worker-verbosity", type=int, default=None,
                     help="runworker -v (default: its own default, 1, which logs one line per task)")
@@ -694,6 +825,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:
         ap.error(f"unknown section(s): {', '.join(sorted(unknown))}")
     args.peers = [p for p in args.peers.split(",") if p in PEER_NAMES]
+    bad_pools = set(filter(None, args.pools.split(","))) - set(POOL_NAMES)
+    if bad_pools:
+        ap.error(f"unknown pool(s): {', '.join(sorted(bad_pools))}")
+    args.pools = [p for p in args.pools.split(",") if p]
     sections = [s for s in SECTIONS if s in only and s not in skip]
 
     started = time.time()
@@ -738,6 +873,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if load > 1.0:
         print(f"(machine busy: load average {load:.1f} before the bench started)")
     print(table(bench.res))
+    if "pools_table" in bench.res.details:
+        print()
+        print(bench.res.details["pools_table"])
     if targets:
         print()
         w = max(len(t["target"]) for t in targets)

@@ -101,3 +101,35 @@ def test_redis_crash_keeps_tasks_only_with_appendonly(appendonly):
                 assert held == set(), "persistence off: a Redis crash loses every queued task"
         finally:
             connection.reset()
+
+
+# the process pool: each kind of fault that reaches a worker's process tree, once (child_kill twice)
+PROCESS_SEQUENCE = ["child_kill", "sigkill", "freeze", "child_kill", "sigterm", "same_name_restart"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_short_chaos_run_with_the_process_pool(tmp_path):
+    """As above with ``runworker --pool processes`` (about a minute): the worker alone talks to Redis.
+
+    A SIGKILLed worker's children die with it (none may outlive it); a frozen
+    worker's children finish their task but cannot report it, so it runs again
+    elsewhere only as a freeze explains; a killed child fails its attempt with
+    worker_lost and the task is retried.
+    """
+    chaos = _load_chaos()
+    cfg = chaos.Config(
+        tasks=250, producers=2, workers=2, concurrency=2, pool="processes", duration=30, gap=(1.0, 2.0),
+        faults=len(PROCESS_SEQUENCE), settle=40, seed=11, workdir=str(tmp_path), sequence=PROCESS_SEQUENCE,
+        delay_seconds=(0.5, 5.0), slow_seconds=(0.3, 1.0),
+        kinds={"quick": 0.5, "slow": 0.15, "flaky": 0.1, "fail": 0.07, "delayed": 0.08, "order": 0.1},
+    )
+    report = chaos.run_chaos(cfg)
+    table = chaos.table(report)
+    print(table)
+    assert chaos.checks(report) == [], table + "\n" + repr(report["examples"])
+    assert report["enqueued"] >= 230
+    assert set(report["faults"]) == set(PROCESS_SEQUENCE)
+    assert report["children_of_killed_workers"] >= 2, table  # the kills found the children they had to end
+    assert report["children_outliving_killed_worker"] == 0, table
+    assert report["children_seen"] >= 4, table

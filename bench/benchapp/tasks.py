@@ -1,10 +1,24 @@
-"""The benchmark's tasks: a no-op, and one that records when it started."""
+"""The benchmark's tasks: a no-op, one that records when it started, and the pool workloads.
+
+The pool workloads (``bench/run.py``'s ``pools`` section): ``noop``; ``io_sleep``,
+an ``async def`` awaiting ``asyncio.sleep(0.01)`` (I/O-bound); ``cpu``, a
+pure-Python loop of ``CPU_LOOPS`` iterations (CPU-bound: 75,000 iterations
+took 5.0 ms at best, Python 3.13 on the 2-core bench machine; set
+``BENCH_CPU_LOOPS`` to recalibrate elsewhere). ``astamp`` is ``stamp`` as an
+``async def``, for the asyncio pool's native path.
+"""
 
 from __future__ import annotations
+
+import asyncio
+import os
 
 from common import record_start
 
 import django_redisq
+
+CPU_LOOPS = int(os.environ.get("BENCH_CPU_LOOPS", "75000"))
+IO_SLEEP = 0.01
 
 
 @django_redisq.task
@@ -15,3 +29,27 @@ def noop(x: int) -> int:
 @django_redisq.task
 def stamp(x: int) -> int:
     return record_start(x)
+
+
+@django_redisq.task
+async def astamp(x: int) -> int:
+    return record_start(x)
+
+
+@django_redisq.task
+async def io_sleep(x: int) -> int:
+    await asyncio.sleep(IO_SLEEP)
+    return x
+
+
+def burn(n: int = CPU_LOOPS) -> int:
+    s = 0
+    for i in range(n):
+        s += i * i
+    return s
+
+
+@django_redisq.task
+def cpu(x: int) -> int:
+    burn()
+    return x
