@@ -82,6 +82,7 @@ class Settler:
         self.worker_id = worker_id
         self.force = force
         self.on_settled = on_settled
+        self.wake = threading.Event()
 
     def settle(self, batch: Batch) -> None:
         """Ack, retry or bury each task; acks of one queue share a round trip."""
@@ -126,10 +127,17 @@ class Settler:
         return None
 
     def flush_loop(self, held: list[Unsettled], stop: threading.Event) -> None:
-        """Settle what executors busy with a long task have held for ``SETTLE_WITHIN``."""
-        while not stop.wait(SETTLE_WITHIN / 2):
+        """Settle what executors busy with a long task have held for ``SETTLE_WITHIN``, and all of it when woken.
+
+        ``wake`` is set by a pool that reports outcomes after its lane moved on
+        (asyncio) once nothing else is in flight, a batch is full or a task was
+        slow: nobody else would settle them before ``SETTLE_WITHIN``.
+        """
+        while not stop.is_set():
+            woken = self.wake.wait(SETTLE_WITHIN / 2)
+            self.wake.clear()
             for unsettled in held:
                 try:
-                    self.settle(unsettled.take(older_than=SETTLE_WITHIN))
+                    self.settle(unsettled.take(older_than=0.0 if woken else SETTLE_WITHIN))
                 except Exception:  # the flusher must outlive any failure
                     logger.exception("settling held tasks failed")

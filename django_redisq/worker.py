@@ -29,6 +29,7 @@ import socket
 import threading
 import time
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import redis
@@ -249,7 +250,7 @@ class Worker:
         used = d.code not in (NOMSG, CORRUPT)
         try:
             if used:
-                self.pool.submit(lane, d, unsettled.add)
+                self.pool.submit(lane, d, partial(self._reported, unsettled) if self.pool.deferred else unsettled.add)
             else:
                 unsettled.add(d, self._unrunnable(d))
         except BaseException as exc:  # a task that breaks the pool is dead-lettered, the lane goes on
@@ -261,6 +262,12 @@ class Worker:
                 or unsettled.age() >= SETTLE_WITHIN:
             self.settler.settle(unsettled.take())
         return True, used
+
+    def _reported(self, unsettled: Unsettled, d: Delivery, outcome: Outcome) -> None:
+        """An outcome a deferred pool reports after its lane moved on: the flusher settles it, at once if nothing waits for a batch."""
+        unsettled.add(d, outcome)
+        if unsettled.slow or len(unsettled) >= min(ACK_BATCH, max(1, self.prefetch() // 2)) or not self.pool.in_flight():
+            self.settler.wake.set()
 
     @staticmethod
     def _unrunnable(d: Delivery) -> Outcome:

@@ -265,6 +265,20 @@ def test_the_asyncio_pool_runs_hundreds_of_io_bound_tasks_at_once(r):
     assert took < 5, took  # one after another: 150 s
 
 
+def test_an_idle_asyncio_pool_settles_a_finished_task_at_once(r):
+    """Its lane has moved on when a task ends: the flusher is woken instead of waiting out SETTLE_WITHIN (50 ms)."""
+    import statistics
+
+    waits = []
+    with serving("asyncio", concurrency=10):
+        for _ in range(7):
+            start = time.monotonic()
+            res = tasks.async_nap.delay(0)
+            assert wait_for(lambda res=res: res.refresh() or res.is_finished, 5, step=0.002)
+            waits.append(time.monotonic() - start)
+    assert statistics.median(waits) < 0.04, waits
+
+
 def test_django_async_safety_holds_on_the_asyncio_pool(r):
     res = tasks.async_uses_orm_unsafely.delay()
     with serving("asyncio"):

@@ -34,6 +34,12 @@ class Pool:
     name = ""
     lanes = 1
     """How many executor threads feed this pool, each one delivery at a time."""
+    deferred = False
+    """Whether ``submit`` returns before the task has run (its outcome is reported later, from another thread)."""
+
+    def in_flight(self) -> int:
+        """Tasks submitted and not yet reported (beyond the lanes' own: only a deferred pool has any)."""
+        return 0
 
     def __init__(self, runner: Runner, worker_id: str, concurrency: int) -> None:
         self.runner = runner

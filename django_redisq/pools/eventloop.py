@@ -36,6 +36,7 @@ SYNC_THREADS = 16
 class EventLoopPool(Pool):
     name = "asyncio"
     lanes = 1
+    deferred = True
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -88,6 +89,9 @@ class EventLoopPool(Pool):
         done(d, outcome)
 
     _stopping_now = False
+
+    def in_flight(self) -> int:
+        return len(self._inflight)
 
     def wait_idle(self, deadline: float) -> bool:
         with self._idle:

@@ -113,6 +113,7 @@ class ProcessPool(Pool):
         self._spawner = ThreadPoolExecutor(1, thread_name_prefix="redisq-spawn")
         self._stopping = ThreadPoolExecutor(1, thread_name_prefix="redisq-reap")
         self._stopped = False
+        self._gone: dict[int, int] = {}  # lane -> pid of the child killed there, for the log line
 
     # -- children --------------------------------------------------------
 
@@ -204,7 +205,7 @@ class ProcessPool(Pool):
         self.children[lane] = child
         self.replaced += 1
         logger.log(logging.INFO if recycled else logging.WARNING, "process pool: child %s %s; child %s replaces it",
-                   old.process.pid if old else "-", why, child.process.pid)
+                   old.process.pid if old else self._gone.pop(lane, "-"), why, child.process.pid)
         return child
 
     def _take_spare(self) -> Child:
@@ -244,7 +245,7 @@ class ProcessPool(Pool):
         done(d, outcome)
         child = self.children[lane]
         if child is None:
-            self._replace(lane, "was gone")
+            self._replace(lane, "was killed")
         elif self.max_tasks and child.tasks >= self.max_tasks:
             self._replace(lane, f"recycled after {child.tasks} task(s)")
         elif self.max_memory and child.rss > self.max_memory:
@@ -304,6 +305,7 @@ class ProcessPool(Pool):
         child.conn.close()
         if self.children[lane] is child:
             self.children[lane] = None
+            self._gone[lane] = child.process.pid
 
     # -- control ---------------------------------------------------------
 
