@@ -17,7 +17,6 @@ import inspect
 import logging
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
@@ -78,6 +77,12 @@ def _close_connections() -> None:
         logger.exception("closing old database connections failed")
 
 
+def _limit(message: Message, prep: Prepared, opts: Options) -> float:
+    """Seconds an attempt may run (0: no limit): the call's, else the task's, else the queue's or OPTIONS'."""
+    limit = message.overrides.get("timeout", opts.timeout if prep.timeout is None else prep.timeout)
+    return float(limit) if 0 < limit < float("inf") else 0.0
+
+
 def _now() -> Any:
     return ms_to_datetime(int(time.time() * 1000))
 
@@ -136,7 +141,6 @@ class Runner:
 
         over = message.overrides  # from task.using(...) at enqueue; they win over the registered task's
         max_retries = over.get("max_retries", opts.max_retries if prep.max_retries is None else prep.max_retries)
-        limit = over.get("timeout", opts.timeout if prep.timeout is None else prep.timeout)
         if d.deliveries > max_retries + 1 + CRASH_ALLOWANCE:
             return Outcome(
                 DEAD, reason="too_many_deliveries", task_name=message.task,
@@ -150,17 +154,23 @@ class Runner:
             backend=self.alias, errors=[], worker_ids=d.workers.split(",") if d.workers else [worker_id],
         )
         args = [TaskContext(task_result=result), *message.args] if prep.task.takes_context else message.args
-        return Attempt(d, message, prep, result, args, limit if 0 < limit < float("inf") else 0, max_retries, opts)
+        return Attempt(d, message, prep, result, args, _limit(message, prep, opts), max_retries, opts)
+
+    def limit_for(self, d: Delivery) -> float:
+        """The time limit ``begin`` will give ``d``, in seconds (0: none, or a message that cannot run)."""
+        try:
+            message = decode(d.raw, d.task, d.queue)
+            return _limit(message, self._prepared(message), self.options.for_queue(d.queue))
+        except Exception:  # noqa: BLE001 - it will not run: begin says why
+            return 0.0
 
     # -- on a thread -----------------------------------------------------
 
-    def run(self, d: Delivery, worker_id: str, started: Callable[[float], None] | None = None) -> Outcome:
-        """Run ``d`` on this thread; ``started(limit)`` is told the time limit just before the call."""
+    def run(self, d: Delivery, worker_id: str) -> Outcome:
+        """Run ``d`` on this thread."""
         a = self.begin(d, worker_id)
         if isinstance(a, Outcome):
             return a
-        if started is not None:
-            started(a.limit)
         return self._execute(a)
 
     def _execute(self, a: Attempt) -> Outcome:

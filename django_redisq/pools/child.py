@@ -1,8 +1,8 @@
 """A child of the process pool: set up Django once, then run what the worker sends, one task at a time.
 
 The child never talks to Redis about tasks: it receives a ``Delivery`` on its
-pipe and sends back ``("start", limit)`` just before calling the task and
-``("done", outcome, rss_bytes)`` after. It runs with the worker's task
+pipe and sends back ``("done", outcome, rss_bytes)`` once it has run (the
+worker works out the time limit itself, so a task costs one message each way). It runs with the worker's task
 settings (``TASKS``, even when they were changed at run time) and imports the
 modules that define the worker's tasks, so it runs exactly what the worker
 would. It ignores SIGINT and SIGTERM (the worker decides when a child stops:
@@ -93,7 +93,6 @@ def main(conn: Connection, config: ChildConfig) -> None:
         conn.send(("error", traceback.format_exc()))
         return
     conn.send(("ready", os.getpid()))
-    started = lambda limit: conn.send(("start", limit))
     while True:
         try:
             d = conn.recv()
@@ -102,7 +101,7 @@ def main(conn: Connection, config: ChildConfig) -> None:
         if d is None:
             return
         try:
-            outcome = runner.run(d, config.worker_id, started)
+            outcome = runner.run(d, config.worker_id)
         except BaseException as exc:  # noqa: BLE001 - as on a thread: the task is buried, the child goes on
             from ..outcome import DEAD, Outcome, error_dict
 

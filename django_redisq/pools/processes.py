@@ -253,8 +253,9 @@ class ProcessPool(Pool):
 
     def _exchange(self, lane: int, child: Child, d: Delivery) -> Outcome:
         """Hand ``d`` to the child and wait for its outcome, killing the child at a hard limit or a cancel."""
+        limit = self.runner.limit_for(d)
         begun = time.monotonic()
-        deadline, limit = float("inf"), 0.0
+        deadline = begun + limit + HARD_KILL_GRACE if limit else float("inf")
         try:
             child.conn.send(d)
         except OSError:
@@ -269,11 +270,6 @@ class ProcessPool(Pool):
                     msg = child.conn.recv()
                 except (EOFError, OSError):
                     msg = ("eof",)
-                if msg[0] == "start":
-                    limit = msg[1]
-                    if limit:
-                        deadline = time.monotonic() + limit + HARD_KILL_GRACE
-                    continue
                 if msg[0] == "done":
                     child.tasks += 1
                     child.rss = msg[2]
