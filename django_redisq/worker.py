@@ -1,4 +1,4 @@
-"""The worker: composes its components, runs the executor threads and the upkeep.
+"""The worker: composes its components, runs the executor lanes, and shuts down in order.
 
 - ``holding.py``: what the worker holds (fetched, unsettled, running), within
   a per-queue budget, the prefetch.
@@ -13,7 +13,7 @@
   fences it after it was reaped.
 - ``scheduler.py``: claims the due ticks of periodic schedules (its own thread;
   off with ``scheduler=False``, and by default in burst mode).
-- upkeep (here, the main thread): promote due tasks, reap dead workers, and
+- ``upkeep.py`` (on the main thread): promote due tasks, reap dead workers,
   tell the pool of cancelled tasks it runs.
 
 Signals belong to the management command, not here.
@@ -47,6 +47,7 @@ from .pools import Pool, make_pool
 from .runner import Runner
 from .scheduler import Scheduler
 from .settle import ACK_BATCH, SETTLE_WITHIN, Batch, Settler, Unsettled
+from .upkeep import Upkeep
 
 logger = logging.getLogger("django_redisq")
 
@@ -127,7 +128,8 @@ class Worker:
         self.pool: Pool = make_pool(pool, self.runner, self.id, concurrency, max_tasks_per_child=max_tasks_per_child,
                                     max_memory_per_child=max_memory_per_child)
         self.unsettled = [Unsettled() for _ in range(self.pool.lanes)]
-        self._told: set[str] = set()  # running tasks the pool was told to cancel
+        self.upkeep = Upkeep(self.broker, self.id, self.queues, self.held, self.pool, self._stop,
+                             self.options.heartbeat_interval, burst)
         # periodic schedules: on unless burst (a draining worker would keep enqueuing); bad ones are logged and skipped
         self.scheduler = Scheduler(self.options, self.broker, self._stop) if (not burst if scheduler is None else scheduler) else None
 
@@ -176,7 +178,7 @@ class Worker:
             "worker %s serving %s with %s", self.id, ", ".join(self.queues), self.describe_pool(),
         )
         try:
-            self._upkeep_loop()
+            self.upkeep.loop()
         finally:
             self._shutdown([*fetchers, *extra], executors, [heartbeat, flusher])
         return self.processed
@@ -278,8 +280,7 @@ class Worker:
 
     def _settled(self, batch: Batch) -> None:
         self.held.forget(d for d, _ in batch)
-        if self._told:
-            self._told.difference_update(d.id for d, _ in batch)
+        self.upkeep.settled({d.id for d, _ in batch})
         with self._count_lock:
             self.processed += len(batch)
             done = self.processed
@@ -293,65 +294,6 @@ class Worker:
                 )
         if self.max_tasks and done >= self.max_tasks:
             self.request_stop()
-
-    # -- upkeep ----------------------------------------------------------
-
-    def _upkeep_loop(self) -> None:
-        """Promote due tasks (waking when the next is due) and reap dead workers, until stopped or drained."""
-        quiet_rounds, last_reap = 0, 0.0
-        while not self._stop.is_set():
-            wait, moved = 0.5, 0
-            try:
-                for q in self.queues:
-                    n, nxt = self.broker.promote(q)
-                    moved += n
-                    if nxt >= 0:
-                        wait = min(wait, nxt / 1000)
-                if time.monotonic() - last_reap >= self.options.heartbeat_interval:
-                    last_reap = time.monotonic()
-                    self._reap()
-                self._cancel_running()
-                if self.burst:
-                    quiet_rounds = quiet_rounds + 1 if moved == 0 and self._drained() else 0
-                    if quiet_rounds >= 2:
-                        return
-                    wait = min(wait, 0.05)
-            except redis.RedisError as exc:
-                logger.warning("worker upkeep failed (%s); retrying", exc)
-                wait = 1.0
-            except Exception:
-                logger.exception("worker upkeep failed; retrying")
-                wait = 1.0
-            self._stop.wait(max(0.005, wait))
-
-    def _cancel_running(self) -> None:
-        """Tell the pool to stop the running tasks someone cancelled (a look per queue with tasks running)."""
-        for q, ids in self.held.running_by_queue().items():
-            requested = self.broker.cancel_requests(q)
-            for task_id in ids & requested.keys() - self._told:
-                self._told.add(task_id)
-                if self.pool.cancel(task_id, requested[task_id]):
-                    logger.warning("task id=%s cancelled by %s while running: stopping it", task_id, requested[task_id] or "?")
-
-    def _reap(self) -> None:
-        for q in self.queues:
-            try:
-                tasks, workers = self.broker.reap(q, self.id)
-            except redis.RedisError as exc:
-                logger.warning("reaping queue %s failed (%s: %s)", q, type(exc).__name__, exc)
-                continue
-            if workers:
-                logger.warning("reaped worker(s) %s: %d task(s) of queue %s back to pending", ", ".join(workers), tasks, q)
-
-    def _drained(self) -> bool:
-        if len(self.held):
-            return False
-        pipe = self.broker.client.pipeline(transaction=False)
-        for q in self.queues:
-            k = self.broker.keys(q)
-            pipe.llen(k.pending)
-            pipe.llen(k.processing(self.id))
-        return not any(pipe.execute())
 
     def _shutdown(self, fetchers: list[threading.Thread], executors: list[threading.Thread], last: list[threading.Thread]) -> None:
         self._stop.set()

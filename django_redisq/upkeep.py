@@ -1,0 +1,99 @@
+"""Upkeep: what a worker does for the fleet besides running tasks, on its main thread.
+
+- promote: move due delayed and retried tasks from ``scheduled`` to ``pending``,
+  waking when the next one is due (at most every half second);
+- reap: hand back the tasks of workers silent past ``WORKER_TIMEOUT`` (every
+  ``HEARTBEAT_INTERVAL``; reap.lua decides who may reap whom);
+- cancel: tell the pool of running tasks someone cancelled (one look per
+  queue with tasks running here, each round, so within about a second);
+- in burst mode, notice when the queues are drained.
+
+A failed round is logged and tried again; it never ends the worker.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+
+import redis
+
+from .broker import Broker
+from .holding import Held
+from .pools import Pool
+
+logger = logging.getLogger("django_redisq")
+
+ROUND = 0.5
+"""Seconds between upkeep rounds, at most."""
+
+
+class Upkeep:
+    def __init__(self, broker: Broker, worker_id: str, queues: Sequence[str], held: Held, pool: Pool,
+                 stop: threading.Event, reap_every: float, burst: bool) -> None:
+        self.broker, self.worker_id, self.queues = broker, worker_id, list(queues)
+        self.held, self.pool, self.stop = held, pool, stop
+        self.reap_every, self.burst = reap_every, burst
+        self.told: set[str] = set()  # running tasks the pool was told to cancel (until they are settled)
+
+    def loop(self) -> None:
+        """Rounds until stopped, or, with ``burst``, until the queues are drained."""
+        quiet_rounds, last_reap = 0, 0.0
+        while not self.stop.is_set():
+            wait, moved = ROUND, 0
+            try:
+                for q in self.queues:
+                    n, nxt = self.broker.promote(q)
+                    moved += n
+                    if nxt >= 0:
+                        wait = min(wait, nxt / 1000)
+                if time.monotonic() - last_reap >= self.reap_every:
+                    last_reap = time.monotonic()
+                    self.reap()
+                self.cancel_running()
+                if self.burst:
+                    quiet_rounds = quiet_rounds + 1 if moved == 0 and self.drained() else 0
+                    if quiet_rounds >= 2:
+                        return
+                    wait = min(wait, 0.05)
+            except redis.RedisError as exc:
+                logger.warning("worker upkeep failed (%s); retrying", exc)
+                wait = 1.0
+            except Exception:
+                logger.exception("worker upkeep failed; retrying")
+                wait = 1.0
+            self.stop.wait(max(0.005, wait))
+
+    def cancel_running(self) -> None:
+        for q, ids in self.held.running_by_queue().items():
+            requested = self.broker.cancel_requests(q)
+            for task_id in ids & requested.keys() - self.told:
+                self.told.add(task_id)
+                if self.pool.cancel(task_id, requested[task_id]):
+                    logger.warning("task id=%s cancelled by %s while running: stopping it", task_id, requested[task_id] or "?")
+
+    def settled(self, ids: set[str]) -> None:
+        if self.told:
+            self.told -= ids
+
+    def reap(self) -> None:
+        for q in self.queues:
+            try:
+                tasks, workers = self.broker.reap(q, self.worker_id)
+            except redis.RedisError as exc:
+                logger.warning("reaping queue %s failed (%s: %s)", q, type(exc).__name__, exc)
+                continue
+            if workers:
+                logger.warning("reaped worker(s) %s: %d task(s) of queue %s back to pending", ", ".join(workers), tasks, q)
+
+    def drained(self) -> bool:
+        if len(self.held):
+            return False
+        pipe = self.broker.client.pipeline(transaction=False)
+        for q in self.queues:
+            k = self.broker.keys(q)
+            pipe.llen(k.pending)
+            pipe.llen(k.processing(self.worker_id))
+        return not any(pipe.execute())
