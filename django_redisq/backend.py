@@ -6,19 +6,15 @@ import dataclasses
 import json
 import secrets
 from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from functools import cached_property
 from typing import Any
 
-from django.tasks import Task, TaskResult, TaskResultStatus
-from django.tasks.backends.base import BaseTaskBackend
-from django.tasks.base import TaskError
-from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
-from django.tasks.signals import task_enqueued
 from django.utils import timezone
 from django.utils.module_loading import autodiscover_modules
 
 from .broker import Broker
+from .compat import UTC, BaseTaskBackend, InvalidTask, Task, TaskError, TaskResult, TaskResultDoesNotExist, TaskResultStatus, task_enqueued
 from .conf import Options, build_options, check_errors
 from .message import OVERRIDES, encode_arguments
 from .message import encode as encode_message
@@ -85,7 +81,7 @@ class RedisQueueBackend(BaseTaskBackend):
         idem = task.key_for(args, kwargs) if isinstance(task, RedisTask) else ""
         msg = encode_message(args, kwargs, self._overrides(task))
         result: TaskResult = TaskResult(
-            task=task, id=task_id, status=TaskResultStatus.READY, enqueued_at=timezone.now(),
+            task=task, id=task_id, status=TaskResultStatus.READY, enqueued_at=None,
             started_at=None, last_attempted_at=None, finished_at=None,
             args=args, kwargs=kwargs, backend=self.alias, errors=[], worker_ids=[],
         )
@@ -121,6 +117,8 @@ class RedisQueueBackend(BaseTaskBackend):
             if outcome.duplicate_of:
                 results.append(self._duplicate_result(result, outcome.duplicate_of))
             else:
+                # the time the script stored, so that refresh() and get_result() agree with it
+                object.__setattr__(result, "enqueued_at", ms_to_datetime(outcome.enqueued_at))
                 task_enqueued.send(type(self), task_result=result)
                 results.append(result)
         return results

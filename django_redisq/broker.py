@@ -86,6 +86,7 @@ def delivery(queue: str, row: Sequence[Any]) -> Delivery:
 class Enqueued:
     id: str
     duplicate_of: str | None  # set when an idempotency key was already held
+    enqueued_at: int = 0  # Redis ms, as stored in the task hash (what get_result reports)
 
 
 class Broker:
@@ -143,9 +144,9 @@ class Broker:
         argv: list[Any] = [k.prefix, len(items)]
         for item in items:
             argv.extend(item)
-        out = self._script("enqueue")(keys=[k.pending, k.scheduled], args=argv)
+        now, *out = self._script("enqueue")(keys=[k.pending, k.scheduled], args=argv)
         # '!' means the id exists: only our own earlier try (a retried lost reply) can make it
-        return [Enqueued(item[0], None if code in ("", "!") else code) for item, code in zip(items, out, strict=False)]
+        return [Enqueued(item[0], None if code in ("", "!") else code, int(now)) for item, code in zip(items, out, strict=False)]
 
     # -- consuming -------------------------------------------------------
 

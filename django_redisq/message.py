@@ -69,7 +69,7 @@ def encode_arguments(args: Any, kwargs: Any, limit: int) -> tuple[list[Any], dic
     Returns the arguments as they will arrive (tuples become lists) and the
     encoded size in bytes.
     """
-    from django.utils.json import normalize_json
+    from .compat import normalize_json
 
     try:
         args, kwargs = normalize_json(list(args)), normalize_json(dict(kwargs))

@@ -15,9 +15,8 @@ from inspect import isclass
 from typing import Any, TypeVar, cast, overload
 
 from django.db import transaction
-from django.tasks import DEFAULT_TASK_BACKEND_ALIAS, DEFAULT_TASK_QUEUE_NAME, Task, TaskResult
-from django.tasks.base import DEFAULT_TASK_PRIORITY
-from django.tasks.exceptions import InvalidTask
+
+from .compat import DEFAULT_TASK_BACKEND_ALIAS, DEFAULT_TASK_PRIORITY, DEFAULT_TASK_QUEUE_NAME, InvalidTask, Task, TaskResult
 
 T = TypeVar("T")
 
@@ -147,7 +146,7 @@ def task(
         raise TypeError("run_after cannot be set in @task; use .using(run_after=...) when enqueueing.")
 
     def wrapper(f: Callable[..., Any]) -> RedisTask:
-        from django.tasks import task_backends
+        from .compat import task_backends
 
         cls = task_backends[backend].task_class
         if not (isclass(cls) and issubclass(cls, RedisTask)):

@@ -2,12 +2,11 @@ from datetime import timedelta
 
 import pytest
 from django.db import transaction
-from django.tasks import Task, TaskResultStatus
-from django.tasks import task as django_task
-from django.tasks.exceptions import InvalidTask
 from django.utils import timezone
 
 from django_redisq import RedisTask, task
+from django_redisq.compat import InvalidTask, Task, TaskResultStatus
+from django_redisq.compat import task as django_task
 from django_redisq.exceptions import InvalidArguments
 from django_redisq.task import get_registered
 from tests.helpers import keys
