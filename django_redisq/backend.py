@@ -171,6 +171,12 @@ class RedisQueueBackend(BaseTaskBackend):
         if not isinstance(msg, dict):
             msg = {}  # a message that does not decode: the worker dead-letters it; show the rest
         task = self.resolve_task(data.get("task") or msg.get("task", ""), queue)
+        over = msg.get("o")
+        if isinstance(task, RedisTask) and isinstance(over, dict) and over and set(over) <= set(OVERRIDES):
+            try:  # the task as it was enqueued (task.using(max_retries=...)), as Django's backends return it
+                task = dataclasses.replace(task, **over)
+            except InvalidTask:
+                pass  # a value this version refuses: the registered task's own options, as the worker uses
         errors = [
             TaskError(exception_class_path=e["exc"], traceback=e["tb"] or e["msg"])
             for e in stored_errors(data.get("errors"), data.get("errors_dropped"))

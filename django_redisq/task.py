@@ -20,6 +20,9 @@ from .compat import DEFAULT_TASK_BACKEND_ALIAS, DEFAULT_TASK_PRIORITY, DEFAULT_T
 
 T = TypeVar("T")
 
+USING_OPTIONS = frozenset({"max_retries", "backoff_base", "backoff_max", "retry_on", "no_retry_on", "idempotency_key", "timeout"})
+"""This class's options that ``using()`` changes; any other goes to Django's ``Task.using()``."""
+
 _registry: dict[str, RedisTask] = {}
 _registry_lock = threading.Lock()
 
@@ -79,12 +82,15 @@ class RedisTask(Task):
         backend: str | None = None,
         **options: Any,
     ) -> RedisTask:
-        """Django's ``using()``, plus this class's options (``idempotency_key="order-42"``)."""
-        unknown = set(options) - {"max_retries", "backoff_base", "backoff_max", "retry_on", "no_retry_on", "idempotency_key", "timeout"}
-        if unknown:
-            raise TypeError(f"using() got unknown option(s): {', '.join(sorted(unknown))}")
-        changed = cast(RedisTask, Task.using(self, priority=priority, queue_name=queue_name, run_after=run_after, backend=backend))
-        return replace(changed, **options) if options else changed
+        """Django's ``using()``, plus this class's options (``idempotency_key="order-42"``).
+
+        Options that are not ours go to Django's ``using()``, so one a newer Django
+        adds (``metadata=``) works as Django defines it, and one no Django knows gets
+        Django's own ``TypeError``.
+        """
+        ours = {k: options.pop(k) for k in list(options) if k in USING_OPTIONS}
+        changed = cast(RedisTask, Task.using(self, priority=priority, queue_name=queue_name, run_after=run_after, backend=backend, **options))
+        return replace(changed, **ours) if ours else changed
 
     def delay(self, *args: Any, **kwargs: Any) -> TaskResult:
         """Enqueue now; the Celery spelling of ``enqueue``."""

@@ -211,3 +211,27 @@ def test_task_and_result_pickle_as_on_django_61(r, make_worker):
     result.refresh()
     back = pickle.loads(pickle.dumps(result))
     assert back.id == result.id and back.return_value == 3 and back.task == tasks.add and back.enqueued_at == result.enqueued_at
+
+
+def test_get_result_returns_the_task_as_using_changed_it(r):
+    """DummyBackend returns the enqueued Task itself; ours rebuilds it with the options using() changed."""
+    task = tasks.add.using(max_retries=7, timeout=5)
+    result = task.enqueue(1, 2)
+    assert result.task == task and tasks.add.get_result(result.id).task == task
+
+
+def test_using_passes_options_it_does_not_know_to_django(r):
+    """``using(metadata=...)`` (Django's metadata proposal) behaves as the running Django's own ``Task.using``."""
+    from django_redisq.compat import Task
+
+    with override_settings(TASKS=IMMEDIATE):
+        plain = Task(func=ct.ours_add.func)  # type: ignore[call-arg]
+        try:
+            expected: object = type(plain.using(metadata={"a": 1}).metadata)  # type: ignore[call-arg, attr-defined]
+        except TypeError as exc:
+            expected = type(exc)
+    try:
+        got: object = type(ct.ours_add.using(metadata={"a": 1}).metadata)  # type: ignore[attr-defined]
+    except TypeError as exc:
+        got = type(exc)
+    assert got is expected
