@@ -20,7 +20,7 @@ from .compat import DEFAULT_TASK_BACKEND_ALIAS, DEFAULT_TASK_PRIORITY, DEFAULT_T
 
 T = TypeVar("T")
 
-USING_OPTIONS = frozenset({"max_retries", "backoff_base", "backoff_max", "retry_on", "no_retry_on", "idempotency_key", "timeout"})
+USING_OPTIONS = frozenset({"max_retries", "max_attempts", "backoff_base", "backoff_max", "retry_on", "no_retry_on", "idempotency_key", "timeout"})
 """This class's options that ``using()`` changes; any other goes to Django's ``Task.using()``."""
 
 _registry: dict[str, RedisTask] = {}
@@ -39,10 +39,13 @@ def _as_exceptions(value: Any, name: str) -> tuple[type[BaseException], ...]:
 class RedisTask(Task):
     """A Django Task with retry policy, an idempotency key and ``.delay()``.
 
-    ``None`` means "inherit from the queue's options".
+    ``None`` means "inherit from the queue's options". ``max_attempts`` is the
+    name Django's retry proposal (new-features #142) gives the same limit:
+    ``max_attempts=N`` is ``max_retries=N - 1``, and either sets both.
     """
 
     max_retries: int | None = None
+    max_attempts: int | None = None  # max_retries + 1: attempts in all, the first one included
     backoff_base: float | None = None
     backoff_max: float | None = None
     retry_on: tuple[type[BaseException], ...] = (Exception,)
@@ -52,6 +55,15 @@ class RedisTask(Task):
 
     def __post_init__(self) -> None:
         Task.__post_init__(self)  # zero-argument super() does not work in slotted dataclasses
+        attempts = self.max_attempts
+        if attempts is not None:
+            if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+                raise InvalidTask(f"max_attempts must be a whole number >= 1, got {attempts!r}.")
+            if self.max_retries is not None and self.max_retries != attempts - 1:
+                raise InvalidTask(f"max_attempts={attempts} and max_retries={self.max_retries} disagree: give one of them.")
+            object.__setattr__(self, "max_retries", attempts - 1)
+        elif isinstance(self.max_retries, int) and not isinstance(self.max_retries, bool) and self.max_retries >= 0:
+            object.__setattr__(self, "max_attempts", self.max_retries + 1)
         if self.max_retries is not None and (
             isinstance(self.max_retries, bool) or not isinstance(self.max_retries, int) or self.max_retries < 0
         ):
@@ -89,6 +101,9 @@ class RedisTask(Task):
         Django's own ``TypeError``.
         """
         ours = {k: options.pop(k) for k in list(options) if k in USING_OPTIONS}
+        if ("max_retries" in ours) != ("max_attempts" in ours):  # one given: the other follows from it
+            ours.setdefault("max_attempts", None)
+            ours.setdefault("max_retries", None)
         changed = cast(RedisTask, Task.using(self, priority=priority, queue_name=queue_name, run_after=run_after, backend=backend, **options))
         return replace(changed, **ours) if ours else changed
 

@@ -235,3 +235,29 @@ def test_using_passes_options_it_does_not_know_to_django(r):
     except TypeError as exc:
         got = type(exc)
     assert got is expected
+
+
+# -- Django's retry proposal (new-features #142) ------------------------------
+
+
+def test_max_attempts_is_max_retries_plus_one_in_both_spellings(r):
+    from django_redisq import task
+    from django_redisq.compat import InvalidTask
+    from django_redisq.compat import task as framework_task
+
+    assert ct.attempts_three.max_attempts == 3 and ct.attempts_three.max_retries == 2
+    assert framework_task(max_attempts=5)(ct.attempts_three.func).max_retries == 4  # the framework's @task too
+    assert tasks.flaky.max_attempts == tasks.flaky.max_retries + 1
+    changed = ct.attempts_three.using(max_retries=9)
+    assert (changed.max_retries, changed.max_attempts) == (9, 10)
+    assert ct.attempts_three.using(max_attempts=1).max_retries == 0
+    with pytest.raises(InvalidTask, match="disagree"):
+        task(max_attempts=3, max_retries=5)(ct.attempts_three.func)
+    with pytest.raises(InvalidTask, match="max_attempts"):
+        task(max_attempts=0)(ct.attempts_three.func)
+
+
+def test_max_attempts_limits_the_attempts_on_the_worker(r, make_worker):
+    result = ct.attempts_three.enqueue()
+    drain(make_worker, [result])
+    assert result.status == TaskResultStatus.FAILED and result.attempts == 3 and len(result.errors) == 3

@@ -50,3 +50,8 @@ def context_seen(context: Any) -> dict[str, Any]:
     r = context.task_result
     return {"attempt": context.attempt, "status": str(r.status), "workers": len(r.worker_ids),
             "same_start": r.started_at == r.last_attempted_at}
+
+
+@task(max_attempts=3, backoff_base=0.001, backoff_max=0.001)
+def attempts_three() -> None:
+    raise ValueError("always")
