@@ -174,7 +174,8 @@ class RedisQueueBackend(BaseTaskBackend):
         over = msg.get("o")
         if isinstance(task, RedisTask) and isinstance(over, dict) and over and set(over) <= set(OVERRIDES):
             try:  # the task as it was enqueued (task.using(max_retries=...)), as Django's backends return it
-                task = dataclasses.replace(task, **over, **({"max_attempts": None} if "max_retries" in over else {}))
+                changes: dict[str, Any] = {"max_attempts": None, **over} if "max_retries" in over else dict(over)
+                task = dataclasses.replace(task, **changes)
             except InvalidTask:
                 pass  # a value this version refuses: the registered task's own options, as the worker uses
         errors = [
