@@ -8,15 +8,27 @@ import secrets
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from functools import cached_property
-from typing import Any
+from typing import Any, cast
 
 from django.utils import timezone
 from django.utils.module_loading import autodiscover_modules
 
 from .broker import Broker
-from .compat import UTC, BaseTaskBackend, InvalidTask, Task, TaskError, TaskResult, TaskResultDoesNotExist, TaskResultStatus, task_enqueued
+from .compat import (
+    UTC,
+    BaseTaskBackend,
+    InvalidTask,
+    Task,
+    TaskError,
+    TaskResult,
+    TaskResultDoesNotExist,
+    TaskResultStatus,
+    normalize_json,
+    task_enqueued,
+)
 from .conf import Options, build_options, check_errors
-from .message import OVERRIDES, encode_arguments
+from .exceptions import InvalidArguments
+from .message import OVERRIDES, dumps, encode_arguments
 from .message import encode as encode_message
 from .records import stored_errors
 from .task import RedisTask, get_registered
@@ -30,6 +42,11 @@ STATE_TO_STATUS: dict[str, TaskResultStatus] = {
     "dead": TaskResultStatus.FAILED,
     "moving": TaskResultStatus.FAILED,  # a dead letter being replayed into another queue
 }
+
+
+def has_field(cls: type, name: str) -> bool:
+    """Whether the framework's dataclass ``cls`` has field ``name`` (features of a newer Django)."""
+    return any(f.name == name for f in dataclasses.fields(cls))
 
 
 def ms_to_datetime(value: Any) -> datetime | None:
@@ -50,6 +67,7 @@ class RedisQueueBackend(BaseTaskBackend):
     supports_async_task = True
     supports_get_result = True
     supports_priority = False  # one FIFO per queue; use separate queues for urgency
+    supports_metadata = True  # Task.metadata and save_metadata(), where the running Django has them
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
@@ -79,7 +97,10 @@ class RedisQueueBackend(BaseTaskBackend):
             # a relative delay: the due time itself is computed from Redis TIME
             delay_ms = max(0, int((task.run_after - timezone.now()).total_seconds() * 1000))
         idem = task.key_for(args, kwargs) if isinstance(task, RedisTask) else ""
-        msg = encode_message(args, kwargs, self._overrides(task))
+        metadata = getattr(task, "metadata", None)  # Django's metadata proposal: a field of newer Tasks
+        msg = encode_message(args, kwargs, self._overrides(task), cast("dict[str, Any]", normalize_json(metadata)) if metadata else None)
+        if metadata and len(msg) > self.conf.max_message_bytes:
+            raise InvalidArguments(f"the task's arguments and metadata are over {self.conf.max_message_bytes} bytes (MAX_MESSAGE_BYTES).")
         result: TaskResult = TaskResult(
             task=task, id=task_id, status=TaskResultStatus.READY, enqueued_at=None,
             started_at=None, last_attempted_at=None, finished_at=None,
@@ -141,6 +162,11 @@ class RedisQueueBackend(BaseTaskBackend):
 
     # -- results ---------------------------------------------------------
 
+    def save_metadata(self, task_result: TaskResult, metadata: dict[str, Any]) -> None:
+        """Store ``metadata`` as the task's (Django's ``TaskContext.save_metadata()`` calls this)."""
+        if not self.broker.save_metadata(task_result.task.queue_name, task_result.id, dumps(normalize_json(metadata))):
+            raise TaskResultDoesNotExist(task_result.id)
+
     def resolve_task(self, path: str, queue: str) -> Task:
         """The Task object for a stored path; never anything but a Task."""
         found: Any = get_registered(path)
@@ -194,9 +220,20 @@ class RedisQueueBackend(BaseTaskBackend):
             kwargs=msg.get("kwargs", {}) if isinstance(msg.get("kwargs"), dict) else {}, backend=self.alias,
             errors=errors, worker_ids=workers,
         )
+        if has_field(type(result), "raw_metadata"):
+            object.__setattr__(result, "raw_metadata", stored_metadata(data, msg))
         if status == TaskResultStatus.SUCCESSFUL and "result" in data:
             try:
                 object.__setattr__(result, "_return_value", json.loads(data["result"]))
             except ValueError:
                 object.__setattr__(result, "_return_value", data["result"])
         return result
+
+
+def stored_metadata(data: dict[str, str], msg: dict[str, Any]) -> dict[str, Any]:
+    """A task's metadata: what was last saved, else what it was enqueued with."""
+    try:
+        saved = json.loads(data["metadata"]) if "metadata" in data else msg.get("m")
+    except ValueError:
+        saved = None
+    return saved if isinstance(saved, dict) else {}

@@ -345,6 +345,11 @@ class Broker:
                 return q, data
         return None
 
+    def save_metadata(self, queue: str, task_id: str, metadata_json: str) -> bool:
+        """Replace a task's metadata; False when the task no longer exists (nothing written)."""
+        k = self.keys(queue)
+        return bool(self._script("save_metadata")(keys=[k.task(task_id)], args=[metadata_json]))
+
     def server_time_ms(self) -> int:
         sec, usec = self.client.time()
         return int(sec) * 1000 + int(usec) // 1000

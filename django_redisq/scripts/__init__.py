@@ -31,6 +31,7 @@ NAMES = (
     "schedule_pause",
     "schedule_resume",
     "schedule_run",
+    "save_metadata",
 )
 
 INCLUDE = re.compile(r"^--! include ([A-Za-z0-9_]+\.lua)[ \t]*$", re.MULTILINE)
