@@ -172,6 +172,7 @@ def task(
         cls = task_backends[backend].task_class
         if not (isclass(cls) and issubclass(cls, RedisTask)):
             cls = RedisTask
-        return cls(func=f, priority=priority, queue_name=queue_name, backend=backend, takes_context=takes_context, **options)
+        # run_after=None spelled out: Django 6.0's Task fields have no defaults (6.1 gave them some)
+        return cls(func=f, priority=priority, queue_name=queue_name, backend=backend, takes_context=takes_context, run_after=None, **options)
 
     return wrapper(function) if function is not None else wrapper

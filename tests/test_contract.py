@@ -33,6 +33,8 @@ from tests.testapp import contract_tasks as ct
 from tests.testapp import tasks
 
 IMMEDIATE = {"default": {"BACKEND": f"{FRAMEWORK}.backends.immediate.ImmediateBackend"}}
+TASK_FIELDS: dict = {"priority": 0, "backend": "default", "queue_name": "default", "run_after": None, "takes_context": False}
+"""Every field a Task needs besides func: Django 6.0's have no defaults."""
 
 
 def immediate_result(func, *args) -> TaskResult:  # type: ignore[no-untyped-def]
@@ -40,7 +42,7 @@ def immediate_result(func, *args) -> TaskResult:  # type: ignore[no-untyped-def]
     with override_settings(TASKS=IMMEDIATE):
         from django_redisq.compat import Task
 
-        return Task(func=func).enqueue(*args)  # type: ignore[call-arg]
+        return Task(func=func, **TASK_FIELDS).enqueue(*args)
 
 
 # -- enqueue ----------------------------------------------------------------
@@ -225,7 +227,7 @@ def test_using_passes_options_it_does_not_know_to_django(r):
     from django_redisq.compat import Task
 
     with override_settings(TASKS=IMMEDIATE):
-        plain = Task(func=ct.ours_add.func)  # type: ignore[call-arg]
+        plain = Task(func=ct.ours_add.func, **TASK_FIELDS)
         try:
             expected: object = type(plain.using(metadata={"a": 1}).metadata)  # type: ignore[call-arg, attr-defined]
         except TypeError as exc:

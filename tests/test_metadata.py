@@ -17,6 +17,7 @@ from django_redisq import backend as backend_module
 from django_redisq.compat import TaskResult, TaskResultDoesNotExist, task_backends
 from django_redisq.task import RedisTask
 from tests.helpers import keys
+from tests.test_contract import TASK_FIELDS
 from tests.testapp import contract_tasks as ct
 
 
@@ -44,7 +45,7 @@ def test_the_backend_says_it_supports_metadata():
 
 
 def test_metadata_is_stored_with_the_task_and_returned(r, with_metadata):
-    task = MetadataTask(func=ct.ours_add.func, metadata={"trace_id": 123, "tags": ("a", "b")})
+    task = MetadataTask(func=ct.ours_add.func, **TASK_FIELDS, metadata={"trace_id": 123, "tags": ("a", "b")})
     result = task.enqueue(1, 2)
     assert json.loads(r.hget(keys().task(result.id), "msg"))["m"] == {"trace_id": 123, "tags": ["a", "b"]}
     assert ct.ours_add.get_result(result.id).raw_metadata == {"trace_id": 123, "tags": ["a", "b"]}  # type: ignore[attr-defined]
@@ -52,7 +53,7 @@ def test_metadata_is_stored_with_the_task_and_returned(r, with_metadata):
 
 def test_saved_metadata_replaces_the_enqueued_one(r, with_metadata):
     backend = task_backends["default"]
-    result = MetadataTask(func=ct.ours_add.func, metadata={"a": 1}).enqueue(1, 2)
+    result = MetadataTask(func=ct.ours_add.func, **TASK_FIELDS, metadata={"a": 1}).enqueue(1, 2)
     backend.save_metadata(result, {"a": 1, "b": (2,)})  # type: ignore[attr-defined]
     assert ct.ours_add.get_result(result.id).raw_metadata == {"a": 1, "b": [2]}  # type: ignore[attr-defined]
 
@@ -72,6 +73,6 @@ def test_metadata_of_a_task_that_is_gone_writes_nothing(r):
 
 
 def test_a_django_without_metadata_gets_results_as_before(r):
-    result = MetadataTask(func=ct.ours_add.func, metadata={"a": 1}).enqueue(1, 2)
+    result = MetadataTask(func=ct.ours_add.func, **TASK_FIELDS, metadata={"a": 1}).enqueue(1, 2)
     fresh = ct.ours_add.get_result(result.id)
     assert type(fresh) is TaskResult and fresh.args == [1, 2]
