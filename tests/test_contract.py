@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import inspect
 import pickle
 
 import pytest
@@ -248,7 +249,8 @@ def test_max_attempts_is_max_retries_plus_one_in_both_spellings(r):
     from django_redisq.compat import task as framework_task
 
     assert ct.attempts_three.max_attempts == 3 and ct.attempts_three.max_retries == 2
-    assert framework_task(max_attempts=5)(ct.attempts_three.func).max_retries == 4  # the framework's @task too
+    if any(p.kind is p.VAR_KEYWORD for p in inspect.signature(framework_task).parameters.values()):
+        assert framework_task(max_attempts=5)(ct.attempts_three.func).max_retries == 4  # the framework's @task too (not 6.0's)
     assert tasks.flaky.max_attempts == tasks.flaky.max_retries + 1
     changed = ct.attempts_three.using(max_retries=9)
     assert (changed.max_retries, changed.max_attempts) == (9, 10)
