@@ -8,7 +8,7 @@ from .exceptions import InvalidArguments, LeaseLost, RedisQError, Retry, TaskCan
 from .task import RedisTask, task
 
 if TYPE_CHECKING:
-    from django.tasks import TaskResult
+    from .compat import TaskResult
 
 
 def cancel(task_id_or_result: str | TaskResult, *, backend: str = "default", who: str = "api") -> str:

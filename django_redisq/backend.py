@@ -6,22 +6,32 @@ import dataclasses
 import json
 import secrets
 from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from functools import cached_property
-from typing import Any
+from typing import Any, cast
 
-from django.tasks import DEFAULT_TASK_BACKEND_ALIAS, Task, TaskResult, TaskResultStatus, task_backends
-from django.tasks.backends.base import BaseTaskBackend
-from django.tasks.base import TaskError
-from django.tasks.exceptions import InvalidTask, InvalidTaskBackend, TaskResultDoesNotExist
-from django.tasks.signals import task_enqueued
 from django.utils import timezone
 from django.utils.module_loading import autodiscover_modules
 
 from .broker import Broker
+from .compat import (
+    DEFAULT_TASK_BACKEND_ALIAS,
+    UTC,
+    BaseTaskBackend,
+    InvalidTask,
+    InvalidTaskBackend,
+    Task,
+    TaskError,
+    TaskResult,
+    TaskResultDoesNotExist,
+    TaskResultStatus,
+    normalize_json,
+    task_backends,
+    task_enqueued,
+)
 from .conf import Options, build_options, check_errors
-from .exceptions import TaskNotFound
-from .message import OVERRIDES, encode_arguments
+from .exceptions import InvalidArguments, TaskNotFound
+from .message import OVERRIDES, dumps, encode_arguments
 from .message import encode as encode_message
 from .records import stored_errors
 from .task import RedisTask, get_registered
@@ -35,6 +45,11 @@ STATE_TO_STATUS: dict[str, TaskResultStatus] = {
     "dead": TaskResultStatus.FAILED,
     "moving": TaskResultStatus.FAILED,  # a dead letter being replayed into another queue
 }
+
+
+def has_field(cls: type, name: str) -> bool:
+    """Whether the framework's dataclass ``cls`` has field ``name`` (features of a newer Django)."""
+    return any(f.name == name for f in dataclasses.fields(cls))
 
 
 def ms_to_datetime(value: Any) -> datetime | None:
@@ -55,6 +70,7 @@ class RedisQueueBackend(BaseTaskBackend):
     supports_async_task = True
     supports_get_result = True
     supports_priority = False  # one FIFO per queue; use separate queues for urgency
+    supports_metadata = True  # Task.metadata and save_metadata(), where the running Django has them
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
@@ -84,9 +100,12 @@ class RedisQueueBackend(BaseTaskBackend):
             # a relative delay: the due time itself is computed from Redis TIME
             delay_ms = max(0, int((task.run_after - timezone.now()).total_seconds() * 1000))
         idem = task.key_for(args, kwargs) if isinstance(task, RedisTask) else ""
-        msg = encode_message(args, kwargs, self._overrides(task))
+        metadata = getattr(task, "metadata", None)  # Django's metadata proposal: a field of newer Tasks
+        msg = encode_message(args, kwargs, self._overrides(task), cast("dict[str, Any]", normalize_json(metadata)) if metadata else None)
+        if metadata and len(msg) > self.conf.max_message_bytes:
+            raise InvalidArguments(f"the task's arguments and metadata are over {self.conf.max_message_bytes} bytes (MAX_MESSAGE_BYTES).")
         result: TaskResult = TaskResult(
-            task=task, id=task_id, status=TaskResultStatus.READY, enqueued_at=timezone.now(),
+            task=task, id=task_id, status=TaskResultStatus.READY, enqueued_at=None,
             started_at=None, last_attempted_at=None, finished_at=None,
             args=args, kwargs=kwargs, backend=self.alias, errors=[], worker_ids=[],
         )
@@ -122,6 +141,8 @@ class RedisQueueBackend(BaseTaskBackend):
             if outcome.duplicate_of:
                 results.append(self._duplicate_result(result, outcome.duplicate_of))
             else:
+                # the time the script stored, so that refresh() and get_result() agree with it
+                object.__setattr__(result, "enqueued_at", ms_to_datetime(outcome.enqueued_at))
                 task_enqueued.send(type(self), task_result=result)
                 results.append(result)
         return results
@@ -160,6 +181,11 @@ class RedisQueueBackend(BaseTaskBackend):
 
     # -- results ---------------------------------------------------------
 
+    def save_metadata(self, task_result: TaskResult, metadata: dict[str, Any]) -> None:
+        """Store ``metadata`` as the task's (Django's ``TaskContext.save_metadata()`` calls this)."""
+        if not self.broker.save_metadata(task_result.task.queue_name, task_result.id, dumps(normalize_json(metadata))):
+            raise TaskResultDoesNotExist(task_result.id)
+
     def resolve_task(self, path: str, queue: str) -> Task:
         """The Task object for a stored path; never anything but a Task."""
         found: Any = get_registered(path)
@@ -190,6 +216,13 @@ class RedisQueueBackend(BaseTaskBackend):
         if not isinstance(msg, dict):
             msg = {}  # a message that does not decode: the worker dead-letters it; show the rest
         task = self.resolve_task(data.get("task") or msg.get("task", ""), queue)
+        over = msg.get("o")
+        if isinstance(task, RedisTask) and isinstance(over, dict) and over and set(over) <= set(OVERRIDES):
+            try:  # the task as it was enqueued (task.using(max_retries=...)), as Django's backends return it
+                changes: dict[str, Any] = {"max_attempts": None, **over} if "max_retries" in over else dict(over)
+                task = dataclasses.replace(task, **changes)
+            except InvalidTask:
+                pass  # a value this version refuses: the registered task's own options, as the worker uses
         errors = [
             TaskError(exception_class_path=e["exc"], traceback=e["tb"] or e["msg"])
             for e in stored_errors(data.get("errors"), data.get("errors_dropped"))
@@ -206,6 +239,8 @@ class RedisQueueBackend(BaseTaskBackend):
             kwargs=msg.get("kwargs", {}) if isinstance(msg.get("kwargs"), dict) else {}, backend=self.alias,
             errors=errors, worker_ids=workers,
         )
+        if has_field(type(result), "raw_metadata"):
+            object.__setattr__(result, "raw_metadata", stored_metadata(data, msg))
         if status == TaskResultStatus.SUCCESSFUL and "result" in data:
             try:
                 object.__setattr__(result, "_return_value", json.loads(data["result"]))
@@ -232,3 +267,12 @@ def cancel(task_id_or_result: str | TaskResult, *, backend: str = DEFAULT_TASK_B
     if not isinstance(found, RedisQueueBackend):
         raise InvalidTaskBackend(f"TASKS[{alias!r}] is not a django_redisq backend: it cannot cancel tasks")
     return found.cancel(task_id, who=who)
+
+
+def stored_metadata(data: dict[str, str], msg: dict[str, Any]) -> dict[str, Any]:
+    """A task's metadata: what was last saved, else what it was enqueued with."""
+    try:
+        saved = json.loads(data["metadata"]) if "metadata" in data else msg.get("m")
+    except ValueError:
+        saved = None
+    return saved if isinstance(saved, dict) else {}

@@ -107,6 +107,7 @@ def delivery(queue: str, row: Sequence[Any]) -> Delivery:
 class Enqueued:
     id: str
     duplicate_of: str | None  # set when an idempotency key was already held
+    enqueued_at: int = 0  # Redis ms, as stored in the task hash (what get_result reports)
 
 
 class Broker:
@@ -164,9 +165,9 @@ class Broker:
         argv: list[Any] = [k.prefix, len(items)]
         for item in items:
             argv.extend(item)
-        out = self._script("enqueue")(keys=[k.pending, k.scheduled], args=argv)
+        now, *out = self._script("enqueue")(keys=[k.pending, k.scheduled], args=argv)
         # '!' means the id exists: only our own earlier try (a retried lost reply) can make it
-        return [Enqueued(item[0], None if code in ("", "!") else code) for item, code in zip(items, out, strict=False)]
+        return [Enqueued(item[0], None if code in ("", "!") else code, int(now)) for item, code in zip(items, out, strict=False)]
 
     # -- consuming -------------------------------------------------------
 
@@ -410,6 +411,11 @@ class Broker:
             if data:
                 return q, data
         return None
+
+    def save_metadata(self, queue: str, task_id: str, metadata_json: str) -> bool:
+        """Replace a task's metadata; False when the task no longer exists (nothing written)."""
+        k = self.keys(queue)
+        return bool(self._script("save_metadata")(keys=[k.task(task_id)], args=[metadata_json]))
 
     def server_time_ms(self) -> int:
         sec, usec = self.client.time()

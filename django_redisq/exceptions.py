@@ -7,8 +7,13 @@ class RedisQError(Exception):
     """Base class of every django_redisq error."""
 
 
-class InvalidArguments(RedisQError, ValueError):
-    """Task arguments that cannot be stored (not JSON round-trippable, too large)."""
+class InvalidArguments(RedisQError, TypeError, ValueError):
+    """Task arguments that cannot be stored (not JSON round-trippable, too large).
+
+    A ``TypeError`` because Django's backends raise ``TypeError`` for arguments
+    that are not JSON, so ``except TypeError`` around ``enqueue()`` catches ours
+    too; still a ``ValueError``, as it always was here.
+    """
 
 
 class LeaseLost(RedisQError):

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import redis
@@ -25,6 +25,7 @@ from django.utils.module_loading import import_string
 from redis.commands.core import Script
 
 from . import scripts
+from .compat import UTC
 from .conf import Options, get_options
 from .connection import get_client
 from .exceptions import RedisQError

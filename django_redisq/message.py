@@ -5,7 +5,9 @@ A message is a compact JSON object holding the call's arguments::
     {"v": 1, "args": [42], "kwargs": {}}
 
 plus ``"o": {"max_retries": 0, ...}`` when ``task.using(...)`` changed an option of
-``OVERRIDES`` for this call (so the worker honours it).
+``OVERRIDES`` for this call (so the worker honours it), and ``"m": {...}`` for the
+task's metadata where Django has it (``Task.metadata``; a worker ignores it, and
+metadata saved later goes to the hash's ``metadata`` field instead).
 
 The task's dotted path is the task hash's ``task`` field and the queue is the
 one whose keys hold it, so a message of a small call stays under Redis's 64-byte
@@ -46,11 +48,15 @@ class Message:
     overrides: dict[str, Any] = field(default_factory=dict)  # per-call policy from task.using(): see OVERRIDES
 
 
-def encode(args: list[Any], kwargs: dict[str, Any], overrides: dict[str, Any] | None = None) -> str:
+def encode(args: list[Any], kwargs: dict[str, Any], overrides: dict[str, Any] | None = None,
+           metadata: dict[str, Any] | None = None) -> str:
     """The message of one call (arguments already checked by ``encode_arguments``)."""
+    msg: dict[str, Any] = {"v": VERSION, "args": args, "kwargs": kwargs}
     if overrides:
-        return _dumps({"v": VERSION, "args": args, "kwargs": kwargs, "o": overrides})
-    return _dumps({"v": VERSION, "args": args, "kwargs": kwargs})
+        msg["o"] = overrides
+    if metadata:
+        msg["m"] = metadata
+    return _dumps(msg)
 
 
 def _check_overrides(value: Any) -> dict[str, Any]:
@@ -69,7 +75,7 @@ def encode_arguments(args: Any, kwargs: Any, limit: int) -> tuple[list[Any], dic
     Returns the arguments as they will arrive (tuples become lists) and the
     encoded size in bytes.
     """
-    from django.utils.json import normalize_json
+    from .compat import normalize_json
 
     try:
         args, kwargs = normalize_json(list(args)), normalize_json(dict(kwargs))

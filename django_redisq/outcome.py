@@ -14,10 +14,9 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.tasks import Task
-
 from .backoff import compute_backoff
 from .broker import Delivery
+from .compat import Task
 from .conf import Options
 from .exceptions import RedisQError, Retry, TaskCancelled, TaskTimeout, WorkerLost
 from .task import RedisTask
@@ -52,7 +51,7 @@ def error_dict(exc: BaseException | None, message: str = "", exc_path: str = "")
 
 
 def failure(task: Task, exc: BaseException, d: Delivery, max_retries: int, opts: Options,
-            over: dict[str, Any] | None = None) -> Outcome:
+            over: dict[str, Any] | None = None, *, retry: bool = True) -> Outcome:
     """The outcome of an attempt that raised ``exc``: a retry after a backoff, or a dead letter with the reason.
 
     - ``Retry``: retried (after its ``delay`` if given) while retries are left.
@@ -61,6 +60,7 @@ def failure(task: Task, exc: BaseException, d: Delivery, max_retries: int, opts:
     - ``TaskCancelled``: never retried, reason ``cancelled``.
     - other exceptions: by the task's ``retry_on`` / ``no_retry_on``; any other
       ``RedisQError`` (a result that is not JSON) is not retried, retrying cannot help.
+    - ``retry=False`` (the task ran but its result cannot be stored): never retried.
     """
     error = error_dict(exc)
     if isinstance(exc, TaskCancelled):  # someone's decision, not a failed attempt
@@ -73,7 +73,7 @@ def failure(task: Task, exc: BaseException, d: Delivery, max_retries: int, opts:
         retryable = isinstance(exc, task.retry_on) and not isinstance(exc, task.no_retry_on)
     elif not retryable:
         retryable = isinstance(exc, Exception)
-    if isinstance(exc, RedisQError) and not isinstance(exc, Retry | WorkerLost):
+    if (isinstance(exc, RedisQError) and not isinstance(exc, Retry | WorkerLost)) or not retry:
         retryable = False
     if retryable and failures <= max_retries:
         if isinstance(exc, Retry) and exc.delay is not None:

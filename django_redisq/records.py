@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from django.core.paginator import Paginator
+
+from .compat import UTC
 
 ERRORS_FIRST = 1
 """Attempts kept at the start of a long error history (``ERRORS_FIRST`` in scripts/lib/errors.lua)."""

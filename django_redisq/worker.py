@@ -92,9 +92,8 @@ class Worker:
         max_tasks_per_child: int | None = None,
         max_memory_per_child: int | None = None,
     ) -> None:
-        from django.tasks import task_backends
-
         from .backend import RedisQueueBackend
+        from .compat import task_backends
 
         be = task_backends[backend]
         if not isinstance(be, RedisQueueBackend):

@@ -1,11 +1,9 @@
 import json
 
 import pytest
-from django.tasks import TaskResultStatus, task_backends
-from django.tasks.exceptions import TaskResultDoesNotExist
-from django.tasks.signals import task_enqueued, task_finished, task_started
 
 from django_redisq.backend import STATE_TO_STATUS, RedisQueueBackend
+from django_redisq.compat import TaskResultDoesNotExist, TaskResultStatus, task_backends, task_enqueued, task_finished, task_started
 from tests.helpers import keys
 from tests.testapp import tasks
 

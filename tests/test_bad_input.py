@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -37,14 +37,13 @@ from django.conf import settings
 from django.core.checks import run_checks
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
-from django.tasks import TaskResultStatus
-from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 from django.test import override_settings
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from django_redisq import InvalidArguments, connection
+from django_redisq.compat import UTC, InvalidTask, TaskResultDoesNotExist, TaskResultStatus
 from django_redisq.conf import Options, build_options, get_options, validate
 from django_redisq.exceptions import RedisUnavailable
 from django_redisq.keys import QueueKeys

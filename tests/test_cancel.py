@@ -9,13 +9,12 @@ from datetime import timedelta
 
 import pytest
 from django.core.management import CommandError, call_command
-from django.tasks import TaskResultStatus, task_backends
-from django.tasks.exceptions import InvalidTaskBackend
 from django.test import override_settings
 from django.utils import timezone
 
 import django_redisq
 from django_redisq import TaskCancelled
+from django_redisq.compat import FRAMEWORK, InvalidTaskBackend, TaskResultStatus, task_backends
 from django_redisq.exceptions import TaskNotFound
 from tests import helpers
 from tests.testapp import tasks
@@ -95,7 +94,7 @@ def test_the_backend_method(r):
 
 def test_a_backend_that_is_not_ours_is_refused(r, settings):
     setting = copy.deepcopy(settings.TASKS)
-    setting["plain"] = {"BACKEND": "django.tasks.backends.dummy.DummyBackend"}
+    setting["plain"] = {"BACKEND": f"{FRAMEWORK}.backends.dummy.DummyBackend"}
     with override_settings(TASKS=setting), pytest.raises(InvalidTaskBackend, match="not a django_redisq backend"):
         django_redisq.cancel("some-id", backend="plain")
 

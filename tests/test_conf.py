@@ -80,7 +80,7 @@ def test_system_check_reports_bad_settings():
 
 
 def test_backend_init_does_no_io():
-    from django.tasks import task_backends
+    from django_redisq.compat import task_backends
 
     tasks = {"default": {"BACKEND": BACKEND, "QUEUES": ["default"], "OPTIONS": {"REDIS_URL": "redis://127.0.0.1:1/0"}}}
     with override_settings(TASKS=tasks):

@@ -15,10 +15,10 @@ from dataclasses import replace
 
 import pytest
 import redis
-from django.tasks import TaskResultStatus
 
 from django_redisq import connection
 from django_redisq.broker import Broker
+from django_redisq.compat import TaskResultStatus
 from django_redisq.conf import get_options, validate
 from tests.helpers import held_by, keys, run_in_thread, seed_pending, wait_for, where_is
 from tests.testapp import tasks
@@ -347,7 +347,7 @@ def test_options_given_with_using_travel_with_the_call(r, make_worker):
 
 
 def test_exception_classes_cannot_be_changed_per_call():
-    from django.tasks.exceptions import InvalidTask
+    from django_redisq.compat import InvalidTask
 
     with pytest.raises(InvalidTask, match="retry_on cannot be changed per call"):
         tasks.always_fails.using(retry_on=(KeyError,)).delay()

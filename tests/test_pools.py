@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
-from django.tasks import TaskResultStatus
 
+from django_redisq.compat import TaskResultStatus
 from django_redisq.worker import Worker
 from tests.helpers import keys, wait_for, where_is
 from tests.testapp import tasks

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -12,6 +12,7 @@ from django.core.management.base import SystemCheckError
 from django.test import override_settings
 
 from django_redisq import schedules
+from django_redisq.compat import UTC
 from django_redisq.schedules import ALIASES, Schedule, build, find_task, periodic
 
 BERLIN = ZoneInfo("Europe/Berlin")

@@ -23,11 +23,11 @@ from pathlib import Path
 import pytest
 import redis
 from django.conf import settings
-from django.tasks import TaskResultStatus
 from django.test import override_settings
 
 import django_redisq
 from django_redisq import connection
+from django_redisq.compat import TaskResultStatus
 from django_redisq.conf import build_options, get_options
 from django_redisq.exceptions import RedisUnavailable
 from django_redisq.testing import RedisServer, free_port

@@ -1,5 +1,4 @@
-from django.tasks import TaskResultStatus
-
+from django_redisq.compat import TaskResultStatus
 from tests.testapp import tasks
 
 

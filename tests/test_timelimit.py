@@ -14,10 +14,9 @@ from functools import partial
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
-from django.tasks import TaskResultStatus
-from django.tasks.exceptions import InvalidTask
 
 from django_redisq import TaskTimeout, task, timelimit
+from django_redisq.compat import InvalidTask, TaskResultStatus
 from django_redisq.conf import Options, build_options, get_options, validate
 from tests import helpers
 from tests.helpers import keys, run_in_thread, where_is

@@ -5,8 +5,8 @@ import time
 import pytest
 import redis
 from django.core.exceptions import ImproperlyConfigured
-from django.tasks import TaskResultStatus
 
+from django_redisq.compat import TaskResultStatus
 from django_redisq.worker import Worker
 from tests.helpers import drain, keys, message, seed_pending, wait_for, where_is
 from tests.testapp import tasks

@@ -32,6 +32,7 @@ NAMES = (
     "schedule_pause",
     "schedule_resume",
     "schedule_run",
+    "save_metadata",
 )
 
 INCLUDE = re.compile(r"^--! include ([A-Za-z0-9_]+\.lua)[ \t]*$", re.MULTILINE)
@@ -43,7 +44,7 @@ def _splice(text: str, seen: set[str]) -> str:
         if name in seen:
             return f"-- ({name} already included)"
         seen.add(name)
-        body = resources.files(__package__).joinpath("lib", name).read_text(encoding="utf-8")
+        body = resources.files(__package__).joinpath("lib").joinpath(name).read_text(encoding="utf-8")
         return _splice(body.rstrip("\n"), seen)
 
     return INCLUDE.sub(repl, text)

@@ -13,7 +13,8 @@
 -- (pending, scheduled, running or dead). A key with neither is stale and is taken.
 -- Keys of the wrong type are set aside (lib/types.lua) and treated as missing.
 --
--- Returns: an array of n strings, one per task:
+-- Returns: {now, code_1, ..., code_n}: the Redis time in ms stored as every task's
+-- enqueued_at, then one string per task:
 --   ''        -> stored and queued
 --   <id>      -> not stored: the idempotency key is held by task <id>
 --   '!'       -> not stored: a task with this id already exists (our own earlier try)
@@ -23,7 +24,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local prefix = ARGV[1]
 want(KEYS[1], 'list')
 want(KEYS[2], 'zset')
-local out = {}
+local out = {now}
 for i = 0, tonumber(ARGV[2]) - 1 do
   local b = 3 + i * 5
   out[#out + 1] = store_task(prefix, KEYS[1], KEYS[2], now, ARGV[b], ARGV[b + 1], ARGV[b + 2], tonumber(ARGV[b + 3]), ARGV[b + 4])

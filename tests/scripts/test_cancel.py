@@ -6,9 +6,9 @@ from importlib import resources
 
 import pytest
 import redis
-from django.tasks import TaskResultStatus, task_backends
 
 from django_redisq.broker import CANCELLED, CANCELLED_EXC, cancelled_error
+from django_redisq.compat import TaskResultStatus, task_backends
 from tests.helpers import keys, redis_ms, seed_dead, seed_hash, seed_pending, seed_processing, seed_scheduled, set_heartbeat_age, where_is
 
 K = keys()

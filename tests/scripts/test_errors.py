@@ -3,8 +3,8 @@
 import json
 
 import pytest
-from django.tasks import TaskResultStatus
 
+from django_redisq.compat import TaskResultStatus
 from tests.helpers import keys, redis_ms, seed_processing
 from tests.testapp import tasks
 

@@ -7,9 +7,9 @@ dead letter frees it. Time passes on the Redis side: keys get short PEXPIREs.
 """
 
 import pytest
-from django.tasks import TaskResultStatus
 
 from django_redisq.broker import Broker
+from django_redisq.compat import TaskResultStatus
 from django_redisq.conf import get_options
 from django_redisq.keys import QueueKeys
 from tests.helpers import keys, message, wait_for, where_is

@@ -15,6 +15,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils.module_loading import autodiscover_modules
 
+from django_redisq.compat import LOGGER_NAME
 from django_redisq.connection import check_server, durability_warnings
 from django_redisq.exceptions import RedisUnavailable
 from django_redisq.pools import POOLS
@@ -150,8 +151,8 @@ class Command(BaseCommand):
 
         # Django's own task signal receivers build two INFO records per task that its
         # default LOGGING then drops (DEBUG off); skip building them unless configured
-        if not settings.DEBUG and "django.tasks" not in (getattr(settings, "LOGGING", {}) or {}).get("loggers", {}):
-            logging.getLogger("django.tasks").setLevel(logging.WARNING)
+        if not settings.DEBUG and LOGGER_NAME not in (getattr(settings, "LOGGING", {}) or {}).get("loggers", {}):
+            logging.getLogger(LOGGER_NAME).setLevel(logging.WARNING)
         log = logging.getLogger("django_redisq")
         log.setLevel(LEVELS.get(verbosity, logging.INFO))
         if not log.handlers and not logging.getLogger().handlers:

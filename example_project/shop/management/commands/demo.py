@@ -14,10 +14,10 @@ from typing import Any
 
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
-from django.tasks import TaskResult, TaskResultStatus
 from django.test import Client
 from django.utils import timezone
 
+from django_redisq.compat import TaskResult, TaskResultStatus
 from django_redisq.connection import check_server, describe
 from django_redisq.exceptions import RedisUnavailable
 from django_redisq.worker import Worker
