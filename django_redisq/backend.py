@@ -58,6 +58,9 @@ def ms_to_datetime(value: Any) -> datetime | None:
     return datetime.fromtimestamp(int(value) / 1000, tz=UTC)
 
 
+ID_START = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+
+
 class RedisQueueBackend(BaseTaskBackend):
     """Tasks stored in Redis and run by ``manage.py runworker``.
 
@@ -95,6 +98,8 @@ class RedisQueueBackend(BaseTaskBackend):
     def _prepare(self, task: Task, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[TaskResult, tuple[str, str, str, int, str]]:
         args, kwargs, _ = encode_arguments(args, kwargs, self.conf.max_message_bytes)
         task_id = secrets.token_urlsafe(24)  # 32 characters, 192 random bits
+        if task_id[0] == "-":  # an id a shell command line would take for an option (redisq dead show -x...)
+            task_id = secrets.choice(ID_START) + task_id[1:]
         delay_ms = 0
         if task.run_after is not None:
             # a relative delay: the due time itself is computed from Redis TIME

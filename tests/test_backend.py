@@ -123,3 +123,11 @@ def test_stored_message_is_compact_json(r):
     assert json.loads(data["msg"]) == {"v": 1, "args": [1, 2], "kwargs": {}}
     assert data["task"] == "tests.testapp.tasks.add"
     assert r.object("encoding", keys().task(result.id)) == "listpack"  # every field at most 64 bytes
+
+
+def test_task_ids_never_start_with_a_dash_so_commands_never_take_one_for_an_option(r):
+    from tests.testapp import tasks as test_tasks
+
+    ids = [res.id for res in test_tasks.noop.enqueue_many([([i], {}) for i in range(2000)])]
+    assert not [i for i in ids if i.startswith("-")]  # one in 64 would, at random
+    assert all(len(i) == 32 for i in ids) and len(set(ids)) == len(ids)
