@@ -42,6 +42,7 @@ from .fetcher import Fetcher
 from .heartbeat import Heartbeat
 from .holding import Held
 from .keys import NAME_RE, WORKER_NAME_MAX
+from .observe import Observer
 from .outcome import DEAD, Outcome, error_dict
 from .pools import Pool, make_pool
 from .runner import Runner
@@ -127,6 +128,8 @@ class Worker:
         self.pool: Pool = make_pool(pool, self.runner, self.id, concurrency, max_tasks_per_child=max_tasks_per_child,
                                     max_memory_per_child=max_memory_per_child)
         self.unsettled = [Unsettled() for _ in range(self.pool.lanes)]
+        self.observer = Observer(self)  # signals; metrics and a health file when runworker asks (observe.py)
+        self.settler.on_event, self.heartbeat.on_beat = self.observer.settle_event, self.observer.beat
         self._told: set[str] = set()  # running tasks the pool was told to cancel
         # periodic schedules: on unless burst (a draining worker would keep enqueuing); bad ones are logged and skipped
         self.scheduler = Scheduler(self.options, self.broker, self._stop) if (not burst if scheduler is None else scheduler) else None
@@ -277,6 +280,7 @@ class Worker:
         return Outcome(DEAD, error=error_dict(None, f"task data of id {d.id!r} is corrupt: {detail}", BAD_MESSAGE), reason="corrupt_task")
 
     def _settled(self, batch: Batch) -> None:
+        self.observer.settled(batch)
         self.held.forget(d for d, _ in batch)
         if self._told:
             self._told.difference_update(d.id for d, _ in batch)
@@ -336,10 +340,11 @@ class Worker:
     def _reap(self) -> None:
         for q in self.queues:
             try:
-                tasks, workers = self.broker.reap(q, self.id)
+                tasks, workers, recovered = self.broker.reap_detail(q, self.id)
             except redis.RedisError as exc:
                 logger.warning("reaping queue %s failed (%s: %s)", q, type(exc).__name__, exc)
                 continue
+            self.observer.recovered(recovered)
             if workers:
                 logger.warning("reaped worker(s) %s: %d task(s) of queue %s back to pending", ", ".join(workers), tasks, q)
 

@@ -15,7 +15,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils.module_loading import autodiscover_modules
 
-from django_redisq.connection import check_server, durability_warnings
+from django_redisq.connection import check_server, describe, durability_warnings
 from django_redisq.exceptions import RedisUnavailable
 from django_redisq.pools import POOLS
 
@@ -87,6 +87,14 @@ def memory(value: str) -> int:
     return int(n)
 
 
+def banner(worker: Any) -> str:
+    """The start line: who serves what, how, against which Redis (never its credentials)."""
+    o = worker.options
+    return (f"django_redisq worker {worker.id} (pid {os.getpid()}) serving {', '.join(worker.queues)} of backend {o.alias!r} "
+            f"with {worker.describe_pool()} ({worker.pool.name} pool) on {describe(o)}; "
+            f"heartbeat every {o.heartbeat_interval:g}s, reaped after {o.worker_timeout:g}s")
+
+
 class Command(BaseCommand):
     help = "Run tasks from django_redisq queues. First SIGTERM/SIGINT: finish running tasks and exit; second: exit now."
 
@@ -109,6 +117,12 @@ class Command(BaseCommand):
         parser.add_argument("--no-scheduler", action="store_false", dest="scheduler",
                             help="do not claim periodic ticks in this worker (by default every worker does; each tick runs once)")
         parser.add_argument("--name", default=None, help="worker name (default: host.pid); the worker id adds a per-process suffix")
+        parser.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
+                            help="serve this worker's Prometheus metrics on PORT (0: any free port, logged); needs django-redisq[metrics]")
+        parser.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST",
+                            help="address the metrics endpoint listens on (default: %(default)s, loopback only)")
+        parser.add_argument("--health-file", default=None, metavar="PATH",
+                            help="rewrite PATH after every heartbeat Redis answered: a liveness probe checks its age")
 
     def handle(self, *args: Any, **opts: Any) -> None:
         self._configure_logging(opts["verbosity"])
@@ -129,14 +143,25 @@ class Command(BaseCommand):
             if "InvalidTaskBackend" in type(exc).__name__:
                 raise CommandError(f"no task backend {opts['backend']!r} in TASKS") from None
             raise
+        log = logging.getLogger("django_redisq")
+        log.log(logging.DEBUG if opts["burst"] else logging.INFO, "%s", banner(worker))
         for warning in durability_warnings(worker.options):
-            logging.getLogger("django_redisq").warning(warning)
+            log.warning(warning)
+        try:
+            if opts["metrics_port"] is not None:
+                port = worker.observer.serve_metrics(opts["metrics_host"], opts["metrics_port"])
+                log.info("metrics of worker %s at http://%s:%d/metrics", worker.id, opts["metrics_host"], port)
+            if opts["health_file"]:
+                worker.observer.write_health_file(opts["health_file"])
+        except (ImproperlyConfigured, OSError) as exc:
+            raise CommandError(f"--metrics-port/--health-file: {exc}") from None
         self._install_signals(worker)
         try:
             worker.run()
         except ImproperlyConfigured as exc:  # e.g. a process-pool child that cannot set up
             raise CommandError(str(exc)) from None
         finally:
+            worker.observer.stop()
             self._flush_logs()
 
     handler: BatchedStderrHandler | None = None
