@@ -50,6 +50,8 @@ from .scheduler import Scheduler
 from .settle import ACK_BATCH, SETTLE_WITHIN, Batch, Settler, Unsettled
 
 logger = logging.getLogger("django_redisq")
+task_log = logging.getLogger("django_redisq.tasks")
+"""One line per settled task (INFO; WARNING with the traceback for a failed attempt)."""
 
 BAD_MESSAGE = "django_redisq.exceptions.BadMessage"
 HOLD_SECONDS = 0.01
@@ -289,11 +291,13 @@ class Worker:
             done = self.processed
         for d, o in batch:
             self.avg_duration += 0.05 * (o.duration - self.avg_duration)
-            if logger.isEnabledFor(logging.INFO):
-                logger.info(
-                    "task %s id=%s queue=%s attempt=%d outcome=%s duration=%.1fms%s",
+            level = logging.WARNING if o.failed else logging.INFO  # a failed attempt: once, with its traceback
+            if task_log.isEnabledFor(level):
+                task_log.log(
+                    level, "task %s id=%s queue=%s attempt=%d outcome=%s duration=%.1fms%s%s",
                     o.task_name or "?", d.id, d.queue, d.deliveries, o.kind, o.duration * 1000,
                     f" reason={o.reason}" if o.kind == DEAD else (f" retry_in={o.delay_ms}ms" if o.kind == "retry" else ""),
+                    "\n" + str(o.error.get("tb") or "").rstrip() if o.failed else "",
                 )
         if self.max_tasks and done >= self.max_tasks:
             self.request_stop()

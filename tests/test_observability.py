@@ -164,3 +164,17 @@ def test_banner_names_queues_pool_and_redis_without_credentials(r, run_worker_pr
     line = next(x for x in out.splitlines() if "django_redisq worker" in x)
     assert "serving emails, default of backend 'default' with 1 thread(s) (threads pool) on redis://127.0.0.1:" in line
     assert "reaped after" in line and "@" not in line
+
+
+def test_each_failed_attempt_logs_its_traceback_once_at_warning(r, run_worker_process):
+    tasks.always_fails.enqueue("kaboom")  # max_retries=1: two attempts
+    tasks.not_retryable.enqueue()
+    tasks.add.enqueue(1, 2)
+    wp = run_worker_process("--burst", "-v", "1", env={"REDISQ_OPT_BACKOFF_BASE": "0", "REDISQ_OPT_BACKOFF_MAX": "0"})
+    out = wp.output()
+    assert wp.proc.returncode == 0, out
+    assert out.count("Traceback (most recent call last)") == 3, out
+    warnings = [line for line in out.splitlines() if " WARNING task " in line]
+    assert len(warnings) == 3 and sum("outcome=retry" in w for w in warnings) == 1, out
+    assert out.count("ValueError: kaboom") == 2 and out.count("KeyError: 'missing'") == 1
+    assert " INFO task tests.testapp.tasks.add " in out and "Task id=" not in out  # Django's own lines are not repeated

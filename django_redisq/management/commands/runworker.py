@@ -174,9 +174,11 @@ class Command(BaseCommand):
         from django.conf import settings
 
         # Django's own task signal receivers build two INFO records per task that its
-        # default LOGGING then drops (DEBUG off); skip building them unless configured
-        if not settings.DEBUG and "django.tasks" not in (getattr(settings, "LOGGING", {}) or {}).get("loggers", {}):
-            logging.getLogger("django.tasks").setLevel(logging.WARNING)
+        # default LOGGING then drops (DEBUG off), and an ERROR with the traceback of a task's
+        # last failure, which the worker's own WARNING line for the attempt already carries:
+        # skip them unless configured, so each traceback is logged once
+        if "django.tasks" not in (getattr(settings, "LOGGING", {}) or {}).get("loggers", {}):
+            logging.getLogger("django.tasks").setLevel(logging.CRITICAL)
         log = logging.getLogger("django_redisq")
         log.setLevel(LEVELS.get(verbosity, logging.INFO))
         if not log.handlers and not logging.getLogger().handlers:
