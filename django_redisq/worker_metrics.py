@@ -58,6 +58,7 @@ class WorkerMetrics:
         pc.Gauge("redisq_worker_heartbeat_age_seconds", "Seconds since the last heartbeat Redis answered.",
                  registry=reg).set_function(since_beat)
         pc.Info("redisq_worker", "This worker process.", registry=reg).info(info)
+        pc.ProcessCollector(registry=reg)  # the standard process_* figures: CPU seconds, resident memory, open files
         self._children: dict[tuple[str, str, str], tuple[Any, Any]] = {}
         self._waits: dict[str, Any] = {}
         self._failing = False

@@ -63,6 +63,7 @@ def test_the_worker_endpoint_is_scraped_during_a_run(r, run_worker_process):
     assert s[at("redisq_worker_queue_wait_seconds_count", queue="default")] == 7
     assert s[("redisq_worker_lease_losses_total", ())] == 0 and s[("redisq_worker_redis_reconnects_total", ())] == 0
     assert s[("redisq_worker_heartbeat_age_seconds", ())] < 5
+    assert s[at("process_resident_memory_bytes")] > 10_000_000
     info = [k for k in s if k[0] == "redisq_worker_info"]
     assert info and dict(info[0][1])["pool"] == "threads"
     wp.proc.send_signal(signal.SIGTERM)
@@ -85,7 +86,7 @@ def test_the_health_file_ages_while_redis_is_paused(r, tmp_path, redis_server, r
         pytest.skip("needs a redis-server this suite started")
     path = tmp_path / "alive"
     env = {"REDISQ_OPT_WORKER_TIMEOUT": "1.5", "REDISQ_OPT_HEARTBEAT_INTERVAL": "0.3"}
-    wp = run_worker_process("--health-file", str(path), "-v", "1", env=env)
+    wp = run_worker_process("--health-file", str(path), "--metrics-port", "0", "-v", "1", env=env)
     assert wait_for(path.exists, timeout=20), log_text(wp)
     assert wait_for(lambda: time.time() - path.stat().st_mtime < 0.5, timeout=5)
     assert path.read_text().startswith("ok ")
@@ -100,6 +101,9 @@ def test_the_health_file_ages_while_redis_is_paused(r, tmp_path, redis_server, r
         os.kill(redis_server.proc.pid, signal.SIGCONT)
     assert wait_for(lambda: path.read_text().startswith("ok ") and time.time() - path.stat().st_mtime < 1, timeout=15)
     assert "reaches Redis again" in log_text(wp)
+    port = re.search(r"at http://[\d.]+:(\d+)/metrics", log_text(wp)).group(1)
+    s = samples(urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode())
+    assert s[at("redisq_worker_redis_reconnects_total")] >= 1 and s[at("redisq_worker_heartbeat_age_seconds")] < 1.5
     wp.proc.send_signal(signal.SIGTERM)
     wp.output()
 
@@ -178,3 +182,28 @@ def test_each_failed_attempt_logs_its_traceback_once_at_warning(r, run_worker_pr
     assert len(warnings) == 3 and sum("outcome=retry" in w for w in warnings) == 1, out
     assert out.count("ValueError: kaboom") == 2 and out.count("KeyError: 'missing'") == 1
     assert " INFO task tests.testapp.tasks.add " in out and "Task id=" not in out  # Django's own lines are not repeated
+
+
+def test_a_lost_lease_is_counted_and_signals_nothing(r, make_worker):
+    """The task is taken from the worker's processing list while it runs (as a reaper would): its ack finds
+    the lease lost, which the worker's endpoint counts; no signal tells of a step that did not happen."""
+    got: list[dict] = []
+    signals.task_dead_lettered.connect(receiver := lambda **kw: got.append(kw), weak=False)
+    w = make_worker(burst=False)
+    port = w.observer.serve_metrics("127.0.0.1", 0)
+    t = threading.Thread(target=w.run, daemon=True)
+    try:
+        t.start()
+        res = tasks.slow.enqueue("lease", 0.5)
+        assert wait_for(lambda: r.hget(EFFECTS, "lease:start"), timeout=10)
+        assert r.lrem(keys().processing(w.id), 1, res.id) == 1
+        assert wait_for(lambda: r.hget(EFFECTS, "lease") == "1", timeout=10)
+        url = f"http://127.0.0.1:{port}/metrics"
+        assert wait_for(lambda: samples(urllib.request.urlopen(url, timeout=5).read().decode())[at("redisq_worker_lease_losses_total")] == 1,
+                        timeout=10)
+    finally:
+        signals.task_dead_lettered.disconnect(receiver)
+        w.request_stop()
+        t.join(15)
+        w.observer.stop()
+    assert got == []
