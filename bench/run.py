@@ -242,6 +242,8 @@ class Bench:
         v = self.args.worker_verbosity if verbosity is None else verbosity
         if v is not None:
             argv += ["-v", str(v)]
+        for extra in self.args.worker_arg or ():  # e.g. --worker-arg=--metrics-port=0
+            argv += extra.split()
         return argv
 
     def start_worker(self, tag: str, queues: Sequence[str] = ("default",), concurrency: int = 1,
@@ -797,6 +799,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--drain-n", type=int, default=None, help="tasks queued before each drain (default 20000)")
     ap.add_argument("--worker-verbosity", type=int, default=None,
                     help="runworker -v (default: its own default, 1, which logs one line per task)")
+    ap.add_argument("--worker-arg", action="append", default=None, metavar="ARGS",
+                    help="more runworker arguments, e.g. --worker-arg=--metrics-port=9808 (repeatable)")
     ap.add_argument("--engine", default=None, metavar="DIR",
                     help="import django_redisq from DIR (e.g. git archive OLD django_redisq | tar -x -C DIR) to compare")
     ap.add_argument("--out", default=None, help="JSON file (default bench/results/<utc time>.json)")

@@ -104,6 +104,17 @@ def delivery(queue: str, row: Sequence[Any]) -> Delivery:
 
 
 @dataclass(frozen=True, slots=True)
+class Recovered:
+    """A task reap.lua handed back to pending after its worker died (``task_recovered`` tells of each)."""
+
+    id: str
+    queue: str
+    worker: str  # the dead worker that held it
+    task: str  # the dotted path stored beside the message ('' when unknown)
+    deliveries: int  # deliveries so far, the one that died included
+
+
+@dataclass(frozen=True, slots=True)
 class Enqueued:
     id: str
     duplicate_of: str | None  # set when an idempotency key was already held
@@ -257,7 +268,12 @@ class Broker:
         return int(moved), int(wait)
 
     def reap(self, queue: str, reaper: str = "", max_workers: int = 10) -> tuple[int, list[str]]:
-        """Give back the tasks of workers silent for ``WORKER_TIMEOUT``: (tasks, workers).
+        """Give back the tasks of workers silent for ``WORKER_TIMEOUT``: (tasks, workers); see ``reap_detail``."""
+        tasks, workers, _ = self.reap_detail(queue, reaper, max_workers)
+        return tasks, workers
+
+    def reap_detail(self, queue: str, reaper: str = "", max_workers: int = 10) -> tuple[int, list[str], list[Recovered]]:
+        """Give back the tasks of workers silent for ``WORKER_TIMEOUT``: (tasks, workers, what was given back).
 
         A worker passes its own id as ``reaper``: it is never reaped by itself,
         and reaps only once its own heartbeats have been fresh and unbroken for
@@ -271,8 +287,10 @@ class Broker:
             args=[k.prefix, self._ms(self.options.worker_timeout), max_workers, reaper, self.heartbeat_gap_ms()],
         )
         if len(out) == 2 and out[1] == -1:
-            return 0, []
-        return int(out[0]), list(out[1:])
+            return 0, [], []
+        back = out[1]
+        recovered = [Recovered(back[i], queue, back[i + 1], back[i + 2], int(back[i + 3] or 0)) for i in range(0, len(back), 4)]
+        return int(out[0]), list(out[2:]), recovered
 
     def heartbeat_gap_ms(self) -> int:
         """A heartbeat later than this after the previous one means the worker (or Redis) was away.

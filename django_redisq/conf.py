@@ -39,7 +39,7 @@ GLOBALS: dict[str, tuple[str, type, float]] = {
     "SHUTDOWN_GRACE": ("shutdown_grace", float, 0),
 }
 CONNECTION_KEYS = ("REDIS_URL", "CACHE_ALIAS", "EMBEDDED", "EMBEDDED_PATH")
-KNOWN = set(TUNABLES) | set(GLOBALS) | set(CONNECTION_KEYS) | {"KEY_PREFIX", "QUEUE_OPTIONS", "SCHEDULES"}
+KNOWN = set(TUNABLES) | set(GLOBALS) | set(CONNECTION_KEYS) | {"KEY_PREFIX", "QUEUE_OPTIONS", "SCHEDULES", "HEALTH"}
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 MIN_HEARTBEAT_BUDGET = 0.1
 """Seconds, at least, a heartbeat's round trip may take (see connection.heartbeat_budget)."""
@@ -168,6 +168,10 @@ def validate(alias: str, params: Any) -> list[tuple[str, str, str]]:
                                  f"Per-queue options: {', '.join(TUNABLES)}."))
             elif msg := _check_number(name, value, TUNABLES[name][1], TUNABLES[name][2], f"{w}['QUEUE_OPTIONS'][{q!r}]: "):
                 problems.append(("E012", msg, "See the configuration reference in the README."))
+    if "HEALTH" in opts:  # thresholds of `redisq health` (health.py)
+        from .health import validate_health
+
+        problems += validate_health(w, opts["HEALTH"], queues)
     ht = opts.get("HEARTBEAT_INTERVAL", Options.heartbeat_interval)
     to = opts.get("WORKER_TIMEOUT", Options.worker_timeout)
     if not any(p[0] == "E012" for p in problems) and to <= 2 * ht:

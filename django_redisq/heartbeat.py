@@ -50,6 +50,7 @@ class Heartbeat:
         self.info, self.known, self.on_fenced = info, known, on_fenced
         self.broker = Broker(options, get_client(options, "heartbeat"))
         self.lease_until = 0.0  # monotonic: executors may start tasks before this
+        self.on_beat: Callable[[bool], None] | None = None  # told of each beat's success (health file, metrics)
         self._registered = False
         self._suspects: dict[str, set[str]] = {}
         self._wake = threading.Event()
@@ -69,6 +70,14 @@ class Heartbeat:
         self._registered = True
         # Redis scored this beat no earlier than `sent`; nobody reaps before that plus WORKER_TIMEOUT
         self.lease_until = sent + self.options.worker_timeout - self.options.heartbeat_interval
+        self._told(True)
+
+    def _told(self, ok: bool) -> None:
+        if self.on_beat is not None:
+            try:
+                self.on_beat(ok)
+            except Exception:
+                logger.exception("a heartbeat listener failed")
 
     def wake(self) -> None:
         """Beat now (a fetch found the worker fenced)."""
@@ -93,6 +102,7 @@ class Heartbeat:
                 self.beat()
             except Exception as exc:  # the heartbeat must never stop while tasks run
                 failed = True
+                self._told(False)
                 if isinstance(exc, redis.RedisError):
                     logger.warning("heartbeat of worker %s failed (%s: %s)", self.worker_id, type(exc).__name__, exc)
                 else:

@@ -26,8 +26,10 @@ key                                type    meaning
                                            counters (scripts/fire.lua), pause and last "run now"
                                            (scripts/schedule_*.lua); expires unless renewed, never
                                            while paused
-``P:processed`` / ``P:failed``     STRING  counters of acks / failed attempts / dead letters
+``P:processed`` / ``P:failed``     STRING  counters of acks / failed attempts retry.lua took / dead letters
 ``P:dead_count``
+``P:retried`` / ``P:failed_final`` STRING  totals only: retries scheduled / failed last attempts (bury.lua) /
+``P:recovered``                            tasks reap.lua gave back after their worker died
 ``P:<counter>:<minute>``           STRING  the same counters per minute (kept 2 hours)
 ``<any key above>:corrupt``        any     a key found of the wrong type, set aside by a script
                                            (lib/types.lua); expires (``t:<id>:corrupt`` after
@@ -102,7 +104,7 @@ class QueueKeys:
         return key + ":corrupt"
 
     def counter(self, name: str, minute: int | None = None) -> str:
-        """``processed``, ``failed`` or ``dead_count``; per minute when given."""
+        """``processed``, ``failed``, ``dead_count`` (per minute too), ``retried``, ``failed_final``, ``recovered``."""
         if minute is None:
             return self.prefix + name
         return f"{self.prefix}{name}:{minute}"

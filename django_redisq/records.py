@@ -187,3 +187,22 @@ class QueueStats:
     dead_hour: int
     series: list[tuple[datetime, int, int, int]]  # minute, processed, failed, dead (oldest first)
     workers: list[WorkerInfo]
+
+
+TOTALS = ("processed", "failed", "failed_final", "retried", "dead_count", "recovered")
+"""The counters the scripts keep per queue (keys.py), read by ``Inspector.figures``."""
+
+
+@dataclass(slots=True)
+class QueueFigures:
+    """What a metrics scrape or a health probe needs of one queue: O(1) reads, no per-minute series."""
+
+    alias: str
+    queue: str
+    pending: int
+    scheduled: int
+    running: int  # ids in every registered worker's processing list
+    dead: int
+    oldest_pending_age: float  # seconds; 0 when nothing is pending
+    workers: int  # live: heartbeat within WORKER_TIMEOUT
+    totals: dict[str, int]  # TOTALS -> count since the counters began

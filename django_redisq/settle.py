@@ -38,6 +38,9 @@ SETTLE_WITHIN = 0.05
 """Seconds a finished task may wait for the rest of its batch before it is settled anyway."""
 
 Batch = list[tuple[Delivery, Outcome]]
+RETRIED, DEAD_LETTERED, LEASE_LOST = "retried", "dead_lettered", "lease_lost"
+"""What ``Settler.on_event`` is told once Redis has taken a step (signals and metrics listen)."""
+_LOST = object()
 
 
 class Unsettled:
@@ -82,6 +85,7 @@ class Settler:
         self.worker_id = worker_id
         self.force = force
         self.on_settled = on_settled
+        self.on_event: Callable[[str, Delivery, Outcome], None] | None = None
         self.wake = threading.Event()
 
     def settle(self, batch: Batch) -> None:
@@ -95,24 +99,37 @@ class Settler:
                     acks.setdefault(d.queue, []).append((d.id, o.result_json))
             for q, results in acks.items():
                 lost = self.with_retries(partial(self.broker.ack_many, q, self.worker_id, results), f"acking {len(results)} task(s)")
-                for task_id in lost or ():
+                for task_id in lost if isinstance(lost, list) else ():
                     logger.warning("task %s was no longer held by worker %s at ack; another worker has it now", task_id, self.worker_id)
+                    self._tell(LEASE_LOST, next((d, o) for d, o in batch if d.id == task_id and d.queue == q))
             for d, o in batch:
                 if o.kind == RETRY:
-                    self.with_retries(partial(self.broker.retry, d.queue, self.worker_id, d.id, o.delay_ms, o.error), f"retrying {d.id}")
+                    done = self.with_retries(partial(self.broker.retry, d.queue, self.worker_id, d.id, o.delay_ms, o.error), f"retrying {d.id}")
+                    # False: dead-lettered instead (a cancel request came while it ran)
+                    self._tell(LEASE_LOST if done is _LOST else RETRIED if done else DEAD_LETTERED, (d, o), done is None)
                 elif o.kind == DEAD:
-                    self.with_retries(partial(self.broker.bury, d.queue, self.worker_id, d.id, o.error, o.reason, o.failed), f"burying {d.id}")
+                    done = self.with_retries(partial(self.broker.bury, d.queue, self.worker_id, d.id, o.error, o.reason, o.failed), f"burying {d.id}")
+                    self._tell(LEASE_LOST if done is _LOST else DEAD_LETTERED, (d, o), done is None)
         finally:  # whatever happened above, the worker forgets these tasks (what Redis still holds, the sweep hands back)
             self.on_settled(batch)
 
+    def _tell(self, event: str, item: tuple[Delivery, Outcome], failed: bool = False) -> None:
+        """Tell ``on_event`` of a step Redis took; a listener's error never stops settling."""
+        if self.on_event is None or failed:
+            return
+        try:
+            self.on_event(event, *item)
+        except Exception:
+            logger.exception("a listener of %s failed", event)
+
     def with_retries(self, step: Callable[[], Any], what: str) -> Any:
-        """Run one settle step, retrying while Redis says "not now", until it lands or a force stop."""
+        """Run one settle step, retrying while Redis says "not now", until it lands (its answer) or a force stop (None)."""
         for attempt in itertools.count():
             try:
                 return step()
             except LeaseLost as exc:
                 logger.warning("%s; another worker has it now", exc)
-                return None
+                return _LOST
             except redis.RedisError as exc:
                 if not is_transient(exc):  # an answer that would repeat (a script bug): the sweep hands the task back
                     logger.exception("%s failed; the task is handed back by the sweep", what)

@@ -16,7 +16,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import redis
 
@@ -32,11 +33,13 @@ ROUND = 0.5
 
 class Upkeep:
     def __init__(self, broker: Broker, worker_id: str, queues: Sequence[str], held: Held, pool: Pool,
-                 stop: threading.Event, reap_every: float, burst: bool) -> None:
+                 stop: threading.Event, reap_every: float, burst: bool,
+                 on_recovered: Callable[[Any], None] | None = None) -> None:
         self.broker, self.worker_id, self.queues = broker, worker_id, list(queues)
         self.held, self.pool, self.stop = held, pool, stop
         self.reap_every, self.burst = reap_every, burst
         self.told: set[str] = set()  # running tasks the pool was told to cancel (until they are settled)
+        self.on_recovered = on_recovered  # told what each reap handed back (the task_recovered signal)
 
     def loop(self) -> None:
         """Rounds until stopped, or, with ``burst``, until the queues are drained."""
@@ -81,10 +84,12 @@ class Upkeep:
     def reap(self) -> None:
         for q in self.queues:
             try:
-                tasks, workers = self.broker.reap(q, self.worker_id)
+                tasks, workers, recovered = self.broker.reap_detail(q, self.worker_id)
             except redis.RedisError as exc:
                 logger.warning("reaping queue %s failed (%s: %s)", q, type(exc).__name__, exc)
                 continue
+            if self.on_recovered is not None and recovered:
+                self.on_recovered(recovered)
             if workers:
                 logger.warning("reaped worker(s) %s: %d task(s) of queue %s back to pending", ", ".join(workers), tasks, q)
 

@@ -42,6 +42,7 @@ from .fetcher import Fetcher
 from .heartbeat import Heartbeat
 from .holding import Held
 from .keys import NAME_RE, WORKER_NAME_MAX
+from .observe import Observer
 from .outcome import DEAD, Outcome, error_dict
 from .pools import Pool, make_pool
 from .runner import Runner
@@ -50,6 +51,8 @@ from .settle import ACK_BATCH, SETTLE_WITHIN, Batch, Settler, Unsettled
 from .upkeep import Upkeep
 
 logger = logging.getLogger("django_redisq")
+task_log = logging.getLogger("django_redisq.tasks")
+"""One line per settled task (INFO; WARNING with the traceback for a failed attempt)."""
 
 BAD_MESSAGE = "django_redisq.exceptions.BadMessage"
 HOLD_SECONDS = 0.01
@@ -127,8 +130,10 @@ class Worker:
         self.pool: Pool = make_pool(pool, self.runner, self.id, concurrency, max_tasks_per_child=max_tasks_per_child,
                                     max_memory_per_child=max_memory_per_child)
         self.unsettled = [Unsettled() for _ in range(self.pool.lanes)]
+        self.observer = Observer(self)  # signals; metrics and a health file when runworker asks (observe.py)
+        self.settler.on_event, self.heartbeat.on_beat = self.observer.settle_event, self.observer.beat
         self.upkeep = Upkeep(self.broker, self.id, self.queues, self.held, self.pool, self._stop,
-                             self.options.heartbeat_interval, burst)
+                             self.options.heartbeat_interval, burst, self.observer.recovered)
         # periodic schedules: on unless burst (a draining worker would keep enqueuing); bad ones are logged and skipped
         self.scheduler = Scheduler(self.options, self.broker, self._stop) if (not burst if scheduler is None else scheduler) else None
 
@@ -172,10 +177,8 @@ class Worker:
             extra.append(threading.Thread(target=self.scheduler.loop, name="redisq-scheduler", daemon=True))
         for t in [heartbeat, flusher, *fetchers, *executors, *extra]:
             t.start()
-        logger.log(
-            logging.DEBUG if self.burst else logging.INFO,
-            "worker %s serving %s with %s", self.id, ", ".join(self.queues), self.describe_pool(),
-        )
+        # runworker's banner is the start line people read; this one is for workers built in code
+        logger.debug("worker %s serving %s with %s", self.id, ", ".join(self.queues), self.describe_pool())
         try:
             self.upkeep.loop()
         finally:
@@ -278,6 +281,7 @@ class Worker:
         return Outcome(DEAD, error=error_dict(None, f"task data of id {d.id!r} is corrupt: {detail}", BAD_MESSAGE), reason="corrupt_task")
 
     def _settled(self, batch: Batch) -> None:
+        self.observer.settled(batch)
         self.held.forget(d for d, _ in batch)
         self.upkeep.settled({d.id for d, _ in batch})
         with self._count_lock:
@@ -285,11 +289,13 @@ class Worker:
             done = self.processed
         for d, o in batch:
             self.avg_duration += 0.05 * (o.duration - self.avg_duration)
-            if logger.isEnabledFor(logging.INFO):
-                logger.info(
-                    "task %s id=%s queue=%s attempt=%d outcome=%s duration=%.1fms%s",
+            level = logging.WARNING if o.failed else logging.INFO  # a failed attempt: once, with its traceback
+            if task_log.isEnabledFor(level):
+                task_log.log(
+                    level, "task %s id=%s queue=%s attempt=%d outcome=%s duration=%.1fms%s%s",
                     o.task_name or "?", d.id, d.queue, d.deliveries, o.kind, o.duration * 1000,
                     f" reason={o.reason}" if o.kind == DEAD else (f" retry_in={o.delay_ms}ms" if o.kind == "retry" else ""),
+                    "\n" + str(o.error.get("tb") or "").rstrip() if o.failed else "",
                 )
         if self.max_tasks and done >= self.max_tasks:
             self.request_stop()

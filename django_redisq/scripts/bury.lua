@@ -13,7 +13,8 @@
 --                                   kept for the retention, deleted with the dead letter)
 -- KEYS[4] -> P:status:<id>          (STRING guard)
 -- KEYS[5] -> P:cancels              (HASH, task id -> cancel request): the id's request is deleted
--- ARGV[1] -> P:              the queue's key prefix (counters, idempotency key, trimmed hashes)
+-- ARGV[1] -> P:              the queue's key prefix (counters: P:dead_count, and P:failed_final when
+--                            ARGV[8] is 1; idempotency key, trimmed hashes)
 -- ARGV[2] -> id
 -- ARGV[3] -> error JSON      {"exc", "msg", "tb", "at"}, appended to the task's errors ("at" := Redis time)
 -- ARGV[4] -> reason          why it is dead: 'failed', 'bad_message', 'unknown_task', 'cancelled', ...
@@ -51,4 +52,5 @@ redis.call('PERSIST', KEYS[3])
 redis.call('ZADD', KEYS[2], now, id)
 if guard == 'string' and redis.call('GET', KEYS[4]) == 'running:' .. ARGV[7] then redis.call('DEL', KEYS[4]) end
 count(prefix, 'dead_count', 1, now)
+if ARGV[8] == '1' then incr(prefix .. 'failed_final', 1) end  -- a failed last attempt: failed = failed + failed_final
 return trim_dead(prefix, KEYS[2], now, ARGV[5], ARGV[6])  -- bounded batches: O(log n) per bury

@@ -15,13 +15,15 @@
 -- KEYS[3] -> P:alive    (HASH, worker id -> start of its unbroken run of heartbeats)
 -- KEYS[4] -> P:dead     (ZSET), where cancelled tasks go
 -- KEYS[5] -> P:cancels  (HASH, task id -> '<Redis ms>|<who>')
--- ARGV[1] -> P:         the queue's key prefix (processing lists, task hashes, guards)
+-- ARGV[1] -> P:         the queue's key prefix (processing lists, task hashes, guards, the counter
+--                       P:recovered of tasks given back)
 -- ARGV[2] -> dead after in ms: a worker silent for longer is dead
 -- ARGV[3] -> most workers reaped by one call
 -- ARGV[4] -> the reaping worker's id ('' = an operator's call: no condition on the caller)
 -- ARGV[5] -> gap in ms: the reaper's own last heartbeat must be at most this old
 --
--- Returns: {tasks given back or cancelled, reaped worker id, ...}; {0, -1} when the reaper may not reap yet
+-- Returns: {tasks given back or cancelled, {id, its dead worker, task path, deliveries, ...} of the tasks
+--   given back, reaped worker id, ...}; {0, -1} when the reaper may not reap yet
 --! include shape.lua
 --! include cancel.lua
 local bad = wrong_shape({'zset', 'list', 'hash', 'zset', 'hash'})
@@ -36,7 +38,8 @@ if me ~= '' then
 end
 local requests = redis.call('EXISTS', KEYS[5]) == 1
 local dead = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - timeout, 'LIMIT', 0, tonumber(ARGV[3]) + 1)  -- +1: we may be among them
-local out = {0}
+local out = {0, {}}
+local back = out[2]
 local reaped = 0
 for _, w in ipairs(dead) do
   local plist = prefix .. 'processing:' .. w
@@ -54,7 +57,9 @@ for _, w in ipairs(dead) do
         bury_cancelled(prefix, KEYS[4], id, now, cancel_who(request))
       else
         redis.call('RPUSH', KEYS[2], id)
+        local f = is_hash and redis.call('HMGET', tkey, 'task', 'deliveries') or {}
         if is_hash then redis.call('HSET', tkey, 'state', 'pending') end
+        back[#back + 1] = id; back[#back + 1] = w; back[#back + 1] = f[1] or ''; back[#back + 1] = f[2] or '0'
       end
       local skey = prefix .. 'status:' .. id
       if redis.call('TYPE', skey)['ok'] == 'string' and redis.call('GET', skey) == 'running:' .. w then redis.call('DEL', skey) end
@@ -67,4 +72,5 @@ for _, w in ipairs(dead) do
     reaped = reaped + 1
   end
 end
+if #back > 0 then incr(prefix .. 'recovered', #back / 4) end
 return out

@@ -9,7 +9,8 @@
 -- KEYS[4] -> P:status:<id>          (STRING guard)
 -- KEYS[5] -> P:dead                 (ZSET), for a task whose hash turned out corrupt, or cancelled
 -- KEYS[6] -> P:cancels              (HASH, task id -> '<Redis ms>|<who>'): the id's request is deleted
--- ARGV[1] -> P:             the queue's key prefix (counters)
+-- ARGV[1] -> P:             the queue's key prefix (counters: P:failed, every failed attempt that reached
+--                           this script; P:retried, those scheduled for another attempt)
 -- ARGV[2] -> id
 -- ARGV[3] -> delay in ms    (computed by backoff.py; the due time is Redis TIME + delay)
 -- ARGV[4] -> error JSON     {"exc": dotted class path, "msg": text, "tb": traceback, "at": ms};
@@ -52,4 +53,5 @@ if request then
   return 3
 end
 redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), id)
+incr(prefix .. 'retried', 1)
 return 1

@@ -67,7 +67,7 @@ def unbounded_keys(r, queues: list[str]) -> list[str]:
         rest = key[len(k.prefix):]
         if key in (k.pending, k.scheduled, k.dead, k.workers, k.alive) or rest.startswith("processing:"):
             continue  # live structures (their members are checked through the tasks)
-        if rest in ("processed", "failed", "dead_count"):
+        if rest in ("processed", "failed", "dead_count", "retried", "failed_final", "recovered"):
             continue  # one integer each
         kind, _, name = rest.partition(":")
         if kind == "t" and name in live[q]:

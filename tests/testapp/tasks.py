@@ -357,3 +357,12 @@ async def async_uses_orm_unsafely() -> int:
     from django.contrib.auth.models import User
 
     return User.objects.count()
+
+
+@task
+def slow_first_time(key: str, seconds: float) -> str:
+    """Sleeps ``seconds`` on its first run only: a worker can be killed during it, and the redelivery ends at once."""
+    if record(key + ":start") == 1:
+        time.sleep(seconds)
+    record(key)
+    return key

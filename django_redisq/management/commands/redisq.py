@@ -8,6 +8,7 @@
     redisq dead replay (--all | ID ...) [--queue Q] [--to Q2] [filters] [--json]
     redisq dead purge (--all | ID ...) [--queue Q] [filters] [--noinput] [--json]
     redisq cancel ID [ID ...] [--queue Q] [--json]
+    redisq health [--max-pending N] [--max-age SECONDS] [--max-dead N] [--min-workers N] [--queue Q ...] [--json]
 
 It reads through ``inspect.py`` and changes through ``operations.py``, as
 the admin does. Long runs draw a progress bar on stderr.
@@ -28,6 +29,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_redisq.exceptions import InvalidArguments
 from django_redisq.inspect import DeadFilter, Inspector, UnknownQueue, UnknownSchedule, schedule_rows
+from django_redisq.management.commands import _health
 from django_redisq.management.commands.runworker import positive
 from django_redisq.operations import DELETE, PAUSE, REPLAY, RUN_NOW, TASK_ID_RE, Operations, Progress, ScheduleOperations
 
@@ -46,11 +48,11 @@ def _user() -> str:
 
 
 class Command(BaseCommand):
-    help = "Queue figures; list, show, replay or purge dead letters; cancel tasks; control schedules."
+    help = "Queue figures and health; list, show, replay or purge dead letters; cancel tasks; control schedules."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--backend", default="default", help="the TASKS alias (default: %(default)s)")
-        sub = parser.add_subparsers(dest="command", required=True, metavar="{stats,schedules,dead,cancel}")
+        sub = parser.add_subparsers(dest="command", required=True, metavar="{stats,health,schedules,dead,cancel}")
         sched = sub.add_parser("schedules", help="periodic schedules: next and last run, missed and skipped ticks; pause, resume, run now")
         sched.add_argument("--json", action="store_true", help="print JSON")
         control = sched.add_subparsers(dest="schedule_command", metavar="{pause,resume,run}")
@@ -62,6 +64,7 @@ class Command(BaseCommand):
             p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the outcome as JSON")
         stats = sub.add_parser("stats", help="sizes, throughput and workers of every queue")
         stats.add_argument("--json", action="store_true", help="print JSON")
+        _health.add_parser(sub)
         dead = sub.add_parser("dead", help="dead letters").add_subparsers(dest="dead_command", required=True,
                                                                            metavar="{list,show,replay,purge}")
         listing = dead.add_parser("list", help="newest first")
@@ -108,6 +111,8 @@ class Command(BaseCommand):
         try:
             if opts["command"] == "stats":
                 self.stats(opts)
+            elif opts["command"] == "health":
+                _health.run(self, ins, opts)
             elif opts["command"] == "schedules":
                 self.schedules(opts)
             elif opts["command"] == "cancel":

@@ -16,7 +16,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils.module_loading import autodiscover_modules
 
 from django_redisq.compat import LOGGER_NAME
-from django_redisq.connection import check_server, durability_warnings
+from django_redisq.connection import check_server, describe, durability_warnings
 from django_redisq.exceptions import RedisUnavailable
 from django_redisq.pools import POOLS
 
@@ -88,6 +88,14 @@ def memory(value: str) -> int:
     return int(n)
 
 
+def banner(worker: Any) -> str:
+    """The start line: who serves what, how, against which Redis (never its credentials)."""
+    o = worker.options
+    return (f"django_redisq worker {worker.id} (pid {os.getpid()}) serving {', '.join(worker.queues)} of backend {o.alias!r} "
+            f"with {worker.describe_pool()} ({worker.pool.name} pool) on {describe(o)}; "
+            f"heartbeat every {o.heartbeat_interval:g}s, reaped after {o.worker_timeout:g}s")
+
+
 class Command(BaseCommand):
     help = "Run tasks from django_redisq queues. First SIGTERM/SIGINT: finish running tasks and exit; second: exit now."
 
@@ -110,6 +118,12 @@ class Command(BaseCommand):
         parser.add_argument("--no-scheduler", action="store_false", dest="scheduler",
                             help="do not claim periodic ticks in this worker (by default every worker does; each tick runs once)")
         parser.add_argument("--name", default=None, help="worker name (default: host.pid); the worker id adds a per-process suffix")
+        parser.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
+                            help="serve this worker's Prometheus metrics on PORT (0: any free port, logged); needs django-redisq[metrics]")
+        parser.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST",
+                            help="address the metrics endpoint listens on (default: %(default)s, loopback only)")
+        parser.add_argument("--health-file", default=None, metavar="PATH",
+                            help="rewrite PATH after every heartbeat Redis answered: a liveness probe checks its age")
 
     def handle(self, *args: Any, **opts: Any) -> None:
         self._configure_logging(opts["verbosity"])
@@ -130,14 +144,25 @@ class Command(BaseCommand):
             if "InvalidTaskBackend" in type(exc).__name__:
                 raise CommandError(f"no task backend {opts['backend']!r} in TASKS") from None
             raise
+        log = logging.getLogger("django_redisq")
+        log.log(logging.DEBUG if opts["burst"] else logging.INFO, "%s", banner(worker))
         for warning in durability_warnings(worker.options):
-            logging.getLogger("django_redisq").warning(warning)
+            log.warning(warning)
+        try:
+            if opts["metrics_port"] is not None:
+                port = worker.observer.serve_metrics(opts["metrics_host"], opts["metrics_port"])
+                log.info("metrics of worker %s at http://%s:%d/metrics", worker.id, opts["metrics_host"], port)
+            if opts["health_file"]:
+                worker.observer.write_health_file(opts["health_file"])
+        except (ImproperlyConfigured, OSError) as exc:
+            raise CommandError(f"--metrics-port/--health-file: {exc}") from None
         self._install_signals(worker)
         try:
             worker.run()
         except ImproperlyConfigured as exc:  # e.g. a process-pool child that cannot set up
             raise CommandError(str(exc)) from None
         finally:
+            worker.observer.stop()
             self._flush_logs()
 
     handler: BatchedStderrHandler | None = None
@@ -150,9 +175,11 @@ class Command(BaseCommand):
         from django.conf import settings
 
         # Django's own task signal receivers build two INFO records per task that its
-        # default LOGGING then drops (DEBUG off); skip building them unless configured
-        if not settings.DEBUG and LOGGER_NAME not in (getattr(settings, "LOGGING", {}) or {}).get("loggers", {}):
-            logging.getLogger(LOGGER_NAME).setLevel(logging.WARNING)
+        # default LOGGING then drops (DEBUG off), and an ERROR with the traceback of a task's
+        # last failure, which the worker's own WARNING line for the attempt already carries:
+        # skip them unless configured, so each traceback is logged once
+        if LOGGER_NAME not in (getattr(settings, "LOGGING", {}) or {}).get("loggers", {}):
+            logging.getLogger(LOGGER_NAME).setLevel(logging.CRITICAL)
         log = logging.getLogger("django_redisq")
         log.setLevel(LEVELS.get(verbosity, logging.INFO))
         if not log.handlers and not logging.getLogger().handlers:

@@ -3,12 +3,19 @@
 Places an order through the view (which enqueues its receipt), enqueues a
 task that fails twice then succeeds, one that always fails, and a delayed one;
 runs a worker until each has settled, and reports what happened.
+
+The report is the story: the worker's own log lines (one per task, the
+tracebacks of failed attempts) and Django's task log lines are debug output
+here, shown with ``-v 3`` only.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import threading
 import time
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -17,12 +24,28 @@ from django.core.management.base import BaseCommand, CommandError
 from django.test import Client
 from django.utils import timezone
 
+from django_redisq import signals
 from django_redisq.compat import TaskResult, TaskResultStatus
 from django_redisq.connection import check_server, describe
 from django_redisq.exceptions import RedisUnavailable
 from django_redisq.worker import Worker
 from shop import tasks
 from shop.models import Order
+
+
+@contextlib.contextmanager
+def quiet_logs(verbosity: int) -> Iterator[None]:
+    """Below ``-v 3``, keep the task and worker log lines out of the story (errors still show)."""
+    levels = {"django.tasks": logging.CRITICAL, "django_redisq": logging.ERROR}
+    saved = {name: logging.getLogger(name).level for name in levels}
+    if verbosity < 3:
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
+    try:
+        yield
+    finally:
+        for name, level in saved.items():
+            logging.getLogger(name).setLevel(level)
 
 
 class Command(BaseCommand):
@@ -32,6 +55,25 @@ class Command(BaseCommand):
         parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for every task to settle")
 
     def handle(self, *args: Any, **opts: Any) -> None:
+        signals.task_retried.connect(self.on_retried)
+        signals.task_dead_lettered.connect(self.on_dead_lettered)
+        try:
+            with quiet_logs(opts["verbosity"]):
+                self.story(opts)
+        finally:
+            signals.task_retried.disconnect(self.on_retried)
+            signals.task_dead_lettered.disconnect(self.on_dead_lettered)
+
+    # django_redisq's signals, sent by the worker once Redis has taken the step
+    def on_retried(self, sender: Any, task_name: str, attempt: int, error: dict[str, Any], delay_ms: int, **kw: Any) -> None:
+        self.stdout.write(f"  retry: {task_name.rsplit('.', 1)[-1]} attempt {attempt} failed "
+                          f"({error['exc'].rsplit('.', 1)[-1]}: {error['msg']}); next attempt in {delay_ms} ms")
+
+    def on_dead_lettered(self, sender: Any, task_name: str, attempt: int, reason: str, error: dict[str, Any], **kw: Any) -> None:
+        self.stdout.write(f"  dead letter: {task_name.rsplit('.', 1)[-1]} after attempt {attempt} ({reason}: "
+                          f"{error['exc'].rsplit('.', 1)[-1]}: {error['msg']})")
+
+    def story(self, opts: dict[str, Any]) -> None:
         call_command("migrate", verbosity=0)
         worker = Worker(concurrency=2, burst=True, name="demo-worker")
         try:

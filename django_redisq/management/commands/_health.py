@@ -1,0 +1,80 @@
+"""``manage.py redisq health``: exit 0 when every threshold holds, 1 naming each breach, 2 when Redis is unreachable.
+
+    redisq health [--max-pending N] [--max-age SECONDS] [--max-dead N] [--min-workers N] [--queue Q ...] [--json]
+
+Kept out of redisq.py (a module per subcommand family). Thresholds on the
+command line apply to every queue checked and override ``OPTIONS["HEALTH"]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict
+from typing import Any
+
+import redis
+from django.conf import settings
+from django.core.management.base import BaseCommand
+
+from django_redisq.connection import describe
+from django_redisq.health import Thresholds, breaches, configured
+from django_redisq.inspect import Inspector
+
+OK, BREACHED, UNREACHABLE = 0, 1, 2
+
+
+def non_negative(kind: type) -> Any:
+    def parse(value: str) -> Any:
+        try:
+            n = kind(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {value!r}") from None
+        if n < 0:
+            raise argparse.ArgumentTypeError(f"must be at least 0, got {value}")
+        return n
+
+    return parse
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("health", help="check thresholds: exit 0 if all hold, 1 naming each breach, 2 if Redis is unreachable")
+    p.add_argument("--max-pending", type=non_negative(int), metavar="N", help="at most N tasks pending per queue")
+    p.add_argument("--max-age", type=non_negative(float), metavar="SECONDS", help="the oldest pending task waited at most this long")
+    p.add_argument("--max-dead", type=non_negative(int), metavar="N", help="at most N dead letters per queue")
+    p.add_argument("--min-workers", type=non_negative(int), metavar="N", help="at least N live workers per queue")
+    p.add_argument("--queue", action="append", dest="health_queues", metavar="Q", help="check only this queue (repeatable)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def run(command: BaseCommand, ins: Inspector, opts: dict[str, Any]) -> None:
+    """Print the verdict; raises SystemExit with the exit code unless every threshold holds."""
+    queues = opts.get("health_queues") or list(ins.queues)
+    for q in queues:
+        ins.keys(q)  # UnknownQueue -> CommandError
+    over = {name: opts.get(name) for name in ("max_pending", "max_age", "max_dead", "min_workers")}
+    params: dict[str, Any] = settings.TASKS[ins.options.alias]
+    health = params.get("OPTIONS", {}).get("HEALTH")
+    try:
+        figures = [f for f in ins.figures() if f.queue in queues]
+    except (redis.RedisError, OSError) as exc:
+        line = f"Redis unreachable at {describe(ins.options)}: {type(exc).__name__}"
+        emit(command, opts, {"status": "unreachable", "breaches": [line], "queues": {}}, [line])
+        raise SystemExit(UNREACHABLE) from None
+    lines: list[str] = []
+    data: dict[str, Any] = {}
+    for f in figures:
+        t: Thresholds = configured(health, f.queue).merged(**over)
+        found = breaches(f, t)
+        lines += found
+        data[f.queue] = {"pending": f.pending, "oldest_pending_age": f.oldest_pending_age, "dead": f.dead, "workers": f.workers,
+                         "thresholds": {k: v for k, v in asdict(t).items() if v is not None}, "breaches": found}
+    status = "breached" if lines else "ok"
+    emit(command, opts, {"status": status, "breaches": lines, "queues": data},
+         lines or [f"ok: {len(figures)} queue(s) within their thresholds"])
+    if lines:
+        raise SystemExit(BREACHED)
+
+
+def emit(command: BaseCommand, opts: dict[str, Any], data: dict[str, Any], lines: list[str]) -> None:
+    command.stdout.write(json.dumps(data, indent=2) if opts.get("json") else "\n".join(lines))
