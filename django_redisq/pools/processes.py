@@ -17,30 +17,18 @@ those of the other pools; a child only gets the message and returns the outcome.
 - **Recycling**: a child is replaced after ``max_tasks_per_child`` tasks or once
   its resident memory exceeds ``max_memory_per_child`` bytes after a task.
 
-Each child is a new interpreter (``python -m django_redisq.pools.child``),
-never a fork of the worker: the worker has threads and open sockets, and a
-fork of a threaded process may inherit a lock another thread held, forever.
-Nor is the main module imported again (as multiprocessing's spawn would), so
-any script can run a process-pool worker. Each child sets up Django once; the
-worker closes its database connections before starting children, so none is
-ever shared. The pipe to a child is a socket pair: when the child dies, its
-end closes and the lane sees it at once.
+How children are started, stopped and kept spare is ``children.py``; what a
+child does is ``child.py``. Each sets up Django once; the worker closes its
+database connections before starting children, so none is ever shared.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
-import multiprocessing as mp
-import os
-import signal
-import subprocess
-import sys
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import wait
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -48,49 +36,19 @@ from django.core.exceptions import ImproperlyConfigured
 from ..broker import Delivery
 from ..exceptions import TaskCancelled, TaskTimeout, WorkerLost
 from ..outcome import Outcome
-from ..task import _registry
 from . import Done, Pool
-from .child import ChildConfig
+from .children import Child, Children, config_for
 
 logger = logging.getLogger("django_redisq")
 
 HARD_KILL_GRACE = 1.0
 """Seconds a child may take past a task's time limit (to unwind from ``TaskTimeout``) before it is killed."""
-START_TIMEOUT = 120.0
-"""Seconds a new child may take to set up Django and import the tasks."""
 POLL = 0.1
 """Seconds between looks at cancellations while a task runs in a child (a finished task is seen at once)."""
 
 
-@dataclass(eq=False)
-class Child:
-    process: subprocess.Popen[bytes]
-    conn: Connection
-    tasks: int = 0
-    rss: int = 0
-
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-    def join(self, timeout: float) -> bool:
-        try:
-            self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            return False
-        return True
-
-
 class Abandoned(Exception):
     """The pool was stopped at once: the running task stays in processing for the reaper."""
-
-
-def _death(code: int | None) -> str:
-    if code is not None and code < 0:
-        try:
-            return f"was killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"was killed by signal {-code}"
-    return f"exited with status {code}"
 
 
 class ProcessPool(Pool):
@@ -108,75 +66,22 @@ class ProcessPool(Pool):
         self._running: dict[str, int] = {}  # task id -> lane
         self._cancelled: dict[str, str] = {}  # task id -> who cancelled it
         self._abandon = False
-        self._config: ChildConfig | None = None
-        self._spare: Future[Child] | None = None  # started after the first replacement
-        self._spawner = ThreadPoolExecutor(1, thread_name_prefix="redisq-spawn")
-        self._stopping = ThreadPoolExecutor(1, thread_name_prefix="redisq-reap")
-        self._stopped = False
         self._gone: dict[int, int] = {}  # lane -> pid of the child killed there, for the log line
+        self._spawn: Children | None = None
 
     # -- children --------------------------------------------------------
 
+    @property
+    def _spare(self) -> Any:
+        return self._spawn.spare if self._spawn is not None else None
+
     def start(self) -> None:
-        from django.conf import settings
         from django.db import connections
 
-        modules = sorted({t.func.__module__ for t in _registry.values()} - {"__main__"})
-        self._config = ChildConfig(self.runner.alias, settings.TASKS, tuple(modules), self.worker_id,
-                                   logging.getLogger("django_redisq").getEffectiveLevel(), tuple(sys.path),
-                                   os.environ.get("DJANGO_SETTINGS_MODULE", ""))
+        self._spawn = Children(config_for(self.runner.alias, self.worker_id))
         connections.close_all()
-        launched = [self._launch() for _ in range(self.lanes)]  # set up side by side
-        try:
-            for lane, child in enumerate(launched):
-                self.children[lane] = self._ready(child)
-        except BaseException:
-            for child in launched:
-                self._end(child, kill=True)
-            raise
-        logger.debug("process pool: %d child(ren) ready: %s", self.lanes, ", ".join(str(c.process.pid) for c in launched))
-
-    def _launch(self) -> Child:
-        assert self._config is not None
-        if not hasattr(os, "fork"):
-            raise ImproperlyConfigured("the process pool needs a POSIX system (it passes a socket to each child)")
-        ours, theirs = mp.Pipe()
-        env = {**os.environ, "DJANGO_SETTINGS_MODULE": self._config.settings_module}
-        process = subprocess.Popen(
-            [sys.executable, "-m", "django_redisq.pools.child", str(theirs.fileno())],
-            pass_fds=(theirs.fileno(),), env=env, close_fds=True,
-        )
-        theirs.close()
-        ours.send(self._config)
-        return Child(process, ours)
-
-    def _ready(self, child: Child) -> Child:
-        if wait([child.conn], START_TIMEOUT):
-            try:
-                msg = child.conn.recv()
-            except (EOFError, OSError):
-                msg = ("error", "")
-            if msg[0] == "ready":
-                return child
-            detail = msg[1]
-        else:
-            detail = f"no answer within {START_TIMEOUT:g} s"
-        self._end(child, kill=True)
-        lines = (detail or "it died while setting up").strip().splitlines()
-        raise ImproperlyConfigured(f"a process-pool child could not start: {lines[-1]}" + "".join(f"\n  {x}" for x in lines[:-1]))
-
-    def _end(self, child: Child, kill: bool = False) -> None:
-        """Stop one child: ask it to leave, kill it if it does not (or at once with ``kill``)."""
-        if not kill and child.alive():
-            try:
-                child.conn.send(None)
-            except OSError:
-                pass
-            child.join(5)
-        if child.alive():
-            child.process.kill()
-        child.join(5)
-        child.conn.close()
+        self.children[:] = self._spawn.start(self.lanes)
+        logger.debug("process pool: %d child(ren) ready: %s", self.lanes, ", ".join(str(c.pid) for c in self.children if c))
 
     def _replace(self, lane: int, why: str) -> Child | None:
         """A new child for ``lane`` (the spare, set up beforehand, if there is one); None once stopping at once.
@@ -185,19 +90,20 @@ class ProcessPool(Pool):
         again with backoff while the lane holds its task: the task stays in the
         worker's list, to be handed back at shutdown, never buried for it.
         """
+        assert self._spawn is not None
         recycled = why.startswith("recycled")
         old = self.children[lane]
         if old is not None:
-            if recycled:  # it leaves in its own time, the lane goes on with the next child
-                self._stopping.submit(self._end, old)
+            if recycled:
+                self._spawn.retire(old)
             else:
-                self._end(old, kill=True)
+                old.kill()
         self.children[lane] = None
         for attempt in itertools.count():
             if self._abandon:
                 return None
             try:
-                child = self._take_spare()
+                child = self._spawn.take()
                 break
             except ImproperlyConfigured as exc:
                 logger.error("process pool: %s; trying again", exc)
@@ -205,23 +111,7 @@ class ProcessPool(Pool):
         self.children[lane] = child
         self.replaced += 1
         logger.log(logging.INFO if recycled else logging.WARNING, "process pool: child %s %s; child %s replaces it",
-                   old.process.pid if old else self._gone.pop(lane, "-"), why, child.process.pid)
-        return child
-
-    def _take_spare(self) -> Child:
-        """The spare child if one is ready or starting, else a new one; then start the next spare.
-
-        Setting up Django takes a child most of a second: with a spare, a lane
-        whose child was recycled, killed or lost runs its next task at once.
-        """
-        with self._lock:
-            spare, self._spare = self._spare, None
-        try:
-            child = spare.result() if spare is not None else self._ready(self._launch())
-        finally:
-            with self._lock:
-                if self._spare is None and not self._abandon and not self._stopped:
-                    self._spare = self._spawner.submit(lambda: self._ready(self._launch()))
+                   old.pid if old else self._gone.pop(lane, "-"), why, child.pid)
         return child
 
     # -- running ---------------------------------------------------------
@@ -283,7 +173,7 @@ class ProcessPool(Pool):
             if child.conn in ready or not child.alive():
                 child.join(1)
                 self._kill(lane, child)
-                why = f"the process running the task (pid {child.process.pid}) {_death(child.process.returncode)}"
+                why = f"the process running the task (pid {child.pid}) {child.death()}"
                 logger.warning("task id=%s: %s; the attempt failed, a new child takes over", d.id, why)
                 return self.runner.lost(d, self.worker_id, WorkerLost(why), ran)
             if time.monotonic() >= deadline:
@@ -295,13 +185,10 @@ class ProcessPool(Pool):
                 return self.runner.lost(d, self.worker_id, late, ran)
 
     def _kill(self, lane: int, child: Child) -> None:
-        if child.alive():
-            child.process.kill()
-        child.join(5)
-        child.conn.close()
+        child.kill()
         if self.children[lane] is child:
             self.children[lane] = None
-            self._gone[lane] = child.process.pid
+            self._gone[lane] = child.pid
 
     # -- control ---------------------------------------------------------
 
@@ -317,26 +204,18 @@ class ProcessPool(Pool):
         return True
 
     def stop(self, force: bool = False) -> None:
-        with self._lock:
-            self._abandon = self._abandon or force
-            spare, self._spare = self._spare, None
-            self._stopped = True
+        self._abandon = self._abandon or force
         for lane, child in enumerate(self.children):
             if child is not None:
-                self._end(child, kill=force)
+                child.kill() if force else child.end()
                 self.children[lane] = None
-        if spare is not None:
-            try:
-                self._end(spare.result(), kill=True)
-            except Exception:  # noqa: BLE001 - a spare that never started leaves nothing behind
-                pass
-        self._spawner.shutdown(wait=False)
-        self._stopping.shutdown(wait=True)
+        if self._spawn is not None:
+            self._spawn.close(kill=force)
 
     def kill(self) -> None:
         self._abandon = True
-        spare = self._spare
-        children = [*self.children, spare.result() if spare is not None and spare.done() and not spare.exception() else None]
-        for child in children:
+        for child in self.children:
             if child is not None and child.alive():
                 child.process.kill()
+        if self._spawn is not None:
+            self._spawn.kill_spare()
