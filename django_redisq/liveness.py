@@ -19,7 +19,9 @@ import logging
 import os
 import tempfile
 import time
-from datetime import UTC, datetime
+from datetime import datetime
+
+from .compat import UTC
 
 logger = logging.getLogger("django_redisq")
 
