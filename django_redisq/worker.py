@@ -127,6 +127,8 @@ class Worker:
         self.heartbeat = Heartbeat(self.options, self.id, self.queues, self.info, self.held.known, self._fenced)
         self.fetcher = Fetcher(self.broker, self.id, self.queues, self.held, self._stop, self.heartbeat.wake, burst)
         self.settler = Settler(self.broker, self.id, self._force, self._settled)
+        if pool != "processes" and (max_tasks_per_child or max_memory_per_child):
+            raise ValueError("max_tasks_per_child and max_memory_per_child apply to the process pool only (--pool processes)")
         self.pool: Pool = make_pool(pool, self.runner, self.id, concurrency, max_tasks_per_child=max_tasks_per_child,
                                     max_memory_per_child=max_memory_per_child)
         self.unsettled = [Unsettled() for _ in range(self.pool.lanes)]

@@ -40,6 +40,8 @@ def test_unreachable_redis_is_one_clear_line(r, run_worker_process, redis_url):
     (["--pool", "processes", "--max-memory-per-child", "lots"], "expected a size such as 512M"),
     (["--pool", "processes", "--max-memory-per-child", "10K"], "must be at least 1M"),
     (["--pool", "processes", "--max-tasks-per-child", "0"], "must be at least 1"),
+    (["--max-tasks-per-child", "10"], "apply to the process pool only (--pool processes)"),
+    (["--pool", "asyncio", "--max-memory-per-child", "1G"], "apply to the process pool only"),
 ])
 def test_bad_options(r, run_worker_process, args, message):
     wp = run_worker_process("--burst", *args)
