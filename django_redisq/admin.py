@@ -30,6 +30,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils.http import urlencode
 
 from .admin_actions import LIST_STATES, MAX_SELECTED, SAMPLE, cancel_view
+from .admin_edit import edit_form, edit_view
 from .conf import get_options
 from .connection import describe
 from .exceptions import RedisUnavailable
@@ -74,6 +75,11 @@ def duration(seconds: float | None) -> str:
     return f"{seconds:.1f} s"
 
 
+def run_time(seconds: float) -> str:
+    """A task's run time: milliseconds below a second, then as ``duration``."""
+    return f"{seconds * 1000:.3g} ms" if seconds < 1 else duration(seconds)
+
+
 def _filter(params: QueryDict) -> DeadFilter:
     return DeadFilter(params.get("task", "")[:200], params.get("exc", "")[:200], params.get("q", "")[:200])
 
@@ -99,6 +105,7 @@ class DeadLetterAdmin(admin.ModelAdmin):
             path("queues/", wrap(self.queues_view), name=f"{name}_queues"),
             path("tasks/<str:state>/", wrap(self.tasks_view), name=f"{name}_tasks"),
             path("task/<str:alias>/<str:queue>/<str:task_id>/", wrap(self.detail_view), name=f"{name}_detail"),
+            path("task/<str:alias>/<str:queue>/<str:task_id>/edit/", wrap(self.edit_view), name=f"{name}_edit"),
             path("action/", wrap(self.action_view), name=f"{name}_action"),
             path("cancel/", wrap(self.cancel_view), name=f"{name}_cancel"),
             path("schedules/", wrap(self.schedules_view), name=f"{name}_schedules"),
@@ -175,8 +182,10 @@ class DeadLetterAdmin(admin.ModelAdmin):
                         workers[w.name].holding += w.holding
                     else:
                         workers[w.name] = w
-            rows = [(s, chart(s.series), duration(s.oldest_pending_age)) for s in stats]
-            backends.append((alias, rows, sorted(workers.values(), key=lambda w: w.name)))
+            rows = [(s, chart(s.series), duration(s.oldest_pending_age), "—" if s.failure_rate is None else f"{s.failure_rate:.1%}")
+                    for s in stats]
+            slow = [(s.queue, t, run_time(t.p50), run_time(t.p95)) for s in stats for t in s.slowest]
+            backends.append((alias, rows, sorted(workers.values(), key=lambda w: w.name), slow))
         return self._render(request, "queues.html", self._context(request, "Queues", backends=backends))
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
@@ -216,7 +225,8 @@ class DeadLetterAdmin(admin.ModelAdmin):
                                 queues=ins.queues, state=state, page=page)
         return self._render(request, "tasks.html", context)
 
-    def detail_view(self, request: HttpRequest, alias: str, queue: str, task_id: str) -> TemplateResponse:
+    def detail_view(self, request: HttpRequest, alias: str, queue: str, task_id: str, form: Any = None) -> TemplateResponse:
+        """One task; a dead letter with readable arguments also gets the edit-then-replay form (``form``: one with errors)."""
         self._require_view(request)
         ins = self._inspector(alias)
         try:
@@ -233,7 +243,13 @@ class DeadLetterAdmin(admin.ModelAdmin):
             targets=[q for q in ins.queues if q != queue],
             workers=list(Counter(detail.workers).items()),  # one per delivery: shown once each, with a count
         )
+        if detail.dead_score and not detail.message_error and context["has_change_permission"]:
+            context["edit_form"] = form or edit_form(detail, ins.options.max_message_bytes)
         return self._render(request, "detail.html", context)
+
+    def edit_view(self, request: HttpRequest, alias: str, queue: str, task_id: str) -> HttpResponse:
+        """Edit a dead letter's arguments, then replay it (admin_edit.py)."""
+        return edit_view(self, request, alias, queue, task_id)
 
     def cancel_view(self, request: HttpRequest) -> HttpResponse:
         """Cancel tasks selected on a pending, scheduled or running list (admin_actions.py)."""

@@ -19,7 +19,8 @@ from redis.exceptions import NoScriptError
 from . import scripts
 from .conf import Options
 from .connection import BLOCK_TIMEOUT, get_client
-from .exceptions import Fenced, LeaseLost, TaskCancelled
+from .durations import MAX_NAMES, TTL_MS, triples
+from .exceptions import Fenced, LeaseLost, MessageChanged, TaskCancelled, TaskNotFound
 from .keys import QueueKeys
 
 RUN, DONE, BUSY, NOMSG, CORRUPT = 1, 2, 3, 4, 5
@@ -209,11 +210,18 @@ class Broker:
         if self.ack_many(queue, worker, [(task_id, result_json)]):
             raise LeaseLost(f"task {task_id} was no longer held by worker {worker} at ack")
 
-    def ack_many(self, queue: str, worker: str, results: Iterable[tuple[str, str]]) -> list[str]:
-        """Ack tasks ``(id, result JSON)`` in one script call; returns the ids whose lease was lost."""
+    def ack_many(self, queue: str, worker: str, results: Iterable[tuple[str, str]],
+                 runs: Iterable[tuple[str, float]] = ()) -> list[str]:
+        """Ack tasks ``(id, result JSON)`` in one script call; returns the ids whose lease was lost.
+
+        ``runs`` are ``(task name, seconds)`` of the tasks acked, added in the
+        same call to the queue-minute's durations hash (durations.py).
+        """
         k = self.keys(queue)
         o = self.options.for_queue(queue)
-        argv: list[Any] = [k.prefix, self._ms(o.result_ttl), self._ms(o.idempotency_ttl), self._aside_ms(o)]
+        times = triples(runs)
+        argv: list[Any] = [k.prefix, self._ms(o.result_ttl), self._ms(o.idempotency_ttl), self._aside_ms(o),
+                           MAX_NAMES, TTL_MS, len(times) // 3, *times]
         for task_id, result_json in results:
             argv += (task_id, result_json)
         return list(self._script("ack")(keys=[k.processing(worker), k.dead, k.cancels], args=argv))
@@ -329,6 +337,19 @@ class Broker:
             return 0
         k = self.keys(queue)
         return int(self._script("replay")(keys=[k.dead, k.pending], args=[k.prefix, *ids]))
+
+    def edit_replay(self, queue: str, task_id: str, expected_sha1: str, message: str) -> None:
+        """Rewrite a dead letter's message and replay it atomically (scripts/edit_replay.lua).
+
+        ``TaskNotFound`` when it is not a dead letter of ``queue`` (any more),
+        ``MessageChanged`` when its message is no longer the one ``expected_sha1`` hashes.
+        """
+        k = self.keys(queue)
+        code = int(self._script("edit_replay")(keys=[k.dead, k.pending], args=[k.prefix, task_id, expected_sha1, message]))
+        if code == 0:
+            raise TaskNotFound(f"task {task_id} is not a dead letter of queue {queue} (any more)")
+        if code < 0:
+            raise MessageChanged(f"the arguments of task {task_id} changed since the edit started; nothing was written")
 
     def purge(self, queue: str, ids: Sequence[str]) -> int:
         if not ids:

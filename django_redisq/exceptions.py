@@ -24,6 +24,10 @@ class TaskNotFound(RedisQError, LookupError):
     """No task with this id in the queues searched."""
 
 
+class MessageChanged(RedisQError):
+    """A dead letter's stored message is no longer the one an edit started from: nothing was written."""
+
+
 class UnknownSchema(RedisQError):
     """A message written by a newer (or foreign) version of django_redisq."""
 

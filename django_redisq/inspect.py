@@ -28,6 +28,7 @@ from . import scripts
 from .compat import UTC
 from .conf import Options, get_options
 from .connection import get_client
+from .durations import slowest
 from .exceptions import RedisQError
 from .keys import QueueKeys
 from .records import TOTALS, Attempt, Pagination, QueueFigures, QueueStats, Scan, TaskDetail, TaskRow, WorkerInfo, stored_errors, to_datetime
@@ -131,7 +132,7 @@ class Inspector:
     # -- queue figures ---------------------------------------------------
 
     def stats(self) -> list[QueueStats]:
-        """Figures for every configured queue in two round trips."""
+        """Figures for every configured queue in two round trips, the hour's slowest task names included."""
         now = self.now_ms()
         minute = now // 60000
         minutes = range(minute - MINUTES + 1, minute + 1)
@@ -145,12 +146,16 @@ class Inspector:
             pipe.zrange(k.workers, 0, -1, withscores=True)
             for name in ("processed", "failed", "dead_count"):
                 pipe.mget([k.counter(name, m) for m in minutes])
+            for m in minutes:  # bounded: at most (MAX_NAMES + 1) x BUCKETS fields each (durations.py)
+                pipe.hgetall(k.durations(m))
         first = pipe.execute()
+        stride = 8 + MINUTES
         pipe = self.client.pipeline(transaction=False)
         per_queue = []
         for i, q in enumerate(self.queues):
             k = self.keys(q)
-            pending, scheduled, dead, oldest, workers, *counters = first[i * 8 : i * 8 + 8]
+            pending, scheduled, dead, oldest, workers, *counters = first[i * stride : i * stride + 8]
+            times = slowest(first[i * stride + 8 : (i + 1) * stride])
             if oldest:
                 pipe.hget(k.task(oldest), "enqueued_at")
             else:
@@ -158,11 +163,11 @@ class Inspector:
             for w, _ in workers:
                 pipe.llen(k.processing(w))
                 pipe.get(k.worker_info(w))
-            per_queue.append((q, pending, scheduled, dead, workers, counters))
+            per_queue.append((q, pending, scheduled, dead, workers, counters, times))
         second = iter(pipe.execute())
         out = []
         fraction = (now % 60000) / 60000
-        for q, pending, scheduled, dead, workers, counters in per_queue:
+        for q, pending, scheduled, dead, workers, counters, times in per_queue:
             enq = next(second)
             processed, failed, died = ([int(v or 0) for v in c] for c in counters)
             infos = [self._worker(name, score, next(second), next(second), now) for name, score in workers]
@@ -176,7 +181,7 @@ class Inspector:
                 processed_hour=sum(processed), failed_hour=sum(failed) + sum(died), dead_hour=sum(died),
                 series=[(to_datetime(m * 60000) or datetime.now(UTC), p, f, d)
                         for m, p, f, d in zip(minutes, processed, failed, died, strict=True)],
-                workers=infos,
+                workers=infos, slowest=times,
             ))
         return out
 

@@ -31,6 +31,9 @@ key                                type    meaning
 ``P:retried`` / ``P:failed_final`` STRING  totals only: retries scheduled / failed last attempts (bury.lua) /
 ``P:recovered``                            tasks reap.lua gave back after their worker died
 ``P:<counter>:<minute>``           STRING  the same counters per minute (kept 2 hours)
+``P:durations:<minute>``           HASH    run times of the tasks acked that minute: ``<task>|<bucket>``
+                                           -> runs, ``<task>|n`` -> runs, ``~names``; at most 50 task
+                                           names (then ``~other``); kept 65 minutes (durations.py)
 ``<any key above>:corrupt``        any     a key found of the wrong type, set aside by a script
                                            (lib/types.lua); expires (``t:<id>:corrupt`` after
                                            the dead-letter retention, and goes with its dead letter)
@@ -45,7 +48,7 @@ Task hash fields: ``msg`` (the JSON message), ``task`` (dotted path), ``state``
 ``idem`` (the user idempotency key), ``reason`` (why it was dead-lettered:
 ``failed``, ``timeout``, ``cancelled``, ``bad_message``, ...),
 ``errors_len`` / ``errors_dropped`` (see scripts/lib/errors.lua), ``replayed``,
-``replayed_from``, ``moving_to`` (a dead letter being replayed into that queue).
+``edited`` (replays with arguments edited in the admin), ``replayed_from``, ``moving_to`` (a dead letter being replayed into that queue).
 """
 
 from __future__ import annotations
@@ -102,6 +105,10 @@ class QueueKeys:
     def corrupt(key: str) -> str:
         """Where a script sets aside ``key`` when it finds it of the wrong type."""
         return key + ":corrupt"
+
+    def durations(self, minute: int) -> str:
+        """The run times of the tasks acked in ``minute`` (Redis ms // 60000), built the same way by ack.lua."""
+        return f"{self.prefix}durations:{minute}"
 
     def counter(self, name: str, minute: int | None = None) -> str:
         """``processed``, ``failed``, ``dead_count`` (per minute too), ``retried``, ``failed_final``, ``recovered``."""

@@ -13,6 +13,7 @@ from typing import Any
 from django.core.paginator import Paginator
 
 from .compat import UTC
+from .durations import TaskTimes
 
 ERRORS_FIRST = 1
 """Attempts kept at the start of a long error history (``ERRORS_FIRST`` in scripts/lib/errors.lua)."""
@@ -187,6 +188,13 @@ class QueueStats:
     dead_hour: int
     series: list[tuple[datetime, int, int, int]]  # minute, processed, failed, dead (oldest first)
     workers: list[WorkerInfo]
+    slowest: list[TaskTimes] = field(default_factory=list)  # by p95 run time over the hour, slowest first
+
+    @property
+    def failure_rate(self) -> float | None:
+        """Failed attempts and dead letters as a share of all settled attempts over the hour (None: none settled)."""
+        settled = self.processed_hour + self.failed_hour
+        return self.failed_hour / settled if settled else None
 
 
 TOTALS = ("processed", "failed", "failed_final", "retried", "dead_count", "recovered")

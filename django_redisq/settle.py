@@ -94,11 +94,13 @@ class Settler:
             return
         try:
             acks: dict[str, list[tuple[str, str]]] = {}
+            runs: dict[str, list[tuple[str, float]]] = {}  # run times, written by the same call (durations.py)
             for d, o in batch:
                 if o.kind == SUCCESS:
                     acks.setdefault(d.queue, []).append((d.id, o.result_json))
+                    runs.setdefault(d.queue, []).append((o.task_name or d.task, o.duration))
             for q, results in acks.items():
-                lost = self.with_retries(partial(self.broker.ack_many, q, self.worker_id, results), f"acking {len(results)} task(s)")
+                lost = self.with_retries(partial(self.broker.ack_many, q, self.worker_id, results, runs[q]), f"acking {len(results)} task(s)")
                 for task_id in lost if isinstance(lost, list) else ():
                     logger.warning("task %s was no longer held by worker %s at ack; another worker has it now", task_id, self.worker_id)
                     self._tell(LEASE_LOST, next((d, o) for d, o in batch if d.id == task_id and d.queue == q))

@@ -4,8 +4,9 @@ Debian's ``chromium`` is driven by Playwright (``executable_path``; downloaded
 browsers are not available here). Skipped where /usr/bin/chromium is missing,
 but failed when ``CI`` is set, so CI never skips it silently. Screenshots of
 every step go to tests/artifacts/ (not committed); with
-``REDISQ_DOCS_SCREENSHOTS=1`` the dead-letter list and detail shots and the
-Schedules page are also written to docs/img/ for the README.
+``REDISQ_DOCS_SCREENSHOTS=1`` the dead-letter list and detail shots, the
+Schedules page, the edit form and the Queues page with the slowest tasks are
+also written to docs/img/ for the README.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from django.contrib import admin as django_admin
 from django.contrib.auth.models import User
 from django.test import override_settings
 
+from tests.helpers import where_is
 from tests.testapp import tasks
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -232,3 +234,52 @@ def test_operator_runs_pauses_and_resumes_a_schedule(r, page):
         finally:
             x.stop.set()
             loop.join(5)
+
+
+def test_operator_edits_a_dead_letter_replays_it_and_sees_the_slowest_tasks(r, page, make_worker):
+    """Edit then replay: a bad edit is refused with its reason, a good one confirmed, run with the new arguments;
+    the Queues page then lists the hour's slowest tasks with their p50 / p95."""
+    from playwright.sync_api import expect
+
+    User.objects.create_superuser("ops", "ops@example.com", "correct horse")
+    for i in range(3):
+        tasks.slow.delay(f"browser-slow-{i}", 0.15)
+    target = tasks.flaky.delay("browser-edit", 4)  # max_retries=3: dead after four failures
+    make_worker().run()
+    assert tasks.flaky.get_result(target.id).status == "FAILED"
+    content = page.locator("#content-main")
+
+    page.goto("/admin/")
+    page.fill("#id_username", "ops")
+    page.fill("#id_password", "correct horse")
+    page.click("input[type=submit]")
+    page.get_by_role("link", name="Dead letters").first.click()
+    page.click("#toggle-nav-sidebar")
+    page.locator("#result_list tbody tr").first.get_by_role("link").first.click()
+    expect(content).to_contain_text(target.id)
+
+    # a call that does not fit the signature: refused, and the dead letter is untouched
+    page.click("#redisq-edit summary")
+    page.fill("#redisq-edit-args", '["browser-edit"]')
+    page.click("#redisq-edit-submit")
+    expect(page.locator("#redisq-edit-errors")).to_contain_text("missing a required argument: 'fail_times'")
+    assert where_is(r, target.id) == ["dead"]
+
+    # a good edit: confirmed, then replayed
+    page.fill("#redisq-edit-args", '["browser-edited", 0]')
+    shot(page, "11-edit", docs=True)
+    page.click("#redisq-edit-submit")
+    expect(page.locator("#redisq-new-args")).to_have_text('[\n  "browser-edited",\n  0\n]')
+    expect(page.locator("#redisq-old-args")).to_have_text('[\n  "browser-edit",\n  4\n]')
+    shot(page, "12-edit-confirm")
+    page.click("#redisq-yes")
+    expect(page.locator(".messagelist")).to_contain_text("with the edited arguments")
+    make_worker().run()
+    assert tasks.flaky.get_result(target.id).return_value == "ok after 1"
+
+    page.get_by_role("link", name="Queues").click()
+    slowest = page.locator("#redisq-slowest-default")
+    expect(slowest.locator("tbody tr").first).to_contain_text("tests.testapp.tasks.slow")
+    expect(slowest).to_contain_text("tests.testapp.tasks.flaky")
+    expect(page.locator("#redisq-queues-default")).to_contain_text("%")  # the hour's failure rate
+    shot(page, "13-queues-slowest", docs=True)

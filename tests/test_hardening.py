@@ -235,10 +235,10 @@ def test_fast_tasks_under_a_backlog_are_still_acked_in_batches(r, make_worker, m
     calls = []
     real = w.broker.ack_many
 
-    def counting(queue, worker, results):
+    def counting(queue, worker, results, *runs):
         results = list(results)
         calls.append(len(results))
-        return real(queue, worker, results)
+        return real(queue, worker, results, *runs)
 
     monkeypatch.setattr(w.broker, "ack_many", counting)
     run_in_thread(w, timeout=60)

@@ -33,6 +33,7 @@ NAMES = (
     "schedule_resume",
     "schedule_run",
     "save_metadata",
+    "edit_replay",
 )
 
 INCLUDE = re.compile(r"^--! include ([A-Za-z0-9_]+\.lua)[ \t]*$", re.MULTILINE)

@@ -1,6 +1,7 @@
 -- ack: tasks succeeded. For each: prove ownership, record the result, arm the
 -- idempotency guard with 'success', start the idempotency key's countdown,
--- count it. Many tasks per call, so a busy worker settles a batch in one round trip.
+-- count it, and add the batch's run times to the minute's durations hash (bounded:
+-- see durations.py). Many tasks per call, so a busy worker settles a batch in one round trip.
 --
 -- KEYS[1] -> P:processing:<worker>  (LIST)
 -- KEYS[2] -> P:dead                 (ZSET), for a task whose hash turned out corrupt
@@ -12,7 +13,11 @@
 -- ARGV[2] -> result TTL in ms (how long a finished task hash is kept)
 -- ARGV[3] -> success TTL in ms (how long the guard and the idempotency key say 'done')
 -- ARGV[4] -> ms a corrupt task key set aside is kept (the dead-letter retention)
--- ARGV[5..] -> pairs: id, result JSON
+-- ARGV[5] -> most task names one minute's durations hash keeps (later ones count under '~other')
+-- ARGV[6] -> ms the durations hash P:durations:<minute> lives (HASH, see durations.py)
+-- ARGV[7] -> k: how many run-time triples follow
+-- ARGV[8..7+3k] -> triples: task name, bucket index, runs (the worker groups its batch)
+-- ARGV[8+3k..] -> pairs: id, result JSON
 --
 -- Returns: the ids whose lease was lost (not in this worker's processing list: they
 --   were reaped and redelivered). For those the 'success' guard is still written, so
@@ -28,8 +33,30 @@ want(KEYS[2], 'zset')
 local cancels = want(KEYS[3], 'hash')
 local lost = {}
 local acked = 0
+local first = 8 + 3 * tonumber(ARGV[7])
 
-for i = 5, #ARGV, 2 do
+-- run times (of lost leases too: the runs happened), in the minute's bounded hash
+if first > 8 then
+  local dkey = prefix .. 'durations:' .. math.floor(now / 60000)
+  want(dkey, 'hash')
+  local cap, names = tonumber(ARGV[5]), tonumber(redis.call('HGET', dkey, '~names')) or 0
+  for i = 8, first - 1, 3 do
+    local name, runs = ARGV[i], ARGV[i + 2]
+    if redis.call('HEXISTS', dkey, name .. '|n') == 0 then
+      if names >= cap then
+        name = '~other'
+      else
+        names = names + 1
+        redis.call('HSET', dkey, '~names', names)
+      end
+    end
+    redis.call('HINCRBY', dkey, name .. '|' .. ARGV[i + 1], runs)
+    redis.call('HINCRBY', dkey, name .. '|n', runs)
+  end
+  redis.call('PEXPIRE', dkey, ARGV[6])
+end
+
+for i = first, #ARGV, 2 do
   local id, result = ARGV[i], ARGV[i + 1]
   local tkey = prefix .. 't:' .. id
   local kind = redis.call('TYPE', tkey)['ok']
@@ -54,7 +81,7 @@ end
 count(prefix, 'processed', acked, now)
 if cancels == 'hash' then
   local ids = {}
-  for i = 5, #ARGV, 2 do ids[#ids + 1] = ARGV[i] end
+  for i = first, #ARGV, 2 do ids[#ids + 1] = ARGV[i] end
   for lo = 1, #ids, 1000 do redis.call('HDEL', KEYS[3], unpack(ids, lo, math.min(lo + 999, #ids))) end
 end
 return lost
