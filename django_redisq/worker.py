@@ -272,7 +272,7 @@ class Worker:
     def _reported(self, unsettled: Unsettled, d: Delivery, outcome: Outcome) -> None:
         """An outcome a deferred pool reports after its lane moved on: the flusher settles it, at once if nothing waits for a batch."""
         unsettled.add(d, outcome)
-        if unsettled.slow or len(unsettled) >= min(ACK_BATCH, max(1, self.prefetch() // 2)) or not self.pool.in_flight():
+        if unsettled.slow or len(unsettled) >= min(ACK_BATCH, max(1, self.prefetch() // 2)) or self.pool.in_flight() <= 1:
             self.settler.wake.set()
 
     @staticmethod

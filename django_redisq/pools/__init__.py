@@ -38,7 +38,7 @@ class Pool:
     """Whether ``submit`` returns before the task has run (its outcome is reported later, from another thread)."""
 
     def in_flight(self) -> int:
-        """Tasks submitted and not yet reported (beyond the lanes' own: only a deferred pool has any)."""
+        """Tasks submitted and not yet done, the one reporting its outcome included (only a deferred pool has any)."""
         return 0
 
     def __init__(self, runner: Runner, worker_id: str, concurrency: int) -> None:

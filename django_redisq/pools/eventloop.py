@@ -75,18 +75,19 @@ class EventLoopPool(Pool):
 
     async def _one(self, d: Delivery, done: Done) -> None:
         try:
-            outcome = await self.runner.arun(d, self.worker_id, self._sync)
-        except BaseException as exc:
-            if isinstance(exc, asyncio.CancelledError) and self._stopping_now:
-                return  # stopped at once: the task stays in processing for the reaper
-            logger.exception("running task %s failed inside the asyncio pool", d.id)
-            outcome = Outcome(DEAD, error=error_dict(exc), reason="worker_error")
+            try:
+                outcome = await self.runner.arun(d, self.worker_id, self._sync)
+            except BaseException as exc:
+                if isinstance(exc, asyncio.CancelledError) and self._stopping_now:
+                    return  # stopped at once: the task stays in processing for the reaper
+                logger.exception("running task %s failed inside the asyncio pool", d.id)
+                outcome = Outcome(DEAD, error=error_dict(exc), reason="worker_error")
+            done(d, outcome)  # reported before the task counts as gone: a stopping worker settles it, never hands it back
         finally:
             with self._idle:
                 self._inflight.pop(d.id, None)
                 self._idle.notify_all()
             self._room.release()
-        done(d, outcome)
 
     _stopping_now = False
 
