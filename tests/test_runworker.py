@@ -97,7 +97,8 @@ def test_an_evicting_redis_is_warned_about(r, run_worker_process):
 def test_every_pool_drains_in_burst_mode(r, run_worker_process, pool):
     results = tasks.add.enqueue_many([([i, 1], {}) for i in range(20)])
     nap = tasks.async_nap.delay(0.05)
-    wp = run_worker_process("--burst", "--pool", pool, "-c", "2", "-v", "2", "--max-memory-per-child", "1G")
+    extra = ["--max-memory-per-child", "1G"] if pool == "processes" else []
+    wp = run_worker_process("--burst", "--pool", pool, "-c", "2", "-v", "2", *extra)
     out = wp.output()
     assert wp.proc.returncode == 0, out
     assert [tasks.add.get_result(x.id).return_value for x in results] == [i + 1 for i in range(20)]
