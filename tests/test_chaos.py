@@ -110,6 +110,7 @@ PROCESS_SEQUENCE = ["child_kill", "sigkill", "freeze", "child_kill", "sigterm", 
 
 @pytest.mark.slow
 @pytest.mark.timeout(150)
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="bench/chaos.py is a developer tool written for Python 3.12+")
 def test_short_chaos_run_with_the_process_pool(tmp_path):
     """As above with ``runworker --pool processes`` (about a minute): the worker alone talks to Redis.
 

@@ -25,7 +25,7 @@ from django.test import Client
 from django.utils import timezone
 
 from django_redisq import signals
-from django_redisq.compat import TaskResult, TaskResultStatus
+from django_redisq.compat import LOGGER_NAME, TaskResult, TaskResultStatus
 from django_redisq.connection import check_server, describe
 from django_redisq.exceptions import RedisUnavailable
 from django_redisq.worker import Worker
@@ -36,7 +36,7 @@ from shop.models import Order
 @contextlib.contextmanager
 def quiet_logs(verbosity: int) -> Iterator[None]:
     """Below ``-v 3``, keep the task and worker log lines out of the story (errors still show)."""
-    levels = {"django.tasks": logging.CRITICAL, "django_redisq": logging.ERROR}
+    levels = {LOGGER_NAME: logging.CRITICAL, "django_redisq": logging.ERROR}
     saved = {name: logging.getLogger(name).level for name in levels}
     if verbosity < 3:
         for name, level in levels.items():
