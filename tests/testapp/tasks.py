@@ -302,9 +302,8 @@ def hoards_memory(key: str, mib: int) -> int:
     return os.getpid()
 
 
-@task(max_retries=3)
-def waits_to_be_cancelled(key: str, seconds: float = 30.0) -> str:
-    """Python code in small steps for ``seconds``; records its start and a clean-up (``finally``)."""
+def _recorded_loop(key: str, seconds: float) -> None:
+    """Python code in small C calls for ``seconds``, recording its start and its clean-up (``finally``) in Redis."""
     record(key + ":started")
     try:
         end = time.monotonic() + seconds
@@ -312,6 +311,12 @@ def waits_to_be_cancelled(key: str, seconds: float = 30.0) -> str:
             time.sleep(0.01)
     finally:
         record(key + ":finally")
+
+
+@task(max_retries=3)
+def waits_to_be_cancelled(key: str, seconds: float = 30.0) -> str:
+    """Python code in small steps for ``seconds``; records its start and a clean-up (``finally``)."""
+    _recorded_loop(key, seconds)
     return "not cancelled"
 
 
@@ -333,13 +338,7 @@ async def async_waits(key: str, seconds: float) -> str:
 @task(timeout=0.4, max_retries=1)
 def loops_recorded(key: str, seconds: float = 30.0) -> str:
     """Python code in small C calls past its limit; records each start and each clean-up in Redis."""
-    record(key + ":started")
-    try:
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            time.sleep(0.01)
-    finally:
-        record(key + ":finally")
+    _recorded_loop(key, seconds)
     return "ran to the end"
 
 
