@@ -20,7 +20,7 @@ from . import scripts
 from .conf import Options
 from .connection import BLOCK_TIMEOUT, get_client
 from .durations import MAX_NAMES, TTL_MS, triples
-from .exceptions import Fenced, LeaseLost, MessageChanged, TaskCancelled, TaskNotFound
+from .exceptions import Fenced, LeaseLost, MessageChanged, QueuePaused, TaskCancelled, TaskNotFound
 from .keys import QueueKeys
 
 RUN, DONE, BUSY, NOMSG, CORRUPT = 1, 2, 3, 4, 5
@@ -188,15 +188,18 @@ class Broker:
 
         Raises ``Fenced`` when the worker is not registered on the queue (it was
         reaped): it must drop what it holds and heartbeat again before fetching.
+        Raises ``QueuePaused`` while the queue is paused (``moved_id`` went back).
         """
         k = self.keys(queue)
         o = self.options.for_queue(queue)
         out = self._script("fetch")(
-            keys=[k.pending, k.processing(worker), k.scheduled, k.workers, k.cancels],
+            keys=[k.pending, k.processing(worker), k.scheduled, k.workers, k.cancels, k.paused],
             args=[k.prefix, count, self._ms(lease or o.worker_timeout), worker, self._ms(o.result_ttl), moved_id,
                   self._ms(o.idempotency_ttl)],
         )
         if len(out) == 1:
+            if out[0] == -2:
+                raise QueuePaused(f"queue {queue} is paused")
             raise Fenced(f"worker {worker} is not registered on queue {queue}: it was reaped")
         return [delivery(queue, out[i : i + 9]) for i in range(0, len(out), 9)]
 

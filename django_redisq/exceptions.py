@@ -60,6 +60,10 @@ class Fenced(RedisQError):
     """The worker was reaped (it was paused or cut off past WORKER_TIMEOUT): what it holds is no longer its own."""
 
 
+class QueuePaused(RedisQError):
+    """The queue is paused: a fetch took nothing (enqueues still succeed)."""
+
+
 class TaskTimeout(BaseException):
     """Raised inside a task that ran past its time limit (``@task(timeout=...)``, ``TIMEOUT``).
 

@@ -22,6 +22,8 @@ key                                type    meaning
                                            tasks (scripts/cancel.lua), polled by their workers; deleted
                                            by the script that settles the task (ack, bury, retry, reap,
                                            release), so at most one per task in a processing list
+``P:paused``                       STRING  present while the queue is paused: ``<Redis ms>|<who>``;
+                                           fetch.lua takes nothing while it exists
 ``P:sched:<name>``                 HASH    a periodic schedule's marker: last claimed tick, last run,
                                            counters (scripts/fire.lua), pause and last "run now"
                                            (scripts/schedule_*.lua); expires unless renewed, never
@@ -69,7 +71,7 @@ STATES = ("pending", "scheduled", "running", "finished", "dead", "moving")
 class QueueKeys:
     """Key names of one queue; cheap to build, so callers may cache or not."""
 
-    __slots__ = ("alive", "cancels", "dead", "pending", "prefix", "queue", "scheduled", "workers")
+    __slots__ = ("alive", "cancels", "dead", "paused", "pending", "prefix", "queue", "scheduled", "workers")
 
     def __init__(self, queue: str, key_prefix: str = DEFAULT_PREFIX) -> None:
         self.queue = queue
@@ -81,6 +83,7 @@ class QueueKeys:
         self.workers = base + ":workers"
         self.alive = base + ":alive"
         self.cancels = base + ":cancels"
+        self.paused = base + ":paused"
 
     def processing(self, worker: str) -> str:
         return f"{self.prefix}processing:{worker}"

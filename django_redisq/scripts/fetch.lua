@@ -7,6 +7,7 @@
 -- KEYS[4] -> P:workers              (ZSET): the worker must be registered (the fence)
 -- KEYS[5] -> P:cancels              (HASH): the cancel request of an id found DONE is deleted
 --                                   (it will not run); touched only then, and only if a hash
+-- KEYS[6] -> P:paused               (STRING): while it exists the queue is paused and nothing is taken
 -- ARGV[1] -> P:            the queue's key prefix
 -- ARGV[2] -> n             how many ids to take from pending (may be 0)
 -- ARGV[3] -> lease in ms   lifetime of the guard; the worker's heartbeat renews it
@@ -17,6 +18,8 @@
 --
 -- Returns: {-1} FENCED: the worker is not registered (it was reaped while paused); nothing
 --   was taken, and ids a late BLMOVE put in its processing list went back to pending.
+--   {-2} PAUSED: the queue is paused; nothing was taken, and the id ARGV[6] names went back
+--   to the head of pending (the end taken next), so it keeps its place.
 --   Otherwise a flat array, 9 entries per id: id, code, message, deliveries, failures,
 --   worker ids (comma-joined), enqueued_at (as stored), started_at (Redis ms, or as
 --   stored), task path (message and later are '' / 0 unless RUN); the caller validates
@@ -36,6 +39,10 @@ if not redis.call('ZSCORE', KEYS[4], worker) then
   -- reaped: nothing in our list is ours any more; hand back what a BLMOVE put there since
   while redis.call('LMOVE', KEYS[2], KEYS[1], 'RIGHT', 'RIGHT') do end
   return {-1}
+end
+if redis.call('EXISTS', KEYS[6]) == 1 then
+  if ARGV[6] ~= '' and redis.call('LREM', KEYS[2], 1, ARGV[6]) > 0 then redis.call('RPUSH', KEYS[1], ARGV[6]) end
+  return {-2}
 end
 local ids = {}
 -- the moved id must still be ours: a worker that stalled past WORKER_TIMEOUT after its

@@ -81,6 +81,23 @@ def test_fetch_by_a_reaped_worker_is_fenced(r, broker):
     assert sorted(d.id for d in broker.fetch("default", "w1", 5)) == ["t0", "t1"]
 
 
+def test_a_paused_queue_gives_nothing_and_the_moved_id_keeps_its_place(r, broker):
+    """While P:paused exists fetch takes nothing; an id a BLMOVE already moved goes back to be taken next."""
+    from django_redisq.exceptions import QueuePaused
+
+    seed_pending(r, "t0")
+    seed_pending(r, "t1")
+    assert broker.wait("default", "w1", 0.1) == "t0"
+    r.set(keys().paused, "1|ops")
+    with pytest.raises(QueuePaused):
+        broker.fetch("default", "w1", 5, moved_id="t0")
+    assert r.lrange(keys().pending, 0, -1) == ["t1", "t0"]  # t0 is next again
+    assert r.llen(keys().processing("w1")) == 0 and r.get(keys().status("t0")) is None
+    assert r.hget(keys().task("t0"), "deliveries") == "0"
+    r.delete(keys().paused)
+    assert [d.id for d in broker.fetch("default", "w1", 5)] == ["t0", "t1"]
+
+
 def test_a_guard_key_of_the_wrong_type_does_not_abort_fetch(r, broker):
     """status:<id> holding a list (another program wrote it) makes that id CORRUPT; the others still run."""
     seed_pending(r, "bad")
