@@ -33,6 +33,7 @@ from .conf import Options, build_options, check_errors
 from .exceptions import InvalidArguments, TaskNotFound
 from .message import OVERRIDES, dumps, encode_arguments
 from .message import encode as encode_message
+from .priority import stored_priority
 from .records import stored_errors
 from .task import RedisTask, get_registered
 
@@ -72,7 +73,7 @@ class RedisQueueBackend(BaseTaskBackend):
     supports_defer = True
     supports_async_task = True
     supports_get_result = True
-    supports_priority = False  # one FIFO per queue; use separate queues for urgency
+    supports_priority = True  # higher first, FIFO within a priority (scripts/lib/ready.lua)
     supports_metadata = True  # Task.metadata and save_metadata(), where the running Django has them
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
@@ -95,7 +96,7 @@ class RedisQueueBackend(BaseTaskBackend):
 
     # -- enqueue ---------------------------------------------------------
 
-    def _prepare(self, task: Task, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[TaskResult, tuple[str, str, str, int, str]]:
+    def _prepare(self, task: Task, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[TaskResult, tuple[str, str, str, int, str, int]]:
         args, kwargs, _ = encode_arguments(args, kwargs, self.conf.max_message_bytes)
         task_id = secrets.token_urlsafe(24)  # 32 characters, 192 random bits
         if task_id[0] == "-":  # an id a shell command line would take for an option (redisq dead show -x...)
@@ -114,7 +115,7 @@ class RedisQueueBackend(BaseTaskBackend):
             started_at=None, last_attempted_at=None, finished_at=None,
             args=args, kwargs=kwargs, backend=self.alias, errors=[], worker_ids=[],
         )
-        return result, (task_id, msg, task.module_path, delay_ms, idem)
+        return result, (task_id, msg, task.module_path, delay_ms, idem, int(task.priority))
 
     @staticmethod
     def _overrides(task: Task) -> dict[str, Any]:
@@ -221,6 +222,9 @@ class RedisQueueBackend(BaseTaskBackend):
         if not isinstance(msg, dict):
             msg = {}  # a message that does not decode: the worker dead-letters it; show the rest
         task = self.resolve_task(data.get("task") or msg.get("task", ""), queue)
+        priority = stored_priority(data.get("prio"))
+        if priority != task.priority:
+            task = task.using(priority=priority)
         over = msg.get("o")
         if isinstance(task, RedisTask) and isinstance(over, dict) and over and set(over) <= set(OVERRIDES):
             try:  # the task as it was enqueued (task.using(max_retries=...)), as Django's backends return it

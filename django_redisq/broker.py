@@ -115,6 +115,10 @@ class Recovered:
     deliveries: int  # deliveries so far, the one that died included
 
 
+NewTask = tuple[str, str, str, int, str] | tuple[str, str, str, int, str, int]
+"""A task to store: id, message, task path, delay ms, idempotency key ('' = none), and priority (0 if left out)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Enqueued:
     id: str
@@ -171,13 +175,15 @@ class Broker:
 
     # -- producing -------------------------------------------------------
 
-    def enqueue(self, queue: str, items: Sequence[tuple[str, str, str, int, str]]) -> list[Enqueued]:
-        """Store tasks ``(id, message, task path, delay ms, idempotency key)`` in one round trip."""
+    def enqueue(self, queue: str, items: Sequence[NewTask]) -> list[Enqueued]:
+        """Store tasks ``(id, message, task path, delay ms, idempotency key[, priority])`` in one round trip."""
         k = self.keys(queue)
         argv: list[Any] = [k.prefix, len(items)]
         for item in items:
             argv.extend(item)
-        now, *out = self._script("enqueue")(keys=[k.pending, k.scheduled], args=argv)
+            if len(item) == 5:  # the default priority
+                argv.append(0)
+        now, *out = self._script("enqueue")(keys=[k.pending, k.scheduled, k.prioritized, k.prioseq], args=argv)
         # '!' means the id exists: only our own earlier try (a retried lost reply) can make it
         return [Enqueued(item[0], None if code in ("", "!") else code, int(now)) for item, code in zip(items, out, strict=False)]
 
@@ -193,7 +199,7 @@ class Broker:
         k = self.keys(queue)
         o = self.options.for_queue(queue)
         out = self._script("fetch")(
-            keys=[k.pending, k.processing(worker), k.scheduled, k.workers, k.cancels, k.paused],
+            keys=[k.pending, k.processing(worker), k.scheduled, k.workers, k.cancels, k.paused, k.prioritized, k.prioseq],
             args=[k.prefix, count, self._ms(lease or o.worker_timeout), worker, self._ms(o.result_ttl), moved_id,
                   self._ms(o.idempotency_ttl)],
         )
@@ -267,7 +273,8 @@ class Broker:
         A task with a cancel request is dead-lettered (``cancelled``) instead. Returns how many left the list.
         """
         k = self.keys(queue)
-        return int(self._script("release")(keys=[k.processing(worker), k.pending, k.workers, k.alive, k.dead, k.cancels],
+        return int(self._script("release")(keys=[k.processing(worker), k.pending, k.workers, k.alive, k.dead, k.cancels,
+                                                          k.prioritized, k.prioseq],
                                            args=[k.prefix, worker, *unstarted]))
 
     # -- background duties ----------------------------------------------
@@ -275,7 +282,7 @@ class Broker:
     def promote(self, queue: str, batch: int = 1000) -> tuple[int, int]:
         """Move due scheduled tasks to pending: (moved, ms until the next one or -1)."""
         k = self.keys(queue)
-        moved, wait = self._script("promote")(keys=[k.scheduled, k.pending], args=[k.prefix, batch])
+        moved, wait = self._script("promote")(keys=[k.scheduled, k.pending, k.prioritized, k.prioseq], args=[k.prefix, batch])
         return int(moved), int(wait)
 
     def reap(self, queue: str, reaper: str = "", max_workers: int = 10) -> tuple[int, list[str]]:
@@ -294,7 +301,7 @@ class Broker:
         """
         k = self.keys(queue)
         out = self._script("reap")(
-            keys=[k.workers, k.pending, k.alive, k.dead, k.cancels],
+            keys=[k.workers, k.pending, k.alive, k.dead, k.cancels, k.prioritized, k.prioseq],
             args=[k.prefix, self._ms(self.options.worker_timeout), max_workers, reaper, self.heartbeat_gap_ms()],
         )
         if len(out) == 2 and out[1] == -1:
@@ -339,7 +346,7 @@ class Broker:
         if not ids:
             return 0
         k = self.keys(queue)
-        return int(self._script("replay")(keys=[k.dead, k.pending], args=[k.prefix, *ids]))
+        return int(self._script("replay")(keys=[k.dead, k.pending, k.prioritized, k.prioseq], args=[k.prefix, *ids]))
 
     def edit_replay(self, queue: str, task_id: str, expected_sha1: str, message: str) -> None:
         """Rewrite a dead letter's message and replay it atomically (scripts/edit_replay.lua).
@@ -348,7 +355,7 @@ class Broker:
         ``MessageChanged`` when its message is no longer the one ``expected_sha1`` hashes.
         """
         k = self.keys(queue)
-        code = int(self._script("edit_replay")(keys=[k.dead, k.pending], args=[k.prefix, task_id, expected_sha1, message]))
+        code = int(self._script("edit_replay")(keys=[k.dead, k.pending, k.prioritized, k.prioseq], args=[k.prefix, task_id, expected_sha1, message]))
         if code == 0:
             raise TaskNotFound(f"task {task_id} is not a dead letter of queue {queue} (any more)")
         if code < 0:
@@ -374,7 +381,7 @@ class Broker:
         out: list[str] = []
         todo = list(ids)
         while todo:  # a call answers -1 for the ids it did not reach in its scan budget: send those again
-            codes = [int(c) for c in script(keys=[k.pending, k.scheduled, k.dead, k.cancels, k.workers],
+            codes = [int(c) for c in script(keys=[k.pending, k.scheduled, k.dead, k.cancels, k.workers, k.prioritized],
                                             args=[k.prefix, who[:200], int(o.dead_letter_ttl * 1000), o.dead_letter_max,
                                                   CANCEL_SCAN, *todo[:CANCEL_BATCH]])]
             done = [CANCEL_OUTCOMES[c] for c in codes if c != -1]
@@ -401,13 +408,13 @@ class Broker:
         """Step 1 of a replay into another queue: mark dead letters 'moving' to ``to``.
 
         Returns ``(id, code, fields)`` per id, code as in move_out.lua (1 = marked, with
-        the fields message, task, errors, errors_len, errors_dropped, workers, enqueued_at, idem).
+        the fields message, task, errors, errors_len, errors_dropped, workers, enqueued_at, idem, priority).
         """
         if not ids:
             return []
         k = self.keys(queue)
         out = self._script("move_out")(keys=[k.dead], args=[k.prefix, to, *ids])
-        return [(out[i], int(out[i + 1]), list(out[i + 2 : i + 10])) for i in range(0, len(out), 10)]
+        return [(out[i], int(out[i + 1]), list(out[i + 2 : i + 11])) for i in range(0, len(out), 11)]
 
     def move_in(self, queue: str, source: str, tasks: Sequence[tuple[str, str, list[str]]]) -> list[int]:
         """Step 2: store ``(id, rewritten message, move_out fields)`` as pending in ``queue``; 1 stored, 0 already here."""
@@ -415,9 +422,9 @@ class Broker:
             return []
         k = self.keys(queue)
         argv: list[Any] = [k.prefix, len(tasks)]
-        for task_id, msg, (_, task, errors, errors_len, dropped, workers, enqueued_at, idem) in tasks:
-            argv += [task_id, msg, task, errors or "[]", errors_len, dropped, workers, enqueued_at, source, idem]
-        return [int(c) for c in self._script("move_in")(keys=[k.pending], args=argv)]
+        for task_id, msg, (_, task, errors, errors_len, dropped, workers, enqueued_at, idem, prio) in tasks:
+            argv += [task_id, msg, task, errors or "[]", errors_len, dropped, workers, enqueued_at, source, idem, prio]
+        return [int(c) for c in self._script("move_in")(keys=[k.pending, k.prioritized, k.prioseq], args=argv)]
 
     def dead_ids(self, queue: str, count: int, newest_first: bool = False) -> list[str]:
         k = self.keys(queue)
@@ -481,7 +488,8 @@ class Broker:
         ]
         for tick, msg in claim.ticks:
             argv += (tick, msg)
-        out = self._script("fire")(keys=[k.pending, k.scheduled, k.schedule(name)], args=argv)
+        argv.append(claim.priority)
+        out = self._script("fire")(keys=[k.pending, k.scheduled, k.schedule(name), k.prioritized, k.prioseq], args=argv)
         return Fired(int(out[0]), str(out[1]), int(out[2]), int(out[3]), int(out[4]), int(out[5]), [str(i) for i in out[6:]])
 
     def pause_schedule(self, queue: str, name: str, by: str) -> tuple[bool, int]:
@@ -494,14 +502,14 @@ class Broker:
         code, since = self._script("schedule_resume")(keys=[self.keys(queue).schedule(name)], args=[ttl_ms])
         return int(since) if int(code) == 1 else None
 
-    def run_schedule(self, queue: str, name: str, task_id: str, message: str, task: str, ttl_ms: int) -> int | None:
+    def run_schedule(self, queue: str, name: str, task_id: str, message: str, task: str, ttl_ms: int, priority: int = 0) -> int | None:
         """Enqueue a schedule's task once now, outside its ticks (scripts/schedule_run.lua).
 
         Returns the Redis time it was enqueued at, or None if a task with ``task_id`` exists already.
         """
         k = self.keys(queue)
-        code, at = self._script("schedule_run")(keys=[k.pending, k.scheduled, k.schedule(name)],
-                                                args=[k.prefix, task_id, message, task, ttl_ms])
+        code, at = self._script("schedule_run")(keys=[k.pending, k.scheduled, k.schedule(name), k.prioritized, k.prioseq],
+                                                args=[k.prefix, task_id, message, task, ttl_ms, priority])
         return int(at) if int(code) == 1 else None
 
 
@@ -518,6 +526,7 @@ class Claim:
     task: str
     id_base: str
     ticks: list[tuple[int, str]]
+    priority: int = 0  # the task's (-100..100)
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,6 +31,7 @@ from .connection import get_client
 from .durations import slowest
 from .exceptions import RedisQError
 from .keys import QueueKeys
+from .priority import MARKER, list_length, ready_page, stored_priority
 from .records import TOTALS, Attempt, Pagination, QueueFigures, QueueStats, Scan, TaskDetail, TaskRow, WorkerInfo, stored_errors, to_datetime
 from .schedules import Schedule
 
@@ -58,7 +59,8 @@ SCAN_CHUNK = 1000
 SCAN_BUDGET = 50_000
 """Entries a filtered page may examine (about a quarter of a second) before it stops and offers to continue."""
 FACET_SAMPLE = 1000
-ROW_FIELDS = ("task", "state", "exc", "error", "failures", "deliveries", "enqueued_at", "last_attempted_at", "died_at", "reason")
+ROW_FIELDS = ("task", "state", "exc", "error", "failures", "deliveries", "enqueued_at", "last_attempted_at", "died_at", "reason",
+              "prio")
 MINUTES = 60
 
 
@@ -144,18 +146,22 @@ class Inspector:
             pipe.zcard(k.dead)
             pipe.lindex(k.pending, -1)
             pipe.zrange(k.workers, 0, -1, withscores=True)
+            pipe.zcard(k.prioritized)
+            pipe.zrange(k.prioritized, 0, 0)
             for name in ("processed", "failed", "dead_count"):
                 pipe.mget([k.counter(name, m) for m in minutes])
             for m in minutes:  # bounded: at most (MAX_NAMES + 1) x BUCKETS fields each (durations.py)
                 pipe.hgetall(k.durations(m))
         first = pipe.execute()
-        stride = 8 + MINUTES
+        stride = 10 + MINUTES
         pipe = self.client.pipeline(transaction=False)
         per_queue = []
         for i, q in enumerate(self.queues):
             k = self.keys(q)
-            pending, scheduled, dead, oldest, workers, *counters = first[i * stride : i * stride + 8]
-            times = slowest(first[i * stride + 8 : (i + 1) * stride])
+            length, scheduled, dead, oldest, workers, ranked, head, *counters = first[i * stride : i * stride + 10]
+            times = slowest(first[i * stride + 10 : (i + 1) * stride])
+            pending = list_length(length, oldest) + int(ranked)
+            oldest = oldest if oldest and oldest != MARKER else (head[0] if head else None)  # the next to run
             if oldest:
                 pipe.hget(k.task(oldest), "enqueued_at")
             else:
@@ -201,20 +207,24 @@ class Inspector:
             pipe.lindex(k.pending, -1)  # the oldest: O(1) from the tail
             pipe.zrange(k.workers, 0, -1, withscores=True)
             pipe.mget([k.counter(name) for name in TOTALS])
+            pipe.zcard(k.prioritized)
+            pipe.zrange(k.prioritized, 0, 0)  # with no plain task pending, the next prioritized one is the oldest shown
         first = pipe.execute()
         sec, usec = first[0]
         now = int(sec) * 1000 + int(usec) // 1000
         pipe = self.client.pipeline(transaction=False)
         for i, q in enumerate(self.queues):
             k = self.keys(q)
-            oldest, workers = first[1 + i * 6 + 3], first[1 + i * 6 + 4]
+            oldest, workers, head = first[1 + i * 8 + 3], first[1 + i * 8 + 4], first[1 + i * 8 + 7]
+            oldest = oldest if oldest and oldest != MARKER else (head[0] if head else None)
             pipe.hget(k.task(oldest), "enqueued_at") if oldest else pipe.echo("")
             for w, _ in workers:
                 pipe.llen(k.processing(w))
         second = iter(pipe.execute())
         out = []
         for i, q in enumerate(self.queues):
-            pending, scheduled, dead, _, workers, totals = first[1 + i * 6 : 7 + i * 6]
+            length, scheduled, dead, tail, workers, totals, ranked, _ = first[1 + i * 8 : 9 + i * 8]
+            pending = list_length(length, tail) + int(ranked)
             enq = next(second)
             running = sum(int(next(second)) for _ in workers)
             age = (now - int(enq)) / 1000 if enq and str(enq).isdigit() else 0.0
@@ -384,7 +394,7 @@ class Inspector:
             id=task_id, queue=queue, task=f.get("task") or "", state=f.get("state") or "", exc=f.get("exc") or "",
             error=f.get("error") or "", failures=number("failures"), deliveries=number("deliveries"),
             enqueued_at=to_datetime(f.get("enqueued_at")), last_attempted_at=to_datetime(f.get("last_attempted_at")),
-            died_at=to_datetime(f.get("died_at")), reason=f.get("reason") or "",
+            died_at=to_datetime(f.get("died_at")), reason=f.get("reason") or "", priority=stored_priority(f.get("prio")),
         )
 
     def scheduled_page(self, queue: str, page: int = 1, per_page: int = 50) -> Pagination:
@@ -400,13 +410,9 @@ class Inspector:
 
     def pending_page(self, queue: str, page: int = 1, per_page: int = 50) -> Pagination:
         """Next to run first (the right end of the list)."""
-        k = self.keys(queue)
         start = (max(1, page) - 1) * per_page
-        pipe = self.client.pipeline(transaction=False)
-        pipe.llen(k.pending)
-        pipe.lrange(k.pending, -(start + per_page), -(start + 1))
-        total, ids = pipe.execute()
-        rows = self.rows(queue, list(reversed(ids)))
+        total, ready = ready_page(self.client, self.keys(queue), start, per_page)
+        rows = self.rows(queue, [i for i, _ in ready])
         return Pagination(rows, per_page, start, total, start + per_page if start + per_page < total else None)
 
     def running_page(self, queue: str, page: int = 1, per_page: int = 50) -> Pagination:

@@ -8,7 +8,12 @@ which keeps the key in the same slot.
 =================================  ======  =================================================
 key                                type    meaning
 =================================  ======  =================================================
-``P:pending``                      LIST    ids ready to run; LPUSH in, taken from the right
+``P:pending``                      LIST    ids ready to run (priority 0); LPUSH in, taken from the right;
+                                           or only ``~`` markers that wake a blocked worker for
+                                           ``P:prioritized`` (never both)
+``P:prioritized``                  ZSET    ids ready to run of a priority other than 0, scored
+                                           ``(100 - priority) * 2^44 + n`` (scripts/lib/ready.lua)
+``P:prioseq``                      STRING  the counter ``n`` of those: FIFO within a priority
 ``P:scheduled``                    ZSET    id -> due time (Redis ms): delayed and retried
 ``P:processing:<worker>``          LIST    ids one worker has taken and not yet settled
 ``P:dead``                         ZSET    id -> died at (Redis ms): the dead-letter queue
@@ -42,7 +47,8 @@ key                                type    meaning
 =================================  ======  =================================================
 
 ``P`` is ``<KEY_PREFIX>:{<queue>}`` (``redisq:{default}`` by default).
-Task hash fields: ``msg`` (the JSON message), ``task`` (dotted path), ``state``
+Task hash fields: ``msg`` (the JSON message), ``task`` (dotted path), ``prio`` (its priority, only when
+not 0), ``state``
 (pending, scheduled, running, finished, dead), ``enqueued_at``,
 ``started_at``, ``last_attempted_at``, ``finished_at``, ``died_at`` (Redis ms),
 ``deliveries``, ``failures``, ``workers`` (comma-joined worker ids),
@@ -71,13 +77,16 @@ STATES = ("pending", "scheduled", "running", "finished", "dead", "moving")
 class QueueKeys:
     """Key names of one queue; cheap to build, so callers may cache or not."""
 
-    __slots__ = ("alive", "cancels", "dead", "paused", "pending", "prefix", "queue", "scheduled", "workers")
+    __slots__ = ("alive", "cancels", "dead", "paused", "pending", "prefix", "prioritized", "prioseq", "queue", "scheduled",
+                 "workers")
 
     def __init__(self, queue: str, key_prefix: str = DEFAULT_PREFIX) -> None:
         self.queue = queue
         base = f"{key_prefix}:{{{queue}}}"
         self.prefix = base + ":"
         self.pending = base + ":pending"
+        self.prioritized = base + ":prioritized"
+        self.prioseq = base + ":prioseq"
         self.scheduled = base + ":scheduled"
         self.dead = base + ":dead"
         self.workers = base + ":workers"

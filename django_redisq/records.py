@@ -75,6 +75,7 @@ class TaskRow:
     reason: str = ""
     due_at: datetime | None = None  # scheduled tasks
     worker: str = ""  # running tasks
+    priority: int = 0  # Django's priority (-100..100, higher runs first)
 
     @property
     def exc_name(self) -> str:

@@ -141,7 +141,7 @@ class Scheduler:
         return Claim(
             expected=last if known is not None else "", upto=latest, missed=missed, max_late_ms=max_late,
             allow_overlap=s.allow_overlap, ttl_ms=max(MARKER_TTL_MS, 3 * period), task=s.task, id_base=self.id_base(s),
-            ticks=[(t, self.message(s, t)) for t in ticks],
+            ticks=[(t, self.message(s, t)) for t in ticks], priority=task_priority(s),
         )
 
     def message(self, s: Schedule, tick: int) -> str:
@@ -174,6 +174,14 @@ def wants_tick(s: Schedule) -> bool:
     from .schedules import find_task
 
     return TICK_KWARG in inspect.signature(find_task(s.task).func).parameters
+
+
+def task_priority(s: Schedule) -> int:
+    """The priority the schedule's task was defined with (``@task(priority=...)``), which its ticks run at."""
+    from .schedules import find_task
+
+    priority = getattr(find_task(s.task), "priority", 0)
+    return priority if isinstance(priority, int) and not isinstance(priority, bool) and -100 <= priority <= 100 else 0
 
 
 def tick_message(s: Schedule, tick: int, wants: bool) -> str:

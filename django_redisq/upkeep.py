@@ -99,6 +99,7 @@ class Upkeep:
         pipe = self.broker.client.pipeline(transaction=False)
         for q in self.queues:
             k = self.broker.keys(q)
-            pipe.llen(k.pending)
+            pipe.llen(k.pending)  # markers count: the next fetch drops them
+            pipe.zcard(k.prioritized)
             pipe.llen(k.processing(self.worker_id))
         return not any(pipe.execute())

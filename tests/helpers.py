@@ -67,6 +67,8 @@ def where_is(r: redis.Redis, task_id: str, queue: str = "default") -> list[str]:
     places = []
     if task_id in r.lrange(k.pending, 0, -1):
         places.append("pending")
+    if r.zscore(k.prioritized, task_id) is not None:  # pending too, of a priority other than 0
+        places.append("pending")
     if r.zscore(k.scheduled, task_id) is not None:
         places.append("scheduled")
     if r.zscore(k.dead, task_id) is not None:

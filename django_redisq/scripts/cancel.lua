@@ -20,6 +20,7 @@
 -- KEYS[3] -> P:dead       (ZSET, score = died at, Redis ms)
 -- KEYS[4] -> P:cancels    (HASH, task id -> '<Redis ms>|<who>')
 -- KEYS[5] -> P:workers    (ZSET), whose processing lists P:processing:<worker> are searched
+-- KEYS[6] -> P:prioritized (ZSET): where a pending task of a priority other than 0 waits (O(log n))
 -- ARGV[1] -> P:           the queue's key prefix (task hashes, processing lists, counters)
 -- ARGV[2] -> who          who asks ('admin:<username>', 'cli', 'api'), recorded in the error
 -- ARGV[3] -> retention in ms (dead letters older than this are trimmed; 0 = keep)
@@ -107,6 +108,8 @@ for i = 6, #ARGV do
     if state == 'finished' or state == 'dead' or state == 'moving' or redis.call('ZSCORE', KEYS[3], id) then
       code = 3
     elseif redis.call('ZREM', KEYS[2], id) == 1 then
+      queued = true
+    elseif redis.call('TYPE', KEYS[6])['ok'] == 'zset' and redis.call('ZREM', KEYS[6], id) == 1 then
       queued = true
     elseif state == 'pending' then
       queued = unqueue(id)

@@ -2,10 +2,13 @@
 --
 -- KEYS[1] -> P:pending    (LIST)
 -- KEYS[2] -> P:scheduled  (ZSET, score = due time in Redis ms)
+-- KEYS[3] -> P:prioritized (ZSET) and KEYS[4] -> P:prioseq (STRING): tasks of a priority
+--            other than 0 (lib/ready.lua)
 -- ARGV[1] -> P:           the queue's key prefix; task keys are ARGV[1] .. 't:' .. id,
 --                         idempotency keys ARGV[1] .. 'idem:' .. key
--- ARGV[2] -> n            number of tasks that follow, 5 ARGV each:
---   id, message JSON, task path, delay in ms (0 = run now), idempotency key ('' = none)
+-- ARGV[2] -> n            number of tasks that follow, 6 ARGV each:
+--   id, message JSON, task path, delay in ms (0 = run now), idempotency key ('' = none),
+--   priority (-100..100, higher runs first; 0 the default)
 --
 -- An idempotency key P:idem:<key> names the task holding it. It is held while it
 -- exists with a TTL (the holder succeeded: ack.lua started the countdown, even if
@@ -24,9 +27,12 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local prefix = ARGV[1]
 want(KEYS[1], 'list')
 want(KEYS[2], 'zset')
+want(KEYS[3], 'zset')
+local q = {pending = KEYS[1], scheduled = KEYS[2], prioritized = KEYS[3], seq = KEYS[4]}
 local out = {now}
 for i = 0, tonumber(ARGV[2]) - 1 do
-  local b = 3 + i * 5
-  out[#out + 1] = store_task(prefix, KEYS[1], KEYS[2], now, ARGV[b], ARGV[b + 1], ARGV[b + 2], tonumber(ARGV[b + 3]), ARGV[b + 4])
+  local b = 3 + i * 6
+  out[#out + 1] = store_task(prefix, q, now, ARGV[b], ARGV[b + 1], ARGV[b + 2], tonumber(ARGV[b + 3]), ARGV[b + 4],
+    tonumber(ARGV[b + 5]))
 end
 return out

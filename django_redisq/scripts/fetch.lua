@@ -8,12 +8,16 @@
 -- KEYS[5] -> P:cancels              (HASH): the cancel request of an id found DONE is deleted
 --                                   (it will not run); touched only then, and only if a hash
 -- KEYS[6] -> P:paused               (STRING): while it exists the queue is paused and nothing is taken
+-- KEYS[7] -> P:prioritized          (ZSET): ready tasks of a priority other than 0 (lib/ready.lua)
+-- KEYS[8] -> P:prioseq              (STRING): their FIFO counter (untouched here but for hand-backs)
 -- ARGV[1] -> P:            the queue's key prefix
 -- ARGV[2] -> n             how many ids to take from pending (may be 0)
 -- ARGV[3] -> lease in ms   lifetime of the guard; the worker's heartbeat renews it
 -- ARGV[4] -> worker id
 -- ARGV[5] -> result TTL in ms, applied to a task found already successful
--- ARGV[6] -> an id that BLMOVE already put in KEYS[2], claimed first ('' = none)
+-- ARGV[6] -> an id that BLMOVE already put in KEYS[2], claimed first ('' = none); when it is a
+--            marker (lib/ready.lua), or a higher priority waits in KEYS[7], one more is taken in its
+--            stead (the moved default-priority id goes back to be the next of its priority)
 -- ARGV[7] -> success TTL in ms, applied to the task's idempotency key when found already successful
 --
 -- Returns: {-1} FENCED: the worker is not registered (it was reaped while paused); nothing
@@ -29,29 +33,81 @@
 --   code 3 BUSY  -> another worker's guard is still held: moved to scheduled for 1 s later
 --   code 4 NOMSG -> no task data for this id: left in processing for the worker to bury
 --   code 5 CORRUPT -> a key of the wrong type, or non-numeric counters: left for burial
+-- Ids are taken in priority order: KEYS[7] while its best is above priority 0, then
+-- KEYS[1] (priority 0, FIFO), then KEYS[7]'s priorities below 0.
 --! include shape.lua
+--! include ready.lua
 local bad = wrong_shape({'list', 'list', 'zset', 'zset'})
 if bad then return bad end
+local pt = redis.call('TYPE', KEYS[7])['ok']
+if pt ~= 'zset' and pt ~= 'none' then
+  return redis.error_reply('WRONGTYPE ' .. KEYS[7] .. ' is a ' .. pt .. ', expected a zset (written by another program?)')
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local prefix, worker, lease = ARGV[1], ARGV[4], ARGV[3]
 if not redis.call('ZSCORE', KEYS[4], worker) then
   -- reaped: nothing in our list is ours any more; hand back what a BLMOVE put there since
-  while redis.call('LMOVE', KEYS[2], KEYS[1], 'RIGHT', 'RIGHT') do end
+  while true do
+    local id = redis.call('RPOP', KEYS[2])
+    if not id then break end
+    if id ~= MARKER then ready(KEYS[1], KEYS[7], KEYS[8], id, stored_prio(prefix .. 't:' .. id), true) end
+  end
   return {-1}
 end
 if redis.call('EXISTS', KEYS[6]) == 1 then
-  if ARGV[6] ~= '' and redis.call('LREM', KEYS[2], 1, ARGV[6]) > 0 then redis.call('RPUSH', KEYS[1], ARGV[6]) end
+  if ARGV[6] ~= '' and redis.call('LREM', KEYS[2], 1, ARGV[6]) > 0 and ARGV[6] ~= MARKER then
+    ready(KEYS[1], KEYS[7], KEYS[8], ARGV[6], 0, true)
+  end
   return {-2}
 end
 local ids = {}
+local count = tonumber(ARGV[2])
+local ranked = redis.call('ZCARD', KEYS[7]) > 0  -- false: a queue of default priorities only
+local function best()  -- the first prioritized id and its score, or nil
+  if not ranked then return nil end
+  local z = redis.call('ZRANGE', KEYS[7], 0, 0, 'WITHSCORES')
+  if not z[1] then ranked = false; return nil end
+  return z[1], tonumber(z[2])
+end
+local function take_ranked(id)
+  redis.call('ZREM', KEYS[7], id)
+  redis.call('LPUSH', KEYS[2], id)
+  ids[#ids + 1] = id
+end
 -- the moved id must still be ours: a worker that stalled past WORKER_TIMEOUT after its
 -- BLMOVE may have been reaped meanwhile (LPOS is O(1) here: BLMOVE put it at the head)
-if ARGV[6] ~= '' and redis.call('LPOS', KEYS[2], ARGV[6]) then ids[1] = ARGV[6] end
-for _ = 1, tonumber(ARGV[2]) do
-  local id = redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT')
-  if not id then break end
-  ids[#ids + 1] = id
+if ARGV[6] == MARKER then
+  redis.call('LREM', KEYS[2], 1, MARKER)
+  count = count + 1
+elseif ARGV[6] ~= '' and redis.call('LPOS', KEYS[2], ARGV[6]) then
+  local bid, bscore = best()
+  if bid and bscore < 100 * BAND then
+    redis.call('LREM', KEYS[2], 1, ARGV[6])
+    ready(KEYS[1], KEYS[7], KEYS[8], ARGV[6], 0, true)
+    count = count + 1
+  else
+    ids[1] = ARGV[6]
+  end
+end
+for _ = 1, count do
+  local bid, bscore = best()
+  if bid and bscore < 100 * BAND then
+    take_ranked(bid)
+  else
+    local id = redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT')
+    while id == MARKER do  -- a wake-up, not a task
+      redis.call('LPOP', KEYS[2])
+      id = redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT')
+    end
+    if id then
+      ids[#ids + 1] = id
+    elseif bid then
+      take_ranked(bid)
+    else
+      break
+    end
+  end
 end
 local out = {}
 local function done(id)  -- a task that will not run needs no cancel request (one BLMOVE moved before it finished)

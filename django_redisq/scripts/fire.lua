@@ -12,6 +12,8 @@
 --                               (counters); paused (Redis ms, '' = not paused), paused_by,
 --                               paused_from / resumed_at (the last pause, see schedule_resume.lua);
 --                               manual_id / manual_at (the last "run now", schedule_run.lua)
+-- KEYS[4] -> P:prioritized      (ZSET) and KEYS[5] -> P:prioseq (STRING), for a task of a priority
+--                               other than 0 (lib/ready.lua)
 -- ARGV[1] -> P:                 the queue's key prefix; task keys are ARGV[1] .. 't:' .. id
 -- ARGV[2] -> expected           the marker's last as the scheduler read it ('' = no marker)
 -- ARGV[3] -> upto               the newest due tick (ms); the marker's last becomes this
@@ -25,6 +27,7 @@
 -- ARGV[8] -> task path
 -- ARGV[9] -> id base            a tick's task id is ARGV[9] .. tick
 -- ARGV[10] -> n                 ticks to run, ascending, each <= upto; then n pairs: tick, message JSON
+-- ARGV[11 + 2n] -> priority     of the tasks (-100..100; 0 the default)
 --
 -- A listed tick at or after the pause began, and (once resumed) at or before the
 -- resume, is not run: it is counted in paused_ticks. The claim still moves the
@@ -42,6 +45,9 @@ local prefix, marker = ARGV[1], KEYS[3]
 local upto = tonumber(ARGV[3])
 want(KEYS[1], 'list')
 want(KEYS[2], 'zset')
+want(KEYS[4], 'zset')
+local q = {pending = KEYS[1], scheduled = KEYS[2], prioritized = KEYS[4], seq = KEYS[5]}
+local prio = tonumber(ARGV[11 + 2 * tonumber(ARGV[10])]) or 0
 want(marker, 'hash')
 local last = redis.call('HGET', marker, 'last') or ''
 if tonumber(last) and tonumber(last) >= upto then return {0, last, 0, 0, 0, 0} end
@@ -76,7 +82,7 @@ for i = 0, tonumber(ARGV[10]) - 1 do
     skipped = skipped + 1
   else
     local id = ARGV[9] .. tick
-    if store_task(prefix, KEYS[1], KEYS[2], now, id, msg, ARGV[8], 0, '') == '' then
+    if store_task(prefix, q, now, id, msg, ARGV[8], 0, '', prio) == '' then
       fired = fired + 1
       prev = id
       out[#out + 1] = id

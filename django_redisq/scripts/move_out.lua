@@ -28,6 +28,7 @@ local out = {}
 local function reply(id, code, f)
   out[#out + 1] = id; out[#out + 1] = code
   for j = 1, 8 do out[#out + 1] = (f and f[j]) or '' end
+  out[#out + 1] = (f and f[11]) or ''  -- the priority
 end
 for i = 3, #ARGV do
   local id = ARGV[i]
@@ -38,7 +39,7 @@ for i = 3, #ARGV do
     reply(id, -1)
   else
     local f = redis.call('HMGET', tkey, 'msg', 'task', 'errors', 'errors_len', 'errors_dropped', 'workers',
-      'enqueued_at', 'idem', 'state', 'moving_to')
+      'enqueued_at', 'idem', 'state', 'moving_to', 'prio')
     local ok = f[1] and string.match(f[1], '^%s*{') and pcall(cjson.decode, f[1])
     if not ok then
       reply(id, -1)

@@ -15,6 +15,8 @@
 -- KEYS[3] -> P:alive    (HASH, worker id -> start of its unbroken run of heartbeats)
 -- KEYS[4] -> P:dead     (ZSET), where cancelled tasks go
 -- KEYS[5] -> P:cancels  (HASH, task id -> '<Redis ms>|<who>')
+-- KEYS[6] -> P:prioritized (ZSET) and KEYS[7] -> P:prioseq (STRING): a task of a priority other
+--            than 0 goes back to the front of its priority there (lib/ready.lua)
 -- ARGV[1] -> P:         the queue's key prefix (processing lists, task hashes, guards, the counter
 --                       P:recovered of tasks given back)
 -- ARGV[2] -> dead after in ms: a worker silent for longer is dead
@@ -26,7 +28,8 @@
 --   given back, reaped worker id, ...}; {0, -1} when the reaper may not reap yet
 --! include shape.lua
 --! include cancel.lua
-local bad = wrong_shape({'zset', 'list', 'hash', 'zset', 'hash'})
+--! include ready.lua
+local bad = wrong_shape({'zset', 'list', 'hash', 'zset', 'hash', 'zset'})
 if bad then return bad end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -49,21 +52,23 @@ for _, w in ipairs(dead) do
     while pt == 'list' do
       local id = redis.call('RPOP', plist)
       if not id then break end
-      local tkey = prefix .. 't:' .. id
-      local is_hash = redis.call('TYPE', tkey)['ok'] == 'hash'
-      local request = requests and redis.call('HGET', KEYS[5], id)
-      if request then redis.call('HDEL', KEYS[5], id) end
-      if request and is_hash then
-        bury_cancelled(prefix, KEYS[4], id, now, cancel_who(request))
-      else
-        redis.call('RPUSH', KEYS[2], id)
-        local f = is_hash and redis.call('HMGET', tkey, 'task', 'deliveries') or {}
-        if is_hash then redis.call('HSET', tkey, 'state', 'pending') end
-        back[#back + 1] = id; back[#back + 1] = w; back[#back + 1] = f[1] or ''; back[#back + 1] = f[2] or '0'
+      if id ~= MARKER then  -- a marker is a wake-up its worker moved, not a task
+        local tkey = prefix .. 't:' .. id
+        local is_hash = redis.call('TYPE', tkey)['ok'] == 'hash'
+        local request = requests and redis.call('HGET', KEYS[5], id)
+        if request then redis.call('HDEL', KEYS[5], id) end
+        if request and is_hash then
+          bury_cancelled(prefix, KEYS[4], id, now, cancel_who(request))
+        else
+          ready(KEYS[2], KEYS[6], KEYS[7], id, stored_prio(tkey), true)
+          local f = is_hash and redis.call('HMGET', tkey, 'task', 'deliveries') or {}
+          if is_hash then redis.call('HSET', tkey, 'state', 'pending') end
+          back[#back + 1] = id; back[#back + 1] = w; back[#back + 1] = f[1] or ''; back[#back + 1] = f[2] or '0'
+        end
+        local skey = prefix .. 'status:' .. id
+        if redis.call('TYPE', skey)['ok'] == 'string' and redis.call('GET', skey) == 'running:' .. w then redis.call('DEL', skey) end
+        out[1] = out[1] + 1
       end
-      local skey = prefix .. 'status:' .. id
-      if redis.call('TYPE', skey)['ok'] == 'string' and redis.call('GET', skey) == 'running:' .. w then redis.call('DEL', skey) end
-      out[1] = out[1] + 1
     end
     redis.call('ZREM', KEYS[1], w)
     redis.call('HDEL', KEYS[3], w)

@@ -13,6 +13,8 @@
 -- KEYS[4] -> P:alive                (HASH)
 -- KEYS[5] -> P:dead                 (ZSET), where cancelled tasks go
 -- KEYS[6] -> P:cancels              (HASH, task id -> '<Redis ms>|<who>')
+-- KEYS[7] -> P:prioritized          (ZSET) and KEYS[8] -> P:prioseq (STRING): a task of a priority
+--                                   other than 0 goes back to the front of its priority (lib/ready.lua)
 -- ARGV[1] -> P:          the queue's key prefix
 -- ARGV[2] -> worker id
 -- ARGV[3..] -> ids never started (undo their claim); none = release all and deregister
@@ -20,7 +22,8 @@
 -- Returns: number of tasks handed back or cancelled
 --! include shape.lua
 --! include cancel.lua
-local bad = wrong_shape({'list', 'list', 'zset', 'hash', 'zset', 'hash'})
+--! include ready.lua
+local bad = wrong_shape({'list', 'list', 'zset', 'hash', 'zset', 'hash', 'zset'})
 if bad then return bad end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -49,7 +52,7 @@ local function give_back(id, undo)
   if request and is_hash then
     bury_cancelled(prefix, KEYS[5], id, now, cancel_who(request))
   else
-    redis.call('RPUSH', KEYS[2], id)
+    ready(KEYS[2], KEYS[7], KEYS[8], id, stored_prio(tkey), true)
     if is_hash then redis.call('HSET', tkey, 'state', 'pending') end
   end
   n = n + 1
@@ -62,7 +65,7 @@ else
   while true do
     local id = redis.call('RPOP', KEYS[1])
     if not id then break end
-    give_back(id, false)
+    if id ~= MARKER then give_back(id, false) end  -- a marker is a wake-up a BLMOVE moved, not a task
   end
   redis.call('ZREM', KEYS[3], w)
   redis.call('HDEL', KEYS[4], w)

@@ -7,11 +7,13 @@
 -- KEYS[1] -> P:pending          (LIST)
 -- KEYS[2] -> P:scheduled        (ZSET, untouched: the task is pending at once)
 -- KEYS[3] -> P:sched:<name>     (HASH) the schedule's marker (see fire.lua)
+-- KEYS[4] -> P:prioritized      (ZSET) and KEYS[5] -> P:prioseq (STRING) (lib/ready.lua)
 -- ARGV[1] -> P:                 the queue's key prefix; the task key is ARGV[1] .. 't:' .. ARGV[2]
 -- ARGV[2] -> id                 the new task's id
 -- ARGV[3] -> message JSON
 -- ARGV[4] -> task path
 -- ARGV[5] -> marker ttl (ms)    renewed unless the schedule is paused (a paused marker does not expire)
+-- ARGV[6] -> priority           of the task (-100..100; 0 the default)
 --
 -- Returns: {code, enqueued_at}
 --   1 -> enqueued (pending); enqueued_at is the Redis time (ms)
@@ -23,7 +25,9 @@ local marker = KEYS[3]
 want(KEYS[1], 'list')
 want(KEYS[2], 'zset')
 want(marker, 'hash')
-if store_task(ARGV[1], KEYS[1], KEYS[2], now, ARGV[2], ARGV[3], ARGV[4], 0, '') ~= '' then
+want(KEYS[4], 'zset')
+local q = {pending = KEYS[1], scheduled = KEYS[2], prioritized = KEYS[4], seq = KEYS[5]}
+if store_task(ARGV[1], q, now, ARGV[2], ARGV[3], ARGV[4], 0, '', tonumber(ARGV[6]) or 0) ~= '' then
   return {0, tostring(now)}
 end
 redis.call('HSET', marker, 'manual_id', ARGV[2], 'manual_at', now)

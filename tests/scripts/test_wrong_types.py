@@ -201,7 +201,7 @@ def test_a_move_into_a_queue_whose_keys_have_the_wrong_type(r, broker):
 
 def test_a_move_out_of_a_queue_whose_dead_set_is_not_a_zset(r, broker):
     plant(r, K.dead, "hash")
-    assert broker.move_out("default", "emails", ["t0"]) == [("t0", 0, [""] * 8)]
+    assert broker.move_out("default", "emails", ["t0"]) == [("t0", 0, [""] * 9)]
     assert_set_aside(r, K.dead)
 
 

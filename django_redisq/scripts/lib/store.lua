@@ -1,13 +1,15 @@
 -- lib/store.lua: store one new task and queue it, shared by enqueue.lua and fire.lua
--- (`--! include store.lua`; brings idem.lua and types.lua along). The caller has
--- checked the types of its pending LIST and scheduled ZSET keys.
+-- (`--! include store.lua`; brings idem.lua, types.lua and ready.lua along). The caller
+-- has checked the types of its pending LIST, scheduled ZSET and prioritized ZSET keys.
 --! include idem.lua
+--! include ready.lua
 
--- store_task(prefix, pending, scheduled, now, id, msg, path, delay, idem) ->
+-- store_task(prefix, q, now, id, msg, path, delay, idem, prio) ->
 --   ''     stored: pending (delay 0) or scheduled at now + delay ms
 --   <id>   not stored: the idempotency key idem is held by task <id>
 --   '!'    not stored: a task with this id already exists
-local function store_task(prefix, pending, scheduled, now, id, msg, path, delay, idem)
+--   q: {pending = KEY, scheduled = KEY, prioritized = KEY, seq = KEY}; prio: -100..100, 0 the default
+local function store_task(prefix, q, now, id, msg, path, delay, idem, prio)
   local tkey = prefix .. 't:' .. id
   local holder = false
   local ikey
@@ -23,14 +25,15 @@ local function store_task(prefix, pending, scheduled, now, id, msg, path, delay,
   if holder and holder ~= id then return holder end
   if kind == 'hash' then return '!' end
   if ikey then redis.call('SET', ikey, id) end
+  local state = 'pending'
+  if delay > 0 then state = 'scheduled' end
+  redis.call('HSET', tkey, 'msg', msg, 'task', path, 'state', state, 'enqueued_at', now,
+    'deliveries', 0, 'failures', 0, 'idem', idem)
+  if prio ~= 0 then redis.call('HSET', tkey, 'prio', prio) end  -- the default costs no field
   if delay > 0 then
-    redis.call('HSET', tkey, 'msg', msg, 'task', path, 'state', 'scheduled', 'enqueued_at', now,
-      'deliveries', 0, 'failures', 0, 'idem', idem)
-    redis.call('ZADD', scheduled, now + delay, id)
+    redis.call('ZADD', q.scheduled, now + delay, id)
   else
-    redis.call('HSET', tkey, 'msg', msg, 'task', path, 'state', 'pending', 'enqueued_at', now,
-      'deliveries', 0, 'failures', 0, 'idem', idem)
-    redis.call('LPUSH', pending, id)
+    ready(q.pending, q.prioritized, q.seq, id, prio, false)
   end
   return ''
 end
