@@ -117,6 +117,8 @@ import redis  # noqa: E402
 from django_redisq.testing import RedisServer  # noqa: E402
 
 QUEUES = ("default", "emails")  # chaos_slow runs on "emails", the rest on "default"
+PRIORITIES = (0, 0, 0, 10, -10, 60)
+"""Priorities the producers give their quick, slow and flaky tasks (so reaps and retries carry them)."""
 PREFIX = "redisq"
 KINDS = {"quick": 0.55, "slow": 0.06, "flaky": 0.12, "fail": 0.05, "delayed": 0.12, "order": 0.10}
 FAIL_RUNS = 3  # chaos_fail: max_retries=2
@@ -718,15 +720,16 @@ def produce(argv: list[str]) -> None:
         n = args.index * 10_000_000 + i
         kind = rng.choices(kinds, weights)[0]
         extra = ""
+        prio = rng.choice(PRIORITIES)  # a mix: most at the default, some above and below it
         if kind == "quick":
-            result = enqueue(lambda n=n: ct.chaos_quick.enqueue(n))
+            result = enqueue(lambda n=n, p=prio: ct.chaos_quick.using(priority=p).enqueue(n))
         elif kind == "slow":
             secs = round(rng.uniform(*cfg.slow_seconds), 2)
-            result = enqueue(lambda n=n, s=secs: ct.chaos_slow.enqueue(n, s))
+            result = enqueue(lambda n=n, s=secs, p=prio: ct.chaos_slow.using(priority=p).enqueue(n, s))
         elif kind == "flaky":
             fails = rng.choice([1, 2])
             extra = str(fails)
-            result = enqueue(lambda n=n, f=fails: ct.chaos_flaky.enqueue(n, f))
+            result = enqueue(lambda n=n, f=fails, p=prio: ct.chaos_flaky.using(priority=p).enqueue(n, f))
         elif kind == "fail":
             result = enqueue(lambda n=n: ct.chaos_fail.enqueue(n))
         elif kind == "delayed":
@@ -985,6 +988,8 @@ def account(main: RedisServer, effects: RedisServer, faults: list[Fault], procs:
     for q in QUEUES:
         base = f"{PREFIX}:{{{q}}}:"
         for tid in c.lrange(base + "pending", 0, -1):
+            places[tid].append("pending")
+        for tid in c.zrange(base + "prioritized", 0, -1):  # pending, of a priority other than 0
             places[tid].append("pending")
         for tid in c.zrange(base + "scheduled", 0, -1):
             places[tid].append("scheduled")

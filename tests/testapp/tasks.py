@@ -365,3 +365,13 @@ def slow_first_time(key: str, seconds: float) -> str:
         time.sleep(seconds)
     record(key)
     return key
+
+
+ORDER = "test:order"
+
+
+@task
+def in_order(key: str) -> str:
+    """Appends ``key`` to the ``test:order`` list: the order tasks ran in."""
+    _effects().rpush(ORDER, key)
+    return key
