@@ -9,7 +9,7 @@ which keeps the key in the same slot.
 key                                type    meaning
 =================================  ======  =================================================
 ``P:pending``                      LIST    ids ready to run (priority 0); LPUSH in, taken from the right;
-                                           or only ``~`` markers that wake a blocked worker for
+                                           or only ``~redisq:wake`` markers (a reserved id) that wake a blocked worker for
                                            ``P:prioritized`` (never both)
 ``P:prioritized``                  ZSET    ids ready to run of a priority other than 0, scored
                                            ``(100 - priority) * 2^44 + n`` (scripts/lib/ready.lua)

@@ -20,8 +20,8 @@ import redis
 
 from .keys import QueueKeys
 
-MARKER = "~"
-"""A wake-up in the pending LIST, not a task id (ids are URL-safe base64)."""
+MARKER = "~redisq:wake"
+"""A wake-up in the pending LIST, not a task id: a reserved id (ours are URL-safe base64; no producer may use this one)."""
 BAND = 2**44
 DEFAULT_SCORE = 100 * BAND
 """Scores below this are priorities above 0 (they run before the LIST); above it, below 0."""

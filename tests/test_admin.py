@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 
 import pytest
 from django.conf import settings
@@ -407,6 +408,15 @@ def test_scheduled_pending_and_running_lists(r, admin_client):
         assert response.status_code == 200 and task_id in response.content.decode()
         assert detail_url(task_id) in response.content.decode()
     assert admin_client.get(tasks_url("finished")).status_code == 404
+
+
+def test_the_pending_list_is_in_running_order_with_priorities(r, admin_client):
+    ids = {key: tasks.in_order.using(priority=p).enqueue(key).id for key, p in [("plain", 0), ("late", -30), ("first", 70)]}
+    page = admin_client.get(tasks_url("pending")).content.decode()
+    positions = [page.index(ids[key]) for key in ("first", "plain", "late")]
+    assert positions == sorted(positions), "the page lists the next to run first"
+    cells = re.findall(r'<td class="redisq-priority">(-?\d+)</td>', page)
+    assert cells == ["70", "0", "-30"] and "3 pending tasks" in page
 
 
 @pytest.mark.parametrize("url", [LIST, QUEUES])

@@ -15,7 +15,7 @@
 -- or ids, never both: whatever pushes an id drops the markers first (they sit at the
 -- tail, the end taken next), so the LIST's real length is 0 when its tail is a MARKER.
 
-local MARKER = '~'  -- never a task id (ids are URL-safe base64)
+local MARKER = '~redisq:wake'  -- a reserved id: ours are URL-safe base64, and no producer should write this one
 local BAND = 17592186044416  -- 2^44: ids of one priority before n wraps; 201 bands * 2^44 < 2^53
 
 -- stored_prio(tkey): the priority in a task hash, 0 when missing, not a hash, or not an
