@@ -326,3 +326,23 @@ def test_aclose_closes_the_running_loops_pools_and_the_next_call_opens_new_ones(
     before, after = asyncio.run(run())
     assert before is not after and not any(c.is_connected for c in before._available_connections)
     assert r.llen(keys().pending) == 2
+
+
+def test_a_call_cancelled_before_its_batch_is_sent_is_not_enqueued(r):
+    import json
+
+    async def run() -> None:
+        await tasks.noop.aenqueue(0)
+        leader = asyncio.ensure_future(tasks.noop.aenqueue(1))
+        await asyncio.sleep(0)  # the leader's script call is in flight
+        follower = asyncio.ensure_future(tasks.noop.aenqueue(2))
+        await asyncio.sleep(0)  # the follower waits for the next batch
+        follower.cancel()
+        await leader
+        with pytest.raises(asyncio.CancelledError):
+            await follower
+        await tasks.noop.aenqueue(3)
+
+    asyncio.run(run())
+    stored = [json.loads(r.hget(keys().task(i), "msg"))["args"] for i in reversed(r.lrange(keys().pending, 0, -1))]
+    assert stored == [[0], [1], [3]]
