@@ -277,3 +277,66 @@ def start_latency(enqueue: Callable[[int], Any], r: redis.Redis, key: str, sampl
 def emit(data: dict[str, Any]) -> None:
     """The last line of a peer adapter's output: its results as JSON."""
     print("RESULT " + json.dumps(data), flush=True)
+
+
+# -- enqueue from a thread and from an event loop ------------------------------
+
+
+def enqueue_modes(enqueue: Callable[[int], Any], aenqueue: Callable[[int], Any], *, count: int, seconds: float,
+                  concurrency: int, rounds: int, hop: Callable[[int], Any] | None = None) -> dict[str, list[float]]:
+    """Tasks/s of one backend's enqueue, the modes alternated in each round so a change of load hits all alike.
+
+    ``thread``: ``enqueue(i)`` in a loop, in a plain thread (no event loop in it).
+    ``loop``: ``await aenqueue(i)`` one after the other on a running event loop.
+    ``gather``: ``concurrency`` ``aenqueue`` calls at once (``asyncio.gather``), batch after batch.
+    ``hop-loop``, ``hop-gather``: the same with ``hop`` (another aenqueue, e.g. Django's default through a thread).
+    Each round of a mode runs in a fresh thread or ``asyncio.run`` with one untimed call first (the pool is warm).
+    """
+    import asyncio
+    import threading
+
+    def in_thread() -> float:
+        out: list[float] = []
+
+        def body() -> None:
+            enqueue(-1)
+            out.append(rate_loop(enqueue, count, seconds)["per_s"])
+
+        t = threading.Thread(target=body)
+        t.start()
+        t.join()
+        return out[0]
+
+    async def one_by_one(aenqueue: Callable[[int], Any] = aenqueue) -> float:
+        await aenqueue(-1)
+        done, start = 0, time.perf_counter()
+        deadline = start + seconds
+        for i in range(count):
+            await aenqueue(i)
+            done += 1
+            if (i & 63) == 63 and time.perf_counter() > deadline:
+                break
+        return done / (time.perf_counter() - start)
+
+    async def gathered(aenqueue: Callable[[int], Any] = aenqueue) -> float:
+        await aenqueue(-1)
+        done, start = 0, time.perf_counter()
+        deadline = start + seconds
+        while done < count and time.perf_counter() < deadline:
+            await asyncio.gather(*(aenqueue(done + j) for j in range(concurrency)))
+            done += concurrency
+        return done / (time.perf_counter() - start)
+
+    run: dict[str, Callable[[], float]] = {
+        "thread": in_thread, "loop": lambda: asyncio.run(one_by_one()), "gather": lambda: asyncio.run(gathered()),
+    }
+    if hop is not None:
+        run["hop-loop"] = lambda: asyncio.run(one_by_one(hop))
+        run["hop-gather"] = lambda: asyncio.run(gathered(hop))
+    modes = list(run)
+    rates: dict[str, list[float]] = {m: [] for m in modes}
+    for rnd in range(rounds):
+        order = list(modes) if rnd % 2 == 0 else list(reversed(modes))
+        for m in order:
+            rates[m].append(run[m]())
+    return rates

@@ -7,6 +7,9 @@ with a no-op task through the public API and the real ``runworker`` process:
 * limits: ``redis-benchmark -c 1 -t lpush,rpop`` at ``-P 1`` and ``-P 16``, and a
   bare redis-py LPUSH loop (RESP2 and RESP3) on the same server;
 * enqueue/s: ``.delay()`` in a loop, and bulk ``enqueue_many``;
+* aenqueue/s on a running event loop (one by one, and N at once with ``gather``) against ``enqueue`` in
+  a thread and Django's default ``aenqueue`` (a thread hop), then the same for the other Django Tasks
+  backends on Redis (django-vtasks, django-tasks-redis) in ``bench/.django-peers-venv``;
 * drain/s of N queued tasks, worker start to last ack: one process at
   concurrency 1, one at a higher concurrency, two processes; with Redis
   commands and round trips per task from ``INFO commandstats`` / ``INFO stats``;
@@ -65,12 +68,15 @@ for _p in (str(ENGINE), str(BENCH)):
     sys.path.insert(0, _p)
 
 import redis  # noqa: E402
-from common import START_KEY, Procs, group_cpu_seconds, rate_loop, redis_cpu_seconds, start_latency, summary, tail, vmrss_kb, watch_drain  # noqa: E402
+from common import START_KEY, Procs, enqueue_modes, group_cpu_seconds, rate_loop, redis_cpu_seconds, start_latency, summary, tail, vmrss_kb, watch_drain  # noqa: E402
 
 PEERS_VENV = BENCH / ".peers-venv"
 PEER_PACKAGES = ["dramatiq[redis]==2.2.1", "huey==3.5.4", "rq==2.12.0", "hiredis"]
 PEER_NAMES = ("dramatiq", "huey", "rq")
-SECTIONS = ("limits", "enqueue", "drain", "latency", "pools", "flatness", "rss", "peers")
+SECTIONS = ("limits", "enqueue", "aenqueue", "drain", "latency", "pools", "flatness", "rss", "peers")
+DJANGO_PEERS_VENV = BENCH / ".django-peers-venv"
+DJANGO_PEER_PACKAGES = {"vtasks": "django-vtasks[valkey]==3.2.0", "tasks-redis": "django-tasks-redis==0.4.0"}
+"""The other Django Tasks backends on Redis, measured by the aenqueue section in their own virtualenv (with Django 6)."""
 POOL_NAMES = ("threads", "processes", "asyncio")
 
 PROFILES: dict[str, dict[str, Any]] = {
@@ -82,6 +88,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         "rss_small": 1000, "rss_big": 100_000, "bare_count": 50_000, "bare_s": 2.0, "rb_n": 50_000,
         "peer_n": 20_000, "peer_cap": 20.0, "peer_lat": 200, "peer_enqueue": 10_000, "peer_enqueue_s": 2.0,
         "pool_noop_n": 10_000, "pool_io_n": 3000, "pool_cpu_n": 1500, "pool_lat": 300,
+        "async_count": 10_000, "async_s": 2.0, "async_concurrency": 50,
     },
     # --quick: under 2 minutes, and the pools section about 1.5 more
     "quick": {
@@ -91,6 +98,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         "rss_small": 1000, "rss_big": 10_000, "bare_count": 20_000, "bare_s": 1.0, "rb_n": 20_000,
         "peer_n": 2000, "peer_cap": 8.0, "peer_lat": 100, "peer_enqueue": 3000, "peer_enqueue_s": 1.0,
         "pool_noop_n": 3000, "pool_io_n": 1000, "pool_cpu_n": 500, "pool_lat": 100,
+        "async_count": 3000, "async_s": 1.0, "async_concurrency": 50,
     },
 }
 
@@ -319,6 +327,50 @@ class Bench:
             self.res.add("many_rcpu", "  Redis CPU per task, enqueue_many", "us", (r1 - r0) / done * 1e6)
             log(f"enqueue run {rep + 1}: delay {fmt(out['per_s'])}/s, enqueue_many {fmt(self.res.rows['enqueue_many']['values'][-1])}/s")
         self.r.flushall()
+
+    # -- aenqueue --------------------------------------------------------
+
+    def aenqueue(self) -> None:
+        """enqueue from a thread against aenqueue on a running event loop: ours, Django's default, the peers."""
+        from django_redisq.compat import BaseTaskBackend
+
+        cfg = self.cfg
+        c = cfg["async_concurrency"]
+        kw = {"count": cfg["async_count"], "seconds": cfg["async_s"], "concurrency": c, "rounds": max(2, cfg["repeats"])}
+        labels = {"thread": "enqueue() loop in a thread", "loop": "await aenqueue() one by one on a loop",
+                  "gather": f"{c} aenqueue() at once (gather)", "hop-loop": "  Django's default aenqueue (sync_to_async), one by one",
+                  "hop-gather": f"  Django's default aenqueue (sync_to_async), {c} at once"}
+        self.r.flushall()
+        noop, backend = self.noop, self.backend
+        rates = enqueue_modes(noop.enqueue, noop.aenqueue, hop=lambda i: BaseTaskBackend.aenqueue(backend, noop, (i,), {}), **kw)
+        for mode, values in rates.items():
+            for v in values:
+                self.res.add(f"async_{mode}", f"django-redisq: {labels[mode]}", "tasks/s", v)
+        log("aenqueue (django-redisq): " + ", ".join(f"{m} {fmt(summary(v)['median'])}/s" for m, v in rates.items()))
+        self.r.flushall()
+        py, missing = ensure_django_peers_venv()
+        for name in DJANGO_PEER_PACKAGES:
+            if py is None or name in missing:
+                why = missing.get(name, "no virtualenv")
+                log(f"Django Tasks peer {name}: not measured ({why})")
+                self.res.add(f"async_peer_{name}", f"{name}: not installed, not measured", "tasks/s", None, why[:80])
+                continue
+            argv = [str(py), str(BENCH / "peers" / "django_tasks_peer.py"), name, "--url", self.url, "--count", str(kw["count"]),
+                    "--seconds", str(kw["seconds"]), "--concurrency", str(c), "--rounds", str(kw["rounds"])]
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=BENCH / "peers")
+            line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
+            if line is None:
+                log(f"Django Tasks peer {name}: no result (exit {proc.returncode}): {proc.stderr.strip()[-800:]}")
+                self.res.add(f"async_peer_{name}", f"{name}: failed, not measured", "tasks/s", None, f"exit {proc.returncode}")
+                continue
+            data = json.loads(line[len("RESULT "):])
+            self.res.details.setdefault("async_peers", {})[name] = data
+            tag = f"{name} {data['version']}"
+            for mode, values in data["rates"].items():
+                label = labels[mode] if mode == "thread" else f"{labels[mode]} [aenqueue: {data['aenqueue']}]"
+                for v in values:
+                    self.res.add(f"async_peer_{name}_{mode}", f"{tag}: {label}", "tasks/s", v)
+            self.r.flushall()
 
     # -- drain -----------------------------------------------------------
 
@@ -688,6 +740,11 @@ class Bench:
             check(f"flatness {op} (client cost) < 1.2", m(f"flat_{op}_client_ratio"), 1.2, lt, "1.2")
         check("worker RSS growth <= 10%", m("rss_ratio"), 1.10, le, "1.10")
         check("CPU-bound drain: processes -c 2 / threads -c 4 >= 1.7 (about 2x on 2 cores)", m("pool_cpu_ratio"), 1.7, ge, "1.7")
+        thread = m("async_thread")
+        check("aenqueue one by one on a loop >= enqueue in a thread", m("async_loop"), thread, ge, f"{fmt(thread)} (thread)")
+        check(f"{self.cfg['async_concurrency']} aenqueue at once >= enqueue in a thread", m("async_gather"), thread, ge, f"{fmt(thread)} (thread)")
+        hop = m("async_hop-loop")
+        check("aenqueue one by one >= Django's default aenqueue (thread hop)", m("async_loop"), hop, ge, f"{fmt(hop)} (hop)")
         return out
 
 
@@ -749,6 +806,32 @@ def ensure_peers_venv() -> Path | None:
         return None
     stamp.write_text(want)
     return py
+
+
+def ensure_django_peers_venv() -> tuple[Path | None, dict[str, str]]:
+    """``bench/.django-peers-venv`` with Django 6 and each Django Tasks peer that installs: (its Python, {peer: why not})."""
+    py = DJANGO_PEERS_VENV / "bin" / "python"
+    stamp = DJANGO_PEERS_VENV / ".installed"
+    want = "\n".join(DJANGO_PEER_PACKAGES.values())
+    if py.exists() and stamp.exists() and stamp.read_text() == want:
+        return py, {}
+    missing: dict[str, str] = {}
+    try:
+        if not py.exists():
+            venv.EnvBuilder(with_pip=True, clear=True).create(DJANGO_PEERS_VENV)
+        base = subprocess.run([str(py), "-m", "pip", "install", "-q", "Django>=6.0,<6.2", "hiredis"], capture_output=True, text=True,
+                              timeout=600)
+        if base.returncode != 0:
+            return None, dict.fromkeys(DJANGO_PEER_PACKAGES, f"Django 6 does not install: {base.stderr.strip()[-200:]}")
+        for name, package in DJANGO_PEER_PACKAGES.items():
+            done = subprocess.run([str(py), "-m", "pip", "install", "-q", package], capture_output=True, text=True, timeout=600)
+            if done.returncode != 0:
+                missing[name] = f"pip install {package} failed: {done.stderr.strip().splitlines()[-1] if done.stderr.strip() else ''}"
+    except (OSError, subprocess.SubprocessError) as exc:
+        return None, dict.fromkeys(DJANGO_PEER_PACKAGES, f"cannot build {DJANGO_PEERS_VENV.name}: {exc}")
+    if not missing:
+        stamp.write_text(want)
+    return py, missing
 
 
 def engine_fingerprint() -> dict[str, str]:

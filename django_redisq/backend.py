@@ -13,7 +13,8 @@ from typing import Any, cast
 from django.utils import timezone
 from django.utils.module_loading import autodiscover_modules
 
-from .broker import Broker
+from . import abroker
+from .broker import Broker, Enqueued
 from .compat import (
     DEFAULT_TASK_BACKEND_ALIAS,
     UTC,
@@ -88,6 +89,11 @@ class RedisQueueBackend(BaseTaskBackend):
     def broker(self) -> Broker:
         return Broker(self.conf)
 
+    @cached_property
+    def abroker(self) -> abroker.AsyncBroker:
+        """The broker of ``aenqueue`` / ``aget_result``: the same steps on the running loop's own pool."""
+        return abroker.AsyncBroker(self.broker)
+
     def check(self, **kwargs: Any) -> list[Any]:
         from . import schedules
 
@@ -145,15 +151,41 @@ class RedisQueueBackend(BaseTaskBackend):
         results = []
         for (result, _), outcome in zip(prepared, stored, strict=False):
             if outcome.duplicate_of:
-                results.append(self._duplicate_result(result, outcome.duplicate_of))
+                found = self.broker.get_task(outcome.duplicate_of, [task.queue_name])
+                results.append(self._duplicate_result(result, outcome.duplicate_of, found))
             else:
-                # the time the script stored, so that refresh() and get_result() agree with it
-                object.__setattr__(result, "enqueued_at", ms_to_datetime(outcome.enqueued_at))
-                task_enqueued.send(type(self), task_result=result)
+                task_enqueued.send(type(self), task_result=self._stored(result, outcome))
                 results.append(result)
         return results
 
-    def _duplicate_result(self, result: TaskResult, holder: str) -> TaskResult:
+    async def aenqueue(self, task: Task, args: Sequence[Any], kwargs: dict[str, Any]) -> TaskResult:
+        """``enqueue`` on the running event loop, with no thread (abroker.py): the same script and result."""
+        return (await self.aenqueue_many(task, [(args, kwargs)]))[0]
+
+    async def aenqueue_many(self, task: Task, arg_sets: Iterable[tuple[Sequence[Any], dict[str, Any]]]) -> list[TaskResult]:
+        """``enqueue_many``, awaited on the running loop's own pool; step for step the same."""
+        self.validate_task(task)
+        prepared = [self._prepare(task, a, k) for a, k in arg_sets]
+        if not prepared:
+            return []
+        stored = await self.abroker.enqueue(task.queue_name, [item for _, item in prepared])
+        results = []
+        for (result, _), outcome in zip(prepared, stored, strict=False):
+            if outcome.duplicate_of:
+                found = await self.abroker.get_task(outcome.duplicate_of, [task.queue_name])
+                results.append(self._duplicate_result(result, outcome.duplicate_of, found))
+            else:
+                await abroker.send_enqueued(type(self), self._stored(result, outcome))
+                results.append(result)
+        return results
+
+    @staticmethod
+    def _stored(result: TaskResult, outcome: Enqueued) -> TaskResult:
+        """``result`` with the enqueued_at the script stored, so that refresh() and get_result() agree with it."""
+        object.__setattr__(result, "enqueued_at", ms_to_datetime(outcome.enqueued_at))
+        return result
+
+    def _duplicate_result(self, result: TaskResult, holder: str, found: tuple[str, dict[str, str]] | None) -> TaskResult:
         """The result of the task holding the idempotency key.
 
         The key outlives the holder's result when IDEMPOTENCY_TTL exceeds RESULT_TTL. A key
@@ -162,8 +194,8 @@ class RedisQueueBackend(BaseTaskBackend):
         returned under the holder's id as SUCCESSFUL, with an unknown return value (None)
         and no timestamps; ``get_result`` on that id raises ``TaskResultDoesNotExist``.
         A holder left without a message (a dead letter whose data was corrupt) reads as FAILED.
+        ``found`` is the holder's task hash, read by the caller (sync or async).
         """
-        found = self.broker.get_task(holder, [result.task.queue_name])
         if found is not None and "msg" in found[1]:
             return self.build_result(holder, found[0], found[1])
         status = TaskResultStatus.SUCCESSFUL if found is None else TaskResultStatus.FAILED
@@ -208,7 +240,15 @@ class RedisQueueBackend(BaseTaskBackend):
     def get_result(self, result_id: str) -> TaskResult:
         if not isinstance(result_id, str) or not 0 < len(result_id) <= 64:
             raise TaskResultDoesNotExist(result_id)
-        found = self.broker.get_task(result_id, sorted(self.queues))
+        return self._found_result(result_id, self.broker.get_task(result_id, sorted(self.queues)))
+
+    async def aget_result(self, result_id: str) -> TaskResult:
+        """``get_result`` on the running event loop, with no thread (abroker.py); ``arefresh`` comes here too."""
+        if not isinstance(result_id, str) or not 0 < len(result_id) <= 64:
+            raise TaskResultDoesNotExist(result_id)
+        return self._found_result(result_id, await self.abroker.get_task(result_id, sorted(self.queues)))
+
+    def _found_result(self, result_id: str, found: tuple[str, dict[str, str]] | None) -> TaskResult:
         if found is None or "msg" not in found[1]:
             raise TaskResultDoesNotExist(result_id)
         return self.build_result(result_id, found[0], found[1])

@@ -177,13 +177,23 @@ class Broker:
 
     def enqueue(self, queue: str, items: Sequence[NewTask]) -> list[Enqueued]:
         """Store tasks ``(id, message, task path, delay ms, idempotency key[, priority])`` in one round trip."""
+        keys, argv = self.enqueue_call(queue, items)
+        return self.enqueued(items, self._script("enqueue")(keys=keys, args=argv))
+
+    def enqueue_call(self, queue: str, items: Sequence[NewTask]) -> tuple[list[str], list[Any]]:
+        """KEYS and ARGV of enqueue.lua for ``items``: the one place that spells them (abroker.py sends the same)."""
         k = self.keys(queue)
         argv: list[Any] = [k.prefix, len(items)]
         for item in items:
             argv.extend(item)
             if len(item) == 5:  # the default priority
                 argv.append(0)
-        now, *out = self._script("enqueue")(keys=[k.pending, k.scheduled, k.prioritized, k.prioseq], args=argv)
+        return [k.pending, k.scheduled, k.prioritized, k.prioseq], argv
+
+    @staticmethod
+    def enqueued(items: Sequence[NewTask], reply: Sequence[Any]) -> list[Enqueued]:
+        """enqueue.lua's reply for ``items`` as one ``Enqueued`` each (for the sync and the async call alike)."""
+        now, *out = reply
         # '!' means the id exists: only our own earlier try (a retried lost reply) can make it
         return [Enqueued(item[0], None if code in ("", "!") else code, int(now)) for item, code in zip(items, out, strict=False)]
 
@@ -454,9 +464,18 @@ class Broker:
         """The task hash of ``task_id`` and its queue, looking in each queue given."""
         queues = list(queues)
         pipe = self.client.pipeline(transaction=False)
-        for q in queues:
-            pipe.hgetall(self.keys(q).task(task_id))
-        for q, data in zip(queues, pipe.execute(), strict=False):
+        for key in self.task_hashes(task_id, queues):
+            pipe.hgetall(key)
+        return self.found_task(queues, pipe.execute())
+
+    def task_hashes(self, task_id: str, queues: Sequence[str]) -> list[str]:
+        """The keys ``get_task`` reads (one HGETALL each, in one round trip), in the order of ``queues``."""
+        return [self.keys(q).task(task_id) for q in queues]
+
+    @staticmethod
+    def found_task(queues: Sequence[str], replies: Sequence[Any]) -> tuple[str, dict[str, str]] | None:
+        """The first queue whose task hash is not empty, and that hash, from the HGETALL replies (sync or async)."""
+        for q, data in zip(queues, replies, strict=False):
             if data:
                 return q, data
         return None

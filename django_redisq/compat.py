@@ -38,6 +38,7 @@ if TYPE_CHECKING or find_spec("django.tasks") is not None:
         task,
         task_backends,
     )
+    from django.tasks import signals as _signals
     from django.tasks.backends.base import BaseTaskBackend
     from django.tasks.base import DEFAULT_TASK_PRIORITY, TASK_MAX_PRIORITY, TASK_MIN_PRIORITY, TaskError
     from django.tasks.exceptions import InvalidTask, InvalidTaskBackend, TaskResultDoesNotExist, TaskResultMismatch
@@ -62,6 +63,7 @@ else:
             "django-redisq needs Django's Tasks framework: Django 6.0 or newer, or on Django 5.2 "
             'the django-tasks backport (pip install "django-redisq[django52]").'
         ) from None
+    from django_tasks import signals as _signals
     from django_tasks.backends.base import BaseTaskBackend
     from django_tasks.base import DEFAULT_TASK_PRIORITY, TASK_MAX_PRIORITY, TASK_MIN_PRIORITY, Task, TaskError
     from django_tasks.exceptions import TaskResultDoesNotExist, TaskResultMismatch
@@ -75,6 +77,11 @@ else:
         from django_tasks.exceptions import InvalidTaskError as InvalidTask
 
     FRAMEWORK = "django_tasks"
+
+LOOP_SAFE_RECEIVERS: frozenset[object] = frozenset(
+    r for r in (getattr(_signals, "log_task_enqueued", None),) if r is not None
+)
+"""The framework's own ``task_enqueued`` receivers that only log: ``aenqueue`` calls them on the event loop (abroker.py)."""
 
 LOGGER_NAME = FRAMEWORK
 """The logger the framework's own signal receivers write to ("django.tasks" or "django_tasks")."""
@@ -131,6 +138,7 @@ __all__ = [
     "DEFAULT_TASK_QUEUE_NAME",
     "FRAMEWORK",
     "LOGGER_NAME",
+    "LOOP_SAFE_RECEIVERS",
     "TASK_MAX_PRIORITY",
     "TASK_MIN_PRIORITY",
     "UTC",

@@ -13,7 +13,7 @@ import threading
 from typing import Any
 
 import redis
-from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
+from redis.backoff import AbstractBackoff, ExponentialWithJitterBackoff, NoBackoff
 from redis.retry import Retry
 
 from .conf import Options
@@ -63,7 +63,8 @@ def heartbeat_budget(options: Options) -> float:
     return (options.worker_timeout - options.heartbeat_interval) / 2
 
 
-def _target(options: Options, purpose: str = "") -> tuple[Any, ...]:
+def target(options: Options, purpose: str = "") -> tuple[Any, ...]:
+    """What a pool is keyed by: where the options point (and the purpose of a special pool)."""
     tail = (purpose, heartbeat_budget(options)) if purpose else ()
     if options.embedded:
         return ("embedded", options.embedded_path, *tail)
@@ -82,7 +83,13 @@ def _embedded_socket(path: str) -> str:
     return str(server.socket_file)
 
 
-def _pool_kwargs(options: Options) -> dict[str, Any]:
+def retry_policy() -> tuple[AbstractBackoff, int]:
+    """How our pools retry a lost connection or a timeout: backoff and count, for a sync or an asyncio ``Retry``."""
+    return ExponentialWithJitterBackoff(base=0.05, cap=1.0), 3
+
+
+def pool_kwargs(options: Options) -> dict[str, Any]:
+    """How our pools connect and behave; aconnection.py builds its asyncio pools from the same."""
     common: dict[str, Any] = {
         "decode_responses": True,
         # bytes that are not UTF-8 (garbage pushed by hand) decode to lone surrogates and
@@ -91,7 +98,7 @@ def _pool_kwargs(options: Options) -> dict[str, Any]:
         "protocol": 2,
         "socket_timeout": BLOCK_TIMEOUT + 10,
         "socket_connect_timeout": 5,
-        "retry": Retry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), 3),
+        "retry": Retry(*retry_policy()),
         "retry_on_error": [redis.ConnectionError, redis.TimeoutError],
         "max_connections": 1000,
     }
@@ -120,13 +127,13 @@ def get_client(options: Options, purpose: str = "") -> redis.Redis:
     a stuck call is given up in time and the next heartbeat is tried at once, so
     a live worker's heartbeat never waits longer than WORKER_TIMEOUT.
     """
-    key = _target(options, purpose)
+    key = target(options, purpose)
     client = _clients.get(key)
     if client is None:
         with _lock:
             client = _clients.get(key)
             if client is None:
-                kwargs = _pool_kwargs(options)
+                kwargs = pool_kwargs(options)
                 if purpose == "heartbeat":
                     budget = heartbeat_budget(options)
                     kwargs.update(socket_timeout=budget, socket_connect_timeout=budget, retry=Retry(NoBackoff(), 0), max_connections=10)
@@ -198,8 +205,11 @@ def _scrub(text: str) -> str:
 
 
 def reset() -> None:
-    """Forget cached clients (tests, and after settings change)."""
+    """Forget cached clients, the asyncio ones included (tests, and after settings change)."""
+    from . import aconnection
+
     with _lock:
         for client in _clients.values():
             client.connection_pool.disconnect()
         _clients.clear()
+    aconnection.forget()
