@@ -35,6 +35,7 @@ class Outcome:
     failed: bool = False  # the task ran and raised (counts as a failed attempt)
     task_name: str = ""
     duration: float = 0.0
+    metadata: str | None = None  # the task's metadata as JSON, to save before settling; None: unchanged (metadata.py)
 
 
 def error_dict(exc: BaseException | None, message: str = "", exc_path: str = "") -> dict[str, Any]:
