@@ -131,10 +131,10 @@ class RedisQueueBackend(BaseTaskBackend):
         registered = get_registered(task.module_path)
         if registered is None or registered is task:
             return {}
-        for name in ("retry_on", "no_retry_on"):
+        for name in ("retry_on", "no_retry_on", "backoff"):
             if getattr(task, name) != getattr(registered, name):
-                raise InvalidTask(f"{name} cannot be changed per call with using(): a worker never imports exception classes "
-                                  f"named in Redis. Set it in @task, or raise Retry / an exception it names.")
+                raise InvalidTask(f"{name} cannot be changed per call with using(): a worker never imports classes or functions "
+                                  f"named in Redis. Set it in @task, or raise Retry(delay=...) / an exception it names.")
         return {name: getattr(task, name) for name in OVERRIDES
                 if getattr(task, name) is not None and getattr(task, name) != getattr(registered, name)}
 

@@ -355,11 +355,19 @@ class Runner:
         if isinstance(exc, TaskCancelled) and exc.args == TaskCancelled().args and a.d.id in self._cancelled:
             who = self._cancelled[a.d.id]
             exc.args = (f"{a.message.task} was cancelled{' by ' + who if who else ''} while running (ran {duration:.3g} s)",)
-        outcome = failure(a.prep.task, exc, a.d, a.max_retries, a.opts, a.message.overrides, retry=not a.final)
+        # the result as this attempt leaves it (its error appended, FAILED), which a task's backoff function is given
+        error = error_dict(exc)
+        a.result.errors.append(TaskError(exception_class_path=error["exc"], traceback=error["tb"]))
+        object.__setattr__(a.result, "status", TaskResultStatus.FAILED)
+        object.__setattr__(a.result, "finished_at", _now())
+        outcome = failure(a.prep.task, exc, a.d, a.max_retries, a.opts, a.message.overrides, retry=not a.final,
+                          result=a.result, error=error)
         outcome.task_name, outcome.duration, outcome.metadata = a.message.task, duration, a.metadata
-        object.__setattr__(a.result, "status", TaskResultStatus.READY if outcome.kind == RETRY else TaskResultStatus.FAILED)
-        object.__setattr__(a.result, "finished_at", None if outcome.kind == RETRY else _now())
-        a.result.errors.append(TaskError(exception_class_path=outcome.error["exc"], traceback=outcome.error["tb"]))
+        if outcome.error is not error:  # the backoff function failed: that is the error recorded
+            a.result.errors[-1] = TaskError(exception_class_path=outcome.error["exc"], traceback=outcome.error["tb"])
+        if outcome.kind == RETRY:
+            object.__setattr__(a.result, "status", TaskResultStatus.READY)
+            object.__setattr__(a.result, "finished_at", None)
         return outcome
 
     def lost(self, d: Delivery, worker_id: str, exc: BaseException, duration: float = 0.0) -> Outcome:
