@@ -20,10 +20,9 @@ from django.conf import settings
 from django.test import override_settings
 
 from django_redisq.broker import Broker
-from django_redisq.compat import TaskResult, TaskResultDoesNotExist, TaskResultStatus, task_backends
+from django_redisq.compat import FRAMEWORK_HAS_METADATA, TaskResult, TaskResultDoesNotExist, TaskResultStatus, task_backends
 from django_redisq.conf import get_options
 from django_redisq.exceptions import InvalidArguments
-from django_redisq.metadata import supported
 from tests.helpers import drain, keys, where_is
 from tests.test_contract import TASK_FIELDS
 from tests.test_pools import POOLS, serving, settled
@@ -175,7 +174,7 @@ def test_a_message_with_metadata_that_is_not_an_object_is_dead_lettered(r, make_
 
 
 def test_on_a_django_without_metadata_a_context_task_gets_djangos_context_and_nothing_is_saved(r, make_worker):
-    if supported(TaskResult):
+    if FRAMEWORK_HAS_METADATA:
         pytest.skip("the running Django has the metadata proposal")
     res = mt.update_metadata_and_fail.enqueue(b=2)
     drain(make_worker, [res])

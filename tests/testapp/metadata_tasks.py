@@ -21,9 +21,9 @@ from typing import Any
 from asgiref.sync import sync_to_async
 
 from django_redisq.backend import RedisQueueBackend
-from django_redisq.compat import InvalidTask, TaskContext, TaskResult, normalize_json
+from django_redisq.compat import FRAMEWORK_HAS_METADATA, InvalidTask, TaskContext, TaskResult, normalize_json
 from django_redisq.exceptions import Retry
-from django_redisq.metadata import RESERVED_PREFIX, supported
+from django_redisq.metadata import RESERVED_PREFIX
 from django_redisq.task import RedisTask
 
 BACKEND = f"{__name__}.MetadataBackend"
@@ -34,7 +34,7 @@ def user_metadata(raw: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in raw.items() if not k.startswith(RESERVED_PREFIX)}
 
 
-if supported(TaskResult):  # the running Django has the proposal: test against its own classes
+if FRAMEWORK_HAS_METADATA:  # the running Django has the proposal: test against its own classes
     MetadataResult: Any = TaskResult
     MetadataContext: Any = TaskContext
     MetadataTask: Any = RedisTask
