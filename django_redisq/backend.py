@@ -8,7 +8,7 @@ import secrets
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from functools import cached_property
-from typing import Any, cast
+from typing import Any
 
 from django.utils import timezone
 from django.utils.module_loading import autodiscover_modules
@@ -22,18 +22,20 @@ from .compat import (
     InvalidTask,
     InvalidTaskBackend,
     Task,
+    TaskContext,
     TaskError,
     TaskResult,
     TaskResultDoesNotExist,
     TaskResultStatus,
-    normalize_json,
     task_backends,
     task_enqueued,
 )
 from .conf import Options, build_options, check_errors
 from .exceptions import InvalidArguments, TaskNotFound
-from .message import OVERRIDES, dumps, encode_arguments
+from .message import OVERRIDES, encode_arguments
 from .message import encode as encode_message
+from .metadata import attach, stored
+from .metadata import encode as encode_metadata
 from .priority import stored_priority
 from .records import stored_errors
 from .task import RedisTask, get_registered
@@ -47,11 +49,6 @@ STATE_TO_STATUS: dict[str, TaskResultStatus] = {
     "dead": TaskResultStatus.FAILED,
     "moving": TaskResultStatus.FAILED,  # a dead letter being replayed into another queue
 }
-
-
-def has_field(cls: type, name: str) -> bool:
-    """Whether the framework's dataclass ``cls`` has field ``name`` (features of a newer Django)."""
-    return any(f.name == name for f in dataclasses.fields(cls))
 
 
 def ms_to_datetime(value: Any) -> datetime | None:
@@ -76,6 +73,10 @@ class RedisQueueBackend(BaseTaskBackend):
     supports_get_result = True
     supports_priority = True  # higher first, FIFO within a priority (scripts/lib/ready.lua)
     supports_metadata = True  # Task.metadata and save_metadata(), where the running Django has them
+    result_class: type[TaskResult] = TaskResult
+    """The results this backend and its workers build (a subclass may give others; the tests' stand-ins do)."""
+    context_class: type[TaskContext] = TaskContext
+    """The ``TaskContext`` a worker gives a task that takes one."""
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
@@ -113,14 +114,20 @@ class RedisQueueBackend(BaseTaskBackend):
             delay_ms = max(0, int((task.run_after - timezone.now()).total_seconds() * 1000))
         idem = task.key_for(args, kwargs) if isinstance(task, RedisTask) else ""
         metadata = getattr(task, "metadata", None)  # Django's metadata proposal: a field of newer Tasks
-        msg = encode_message(args, kwargs, self._overrides(task), cast("dict[str, Any]", normalize_json(metadata)) if metadata else None)
+        if metadata:
+            try:
+                metadata = encode_metadata(metadata, self.conf.for_queue(task.queue_name).metadata_max_bytes)[0]
+            except (TypeError, ValueError) as exc:
+                raise InvalidArguments(f"the task's {exc}") from None
+        msg = encode_message(args, kwargs, self._overrides(task), metadata or None)
         if metadata and len(msg) > self.conf.max_message_bytes:
             raise InvalidArguments(f"the task's arguments and metadata are over {self.conf.max_message_bytes} bytes (MAX_MESSAGE_BYTES).")
-        result: TaskResult = TaskResult(
+        result: TaskResult = self.result_class(
             task=task, id=task_id, status=TaskResultStatus.READY, enqueued_at=None,
             started_at=None, last_attempted_at=None, finished_at=None,
             args=args, kwargs=kwargs, backend=self.alias, errors=[], worker_ids=[],
         )
+        attach(result, metadata or {})
         return result, (task_id, msg, task.module_path, delay_ms, idem, int(task.priority))
 
     @staticmethod
@@ -131,10 +138,10 @@ class RedisQueueBackend(BaseTaskBackend):
         registered = get_registered(task.module_path)
         if registered is None or registered is task:
             return {}
-        for name in ("retry_on", "no_retry_on"):
+        for name in ("retry_on", "no_retry_on", "backoff"):
             if getattr(task, name) != getattr(registered, name):
-                raise InvalidTask(f"{name} cannot be changed per call with using(): a worker never imports exception classes "
-                                  f"named in Redis. Set it in @task, or raise Retry / an exception it names.")
+                raise InvalidTask(f"{name} cannot be changed per call with using(): a worker never imports classes or functions "
+                                  f"named in Redis. Set it in @task, or raise Retry(delay=...) / an exception it names.")
         return {name: getattr(task, name) for name in OVERRIDES
                 if getattr(task, name) is not None and getattr(task, name) != getattr(registered, name)}
 
@@ -220,8 +227,15 @@ class RedisQueueBackend(BaseTaskBackend):
     # -- results ---------------------------------------------------------
 
     def save_metadata(self, task_result: TaskResult, metadata: dict[str, Any]) -> None:
-        """Store ``metadata`` as the task's (Django's ``TaskContext.save_metadata()`` calls this)."""
-        if not self.broker.save_metadata(task_result.task.queue_name, task_result.id, dumps(normalize_json(metadata))):
+        """Store ``metadata`` (reserved keys included) as the task's; Django's ``TaskContext.save_metadata()`` calls this.
+
+        Written at once, from wherever it is called (a running task in any pool,
+        a view). ``TypeError`` / ``ValueError`` for metadata that is not JSON or
+        is over ``METADATA_MAX_BYTES``; ``TaskResultDoesNotExist`` once the task is gone.
+        """
+        queue = task_result.task.queue_name
+        text = encode_metadata(metadata, self.conf.for_queue(queue).metadata_max_bytes)[1]
+        if not self.broker.save_metadata(queue, task_result.id, text):
             raise TaskResultDoesNotExist(task_result.id)
 
     def resolve_task(self, path: str, queue: str) -> Task:
@@ -278,7 +292,7 @@ class RedisQueueBackend(BaseTaskBackend):
         ]
         workers = [w for w in (data.get("workers") or "").split(",") if w]
         status = STATE_TO_STATUS.get(data.get("state", ""), TaskResultStatus.READY)
-        result: TaskResult = TaskResult(
+        result: TaskResult = self.result_class(
             task=task, id=task_id, status=status,
             enqueued_at=ms_to_datetime(data.get("enqueued_at")),
             started_at=ms_to_datetime(data.get("started_at")),
@@ -288,8 +302,7 @@ class RedisQueueBackend(BaseTaskBackend):
             kwargs=msg.get("kwargs", {}) if isinstance(msg.get("kwargs"), dict) else {}, backend=self.alias,
             errors=errors, worker_ids=workers,
         )
-        if has_field(type(result), "raw_metadata"):
-            object.__setattr__(result, "raw_metadata", stored_metadata(data, msg))
+        attach(result, stored(data.get("metadata"), msg.get("m")))
         if status == TaskResultStatus.SUCCESSFUL and "result" in data:
             try:
                 object.__setattr__(result, "_return_value", json.loads(data["result"]))
@@ -316,12 +329,3 @@ def cancel(task_id_or_result: str | TaskResult, *, backend: str = DEFAULT_TASK_B
     if not isinstance(found, RedisQueueBackend):
         raise InvalidTaskBackend(f"TASKS[{alias!r}] is not a django_redisq backend: it cannot cancel tasks")
     return found.cancel(task_id, who=who)
-
-
-def stored_metadata(data: dict[str, str], msg: dict[str, Any]) -> dict[str, Any]:
-    """A task's metadata: what was last saved, else what it was enqueued with."""
-    try:
-        saved = json.loads(data["metadata"]) if "metadata" in data else msg.get("m")
-    except ValueError:
-        saved = None
-    return saved if isinstance(saved, dict) else {}

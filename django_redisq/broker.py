@@ -69,6 +69,7 @@ class Delivery:
     enqueued_at: int = 0
     started_at: int = 0
     task: str = ""  # the dotted path stored beside the message
+    metadata: str = ""  # the metadata last saved (JSON as stored; '' = none: the message's "m" holds it)
     problem: str = ""  # why a CORRUPT delivery cannot run
 
 
@@ -93,8 +94,9 @@ def parse_ms(value: Any, field: str) -> int:
 
 def delivery(queue: str, row: Sequence[Any]) -> Delivery:
     """One fetch.lua row as a Delivery; a field that does not parse makes it CORRUPT (buried with the reason)."""
-    task_id, code, raw, deliveries, failures, workers, enqueued_at, started_at, task = row
-    d = Delivery(task_id, queue, int(code), raw, 0, 0, workers if isinstance(workers, str) else "", task=task if isinstance(task, str) else "")
+    task_id, code, raw, deliveries, failures, workers, enqueued_at, started_at, task, metadata = row
+    d = Delivery(task_id, queue, int(code), raw, 0, 0, workers if isinstance(workers, str) else "", task=task if isinstance(task, str) else "",
+                 metadata=metadata if isinstance(metadata, str) else "")
     try:
         d.deliveries, d.failures = int(deliveries), int(failures)
         d.enqueued_at = parse_ms(enqueued_at, "enqueued_at")
@@ -217,7 +219,7 @@ class Broker:
             if out[0] == -2:
                 raise QueuePaused(f"queue {queue} is paused")
             raise Fenced(f"worker {worker} is not registered on queue {queue}: it was reaped")
-        return [delivery(queue, out[i : i + 9]) for i in range(0, len(out), 9)]
+        return [delivery(queue, out[i : i + 10]) for i in range(0, len(out), 10)]
 
     def wait(self, queue: str, worker: str, timeout: float = BLOCK_TIMEOUT) -> str | None:
         """Block until a task is pending, moving its id into our processing list (BLMOVE)."""
@@ -483,7 +485,20 @@ class Broker:
     def save_metadata(self, queue: str, task_id: str, metadata_json: str) -> bool:
         """Replace a task's metadata; False when the task no longer exists (nothing written)."""
         k = self.keys(queue)
-        return bool(self._script("save_metadata")(keys=[k.task(task_id)], args=[metadata_json]))
+        return bool(self._script("save_metadata")(keys=[k.task(task_id), k.status(task_id)], args=[metadata_json, ""]))
+
+    def save_metadata_held(self, queue: str, worker: str, items: Sequence[tuple[str, str]]) -> list[str]:
+        """Save ``(id, metadata JSON)`` of tasks ``worker`` ran, in one round trip; the ids it no longer held.
+
+        Each is written only while the task's guard still names the worker, so
+        a reaped worker never overwrites what the copy running elsewhere saves.
+        """
+        k = self.keys(queue)
+        script = self._script("save_metadata")
+        pipe = self.client.pipeline(transaction=False)
+        for task_id, metadata_json in items:
+            script(keys=[k.task(task_id), k.status(task_id)], args=[metadata_json, f"running:{worker}"], client=pipe)
+        return [task_id for (task_id, _), saved in zip(items, pipe.execute(), strict=False) if not saved]
 
     def server_time_ms(self) -> int:
         sec, usec = self.client.time()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from dataclasses import fields
 from datetime import timezone
 from importlib.util import find_spec
 from types import TracebackType
@@ -86,6 +87,13 @@ LOOP_SAFE_RECEIVERS: frozenset[object] = frozenset(
 LOGGER_NAME = FRAMEWORK
 """The logger the framework's own signal receivers write to ("django.tasks" or "django_tasks")."""
 
+FRAMEWORK_HAS_METADATA = any(f.name == "raw_metadata" for f in fields(TaskResult))
+"""Whether the framework has Django's metadata proposal (new-features #141): no release does yet.
+
+The engine decides by the classes it is given (``metadata.supported``), so a
+backend that builds other result classes (the tests' stand-ins) is served too.
+"""
+
 
 class _Timeout:
     """``asyncio.timeout`` for Python 3.10: cancel the current task after ``delay`` seconds.
@@ -137,6 +145,7 @@ __all__ = [
     "DEFAULT_TASK_PRIORITY",
     "DEFAULT_TASK_QUEUE_NAME",
     "FRAMEWORK",
+    "FRAMEWORK_HAS_METADATA",
     "LOGGER_NAME",
     "LOOP_SAFE_RECEIVERS",
     "TASK_MAX_PRIORITY",

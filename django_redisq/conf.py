@@ -29,6 +29,7 @@ TUNABLES: dict[str, tuple[str, type, float]] = {
     "DEAD_LETTER_TTL": ("dead_letter_ttl", float, 0),
     "DEAD_LETTER_MAX": ("dead_letter_max", int, 0),
     "RESULT_MAX_BYTES": ("result_max_bytes", int, 64),
+    "METADATA_MAX_BYTES": ("metadata_max_bytes", int, 64),
     "TIMEOUT": ("timeout", float, 0),
 }
 GLOBALS: dict[str, tuple[str, type, float]] = {
@@ -64,6 +65,7 @@ class Options:
     dead_letter_ttl: float = 7 * 86400.0
     dead_letter_max: int = 100_000
     result_max_bytes: int = 1024 * 1024  # an encoded return value larger than this is not stored (runner.py)
+    metadata_max_bytes: int = 64 * 1024  # a task's metadata as JSON, at enqueue and at each save (metadata.py)
     timeout: float = 1800.0  # a task's time limit on a worker (timelimit.py); 0 = none
     heartbeat_interval: float = 2.0
     worker_timeout: float = 10.0

@@ -56,6 +56,15 @@ class Retry(RedisQError):
         self.delay = delay
 
 
+class InvalidBackoff(RedisQError):
+    """A task's ``backoff`` callable raised or returned something that is not a delay.
+
+    Recorded instead of the task's own failure, which is its ``__cause__`` (so
+    the dead letter shows both tracebacks); the task is dead-lettered with
+    reason ``bad_backoff`` and the worker goes on.
+    """
+
+
 class Fenced(RedisQError):
     """The worker was reaped (it was paused or cut off past WORKER_TIMEOUT): what it holds is no longer its own."""
 

@@ -6,8 +6,9 @@ A message is a compact JSON object holding the call's arguments::
 
 plus ``"o": {"max_retries": 0, ...}`` when ``task.using(...)`` changed an option of
 ``OVERRIDES`` for this call (so the worker honours it), and ``"m": {...}`` for the
-task's metadata where Django has it (``Task.metadata``; a worker ignores it, and
-metadata saved later goes to the hash's ``metadata`` field instead).
+task's metadata where Django has it (``Task.metadata``: what the task was
+enqueued with; metadata saved later goes to the hash's ``metadata`` field, which
+wins, see metadata.py).
 
 The task's dotted path is the task hash's ``task`` field and the queue is the
 one whose keys hold it, so a message of a small call stays under Redis's 64-byte
@@ -46,6 +47,7 @@ class Message:
     backend: str = "default"
     priority: int = 0
     overrides: dict[str, Any] = field(default_factory=dict)  # per-call policy from task.using(): see OVERRIDES
+    metadata: dict[str, Any] = field(default_factory=dict)  # Task.metadata as enqueued ("m")
 
 
 def encode(args: list[Any], kwargs: dict[str, Any], overrides: dict[str, Any] | None = None,
@@ -127,7 +129,11 @@ def decode(raw: str | bytes, task: str = "", queue: str = "") -> Message:
     if isinstance(priority, bool) or not isinstance(priority, int):
         raise BadMessage("bad_message", "message priority must be an integer")
     overrides = _check_overrides(data["o"]) if "o" in data else {}
-    return Message(task=task, args=args, kwargs=kwargs, queue=queue, backend=backend, priority=priority, overrides=overrides)
+    metadata = data.get("m", {})
+    if not isinstance(metadata, dict):
+        raise BadMessage("bad_message", f"message metadata must be an object, got a JSON {type(metadata).__name__}")
+    return Message(task=task, args=args, kwargs=kwargs, queue=queue, backend=backend, priority=priority,
+                   overrides=overrides, metadata=metadata)
 
 
 def dumps(value: Any) -> str:

@@ -14,11 +14,11 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
-from .backoff import compute_backoff
+from .backoff import call_backoff, compute_backoff
 from .broker import Delivery
 from .compat import Task
 from .conf import Options
-from .exceptions import RedisQError, Retry, TaskCancelled, TaskTimeout, WorkerLost
+from .exceptions import InvalidBackoff, RedisQError, Retry, TaskCancelled, TaskTimeout, WorkerLost
 from .task import RedisTask
 
 MAX_TRACEBACK = 32 * 1024
@@ -35,6 +35,7 @@ class Outcome:
     failed: bool = False  # the task ran and raised (counts as a failed attempt)
     task_name: str = ""
     duration: float = 0.0
+    metadata: str | None = None  # the task's metadata as JSON, to save before settling; None: unchanged (metadata.py)
 
 
 def error_dict(exc: BaseException | None, message: str = "", exc_path: str = "") -> dict[str, Any]:
@@ -51,7 +52,8 @@ def error_dict(exc: BaseException | None, message: str = "", exc_path: str = "")
 
 
 def failure(task: Task, exc: BaseException, d: Delivery, max_retries: int, opts: Options,
-            over: dict[str, Any] | None = None, *, retry: bool = True) -> Outcome:
+            over: dict[str, Any] | None = None, *, retry: bool = True, result: Any = None,
+            error: dict[str, Any] | None = None) -> Outcome:
     """The outcome of an attempt that raised ``exc``: a retry after a backoff, or a dead letter with the reason.
 
     - ``Retry``: retried (after its ``delay`` if given) while retries are left.
@@ -61,8 +63,14 @@ def failure(task: Task, exc: BaseException, d: Delivery, max_retries: int, opts:
     - other exceptions: by the task's ``retry_on`` / ``no_retry_on``; any other
       ``RedisQError`` (a result that is not JSON) is not retried, retrying cannot help.
     - ``retry=False`` (the task ran but its result cannot be stored): never retried.
+
+    The delay is ``Retry``'s ``delay`` if given, else the task's ``backoff``
+    function's answer for ``(exc, result)`` (None: not retried, reason
+    ``not_retryable``; a bad answer: dead with reason ``bad_backoff``), else
+    ``compute_backoff`` of the task's or the queue's base and cap. ``error`` is
+    ``error_dict(exc)`` when the caller has it already.
     """
-    error = error_dict(exc)
+    error = error or error_dict(exc)
     if isinstance(exc, TaskCancelled):  # someone's decision, not a failed attempt
         return Outcome(DEAD, error=error, reason="cancelled")
     failures = d.failures + 1
@@ -76,8 +84,17 @@ def failure(task: Task, exc: BaseException, d: Delivery, max_retries: int, opts:
     if (isinstance(exc, RedisQError) and not isinstance(exc, Retry | WorkerLost)) or not retry:
         retryable = False
     if retryable and failures <= max_retries:
+        backoff = getattr(task, "backoff", None)
         if isinstance(exc, Retry) and exc.delay is not None:
             delay = int(exc.delay * 1000)
+        elif backoff is not None:
+            try:
+                asked = call_backoff(backoff, exc, result)
+            except InvalidBackoff as problem:
+                return Outcome(DEAD, error=error_dict(problem), reason="bad_backoff", failed=True)
+            if asked is None:
+                return Outcome(DEAD, error=error, reason="not_retryable", failed=True)
+            delay = asked
         else:
             over = over or {}
             base = task.backoff_base if isinstance(task, RedisTask) and task.backoff_base is not None else opts.backoff_base

@@ -30,6 +30,7 @@ from .compat import Task, TaskContext, TaskError, TaskResult, TaskResultStatus, 
 from .conf import Options
 from .exceptions import BadMessage, InvalidArguments, TaskCancelled, TaskTimeout, UnknownSchema
 from .message import Message, decode, dumps
+from .metadata import attach, encode, stored, to_save
 from .outcome import DEAD, RETRY, Outcome, error_dict, failure
 from .task import RedisTask, get_registered
 from .timelimit import Handle, arm, disarm, interrupt
@@ -50,6 +51,8 @@ class Prepared:
     max_retries: int | None
     timeout: float | None
     is_async: bool
+    result_class: type[TaskResult]  # the backend's (RedisQueueBackend.result_class): with raw_metadata where Django has it
+    context_class: type[TaskContext]
 
 
 @dataclass(slots=True)
@@ -65,6 +68,8 @@ class Attempt:
     max_retries: int
     opts: Options
     final: bool = False  # the task ran but its result cannot be stored: retrying cannot help
+    context: TaskContext | None = None  # given to a task that takes one
+    metadata: str | None = None  # what the end of the attempt saves (metadata.py); None: unchanged
 
 
 def _close_connections() -> None:
@@ -112,10 +117,12 @@ class Runner:
             if registered.queue_name != message.queue or registered.backend != self.alias:
                 task = registered.using(queue_name=message.queue, backend=self.alias)
             mine = isinstance(task, RedisTask)
+            sender = type(task.get_backend())
             found = self._tasks[key] = Prepared(
-                task, inspect.signature(task.func), type(task.get_backend()),
+                task, inspect.signature(task.func), sender,
                 task.max_retries if mine else None, task.timeout if mine else None,  # type: ignore[attr-defined]
                 inspect.iscoroutinefunction(task.func),
+                getattr(sender, "result_class", TaskResult), getattr(sender, "context_class", TaskContext),
             )
         return found
 
@@ -145,15 +152,17 @@ class Runner:
                 error=error_dict(None, f"delivered {d.deliveries} times without finishing (does it kill its worker?)",
                                  "django_redisq.exceptions.TooManyDeliveries"),
             )
-        result: TaskResult = TaskResult(
+        result: TaskResult = prep.result_class(
             task=prep.task, id=d.id, status=TaskResultStatus.RUNNING,
             enqueued_at=ms_to_datetime(d.enqueued_at), started_at=ms_to_datetime(d.started_at),
             # the first attempt's start is its last attempt's, as Django's backends record it
             last_attempted_at=ms_to_datetime(d.started_at) if d.deliveries <= 1 else _now(), finished_at=None, args=message.args, kwargs=message.kwargs,
             backend=self.alias, errors=[], worker_ids=d.workers.split(",") if d.workers else [worker_id],
         )
-        args = [TaskContext(task_result=result), *message.args] if prep.task.takes_context else message.args
-        return Attempt(d, message, prep, result, args, _limit(message, prep, opts), max_retries, opts)
+        attach(result, stored(d.metadata, message.metadata))  # where Django has metadata: the last saved, else the enqueued
+        context = prep.context_class(task_result=result) if prep.task.takes_context else None
+        args = [context, *message.args] if context is not None else message.args
+        return Attempt(d, message, prep, result, args, _limit(message, prep, opts), max_retries, opts, context=context)
 
     def limit_for(self, d: Delivery) -> float:
         """The time limit ``begin`` will give ``d``, in seconds (0: none, or a message that cannot run)."""
@@ -177,7 +186,10 @@ class Runner:
         _close_connections()
         try:
             task_started.send(sender=a.prep.sender, task_result=a.result)
-            value = self._call(a)
+            try:
+                value = self._call(a)
+            finally:
+                self._keep_metadata(a)
             result_json = self._result_json(a, value)
         except BaseException as exc:  # noqa: BLE001 - a task's failure is data, never a worker crash (KeyboardInterrupt, SystemExit too)
             outcome = self._failed(a, exc, time.perf_counter() - start)
@@ -223,7 +235,10 @@ class Runner:
         await sync_to_async(_close_connections)()
         try:
             await task_started.asend(sender=a.prep.sender, task_result=a.result)
-            value = await self._within(a)
+            try:
+                value = await self._within(a)
+            finally:
+                self._keep_metadata(a)
             result_json = self._result_json(a, value)
         except BaseException as exc:  # noqa: BLE001 - as in _execute
             outcome = self._failed(a, exc, time.perf_counter() - start)
@@ -285,6 +300,26 @@ class Runner:
 
     # -- outcomes --------------------------------------------------------
 
+    def _keep_metadata(self, a: Attempt) -> None:
+        """What the task changed in ``context.metadata`` and did not save, ready for the settler to save.
+
+        Runs when the call ends, however it ended. Metadata that cannot be stored
+        raises here, and the attempt fails with that exception (``TypeError`` for
+        an unsupported type), as in Django's ImmediateBackend; it is not retried,
+        as the task would only leave the same metadata again.
+        """
+        if a.context is None:
+            return
+        try:
+            raw = to_save(a.context)
+            if raw is None:
+                return
+            value, a.metadata = encode(raw, a.opts.metadata_max_bytes)
+        except BaseException:
+            a.final = True
+            raise
+        object.__setattr__(a.result, "raw_metadata", value)  # what get_result will say once it is saved
+
     def _result_json(self, a: Attempt, value: Any) -> str:
         """The return value as JSON, or the exception Django's backends record for it.
 
@@ -310,7 +345,7 @@ class Runner:
         object.__setattr__(a.result, "status", TaskResultStatus.SUCCESSFUL)
         object.__setattr__(a.result, "finished_at", _now())
         object.__setattr__(a.result, "_return_value", normalize_json(value))  # what get_result will return, as Django stores it
-        return Outcome("success", result_json=result_json, task_name=a.message.task, duration=duration)
+        return Outcome("success", result_json=result_json, task_name=a.message.task, duration=duration, metadata=a.metadata)
 
     def _failed(self, a: Attempt, exc: BaseException, duration: float) -> Outcome:
         if isinstance(exc, TaskTimeout) and exc.limit is None and exc.args == TaskTimeout().args and a.limit:
@@ -320,11 +355,19 @@ class Runner:
         if isinstance(exc, TaskCancelled) and exc.args == TaskCancelled().args and a.d.id in self._cancelled:
             who = self._cancelled[a.d.id]
             exc.args = (f"{a.message.task} was cancelled{' by ' + who if who else ''} while running (ran {duration:.3g} s)",)
-        outcome = failure(a.prep.task, exc, a.d, a.max_retries, a.opts, a.message.overrides, retry=not a.final)
-        outcome.task_name, outcome.duration = a.message.task, duration
-        object.__setattr__(a.result, "status", TaskResultStatus.READY if outcome.kind == RETRY else TaskResultStatus.FAILED)
-        object.__setattr__(a.result, "finished_at", None if outcome.kind == RETRY else _now())
-        a.result.errors.append(TaskError(exception_class_path=outcome.error["exc"], traceback=outcome.error["tb"]))
+        # the result as this attempt leaves it (its error appended, FAILED), which a task's backoff function is given
+        error = error_dict(exc)
+        a.result.errors.append(TaskError(exception_class_path=error["exc"], traceback=error["tb"]))
+        object.__setattr__(a.result, "status", TaskResultStatus.FAILED)
+        object.__setattr__(a.result, "finished_at", _now())
+        outcome = failure(a.prep.task, exc, a.d, a.max_retries, a.opts, a.message.overrides, retry=not a.final,
+                          result=a.result, error=error)
+        outcome.task_name, outcome.duration, outcome.metadata = a.message.task, duration, a.metadata
+        if outcome.error is not error:  # the backoff function failed: that is the error recorded
+            a.result.errors[-1] = TaskError(exception_class_path=outcome.error["exc"], traceback=outcome.error["tb"])
+        if outcome.kind == RETRY:
+            object.__setattr__(a.result, "status", TaskResultStatus.READY)
+            object.__setattr__(a.result, "finished_at", None)
         return outcome
 
     def lost(self, d: Delivery, worker_id: str, exc: BaseException, duration: float = 0.0) -> Outcome:

@@ -93,6 +93,7 @@ class Settler:
         if not batch:
             return
         try:
+            self._save_metadata(batch)
             acks: dict[str, list[tuple[str, str]]] = {}
             runs: dict[str, list[tuple[str, float]]] = {}  # run times, written by the same call (durations.py)
             for d, o in batch:
@@ -114,6 +115,21 @@ class Settler:
                     self._tell(LEASE_LOST if done is _LOST else DEAD_LETTERED, (d, o), done is None)
         finally:  # whatever happened above, the worker forgets these tasks (what Redis still holds, the sweep hands back)
             self.on_settled(batch)
+
+    def _save_metadata(self, batch: Batch) -> None:
+        """Save the metadata the batch's tasks changed (metadata.py), before their ack, retry or burial.
+
+        One round trip per queue, only for batches that hold such a task; a task
+        whose lease was lost keeps the metadata of the copy that holds it now.
+        """
+        changed: dict[str, list[tuple[str, str]]] = {}
+        for d, o in batch:
+            if o.metadata is not None:
+                changed.setdefault(d.queue, []).append((d.id, o.metadata))
+        for q, items in changed.items():
+            lost = self.with_retries(partial(self.broker.save_metadata_held, q, self.worker_id, items), f"saving the metadata of {len(items)} task(s)")
+            for task_id in lost if isinstance(lost, list) else ():
+                logger.warning("the metadata of task %s was not saved: worker %s no longer held it", task_id, self.worker_id)
 
     def _tell(self, event: str, item: tuple[Delivery, Outcome], failed: bool = False) -> None:
         """Tell ``on_event`` of a step Redis took; a listener's error never stops settling."""

@@ -16,11 +16,13 @@ from typing import Any, TypeVar, cast, overload
 
 from django.db import transaction
 
+from .backoff import check_backoff
 from .compat import DEFAULT_TASK_BACKEND_ALIAS, DEFAULT_TASK_PRIORITY, DEFAULT_TASK_QUEUE_NAME, InvalidTask, Task, TaskResult
 
 T = TypeVar("T")
 
-USING_OPTIONS = frozenset({"max_retries", "max_attempts", "backoff_base", "backoff_max", "retry_on", "no_retry_on", "idempotency_key", "timeout"})
+USING_OPTIONS = frozenset({"max_retries", "max_attempts", "backoff", "backoff_base", "backoff_max", "retry_on", "no_retry_on",
+                           "idempotency_key", "timeout"})
 """This class's options that ``using()`` changes; any other goes to Django's ``Task.using()``."""
 
 _registry: dict[str, RedisTask] = {}
@@ -39,13 +41,16 @@ def _as_exceptions(value: Any, name: str) -> tuple[type[BaseException], ...]:
 class RedisTask(Task):
     """A Django Task with retry policy, an idempotency key and ``.delay()``.
 
-    ``None`` means "inherit from the queue's options". ``max_attempts`` is the
-    name Django's retry proposal (new-features #142) gives the same limit:
-    ``max_attempts=N`` is ``max_retries=N - 1``, and either sets both.
+    ``None`` means "inherit from the queue's options". Django's retry proposal
+    (new-features #142) names two of them its own way: ``max_attempts=N`` is
+    ``max_retries=N - 1`` (either sets both), and ``backoff``, a function
+    ``(exception, task_result) -> seconds | None``, replaces the exponential
+    ``backoff_base`` / ``backoff_max`` delay (None: no more attempts; see backoff.py).
     """
 
     max_retries: int | None = None
     max_attempts: int | None = None  # max_retries + 1: attempts in all, the first one included
+    backoff: Callable[[BaseException, TaskResult], float | None] | None = None
     backoff_base: float | None = None
     backoff_max: float | None = None
     retry_on: tuple[type[BaseException], ...] = (Exception,)
@@ -75,6 +80,8 @@ class RedisTask(Task):
             ):
                 extra = " (0 = no time limit)" if name == "timeout" else ""
                 raise InvalidTask(f"{name} must be a number of seconds >= 0{extra}, got {value!r}.")
+        if self.backoff is not None:
+            check_backoff(self.backoff)
         object.__setattr__(self, "retry_on", _as_exceptions(self.retry_on, "retry_on"))
         object.__setattr__(self, "no_retry_on", _as_exceptions(self.no_retry_on, "no_retry_on"))
         key = self.idempotency_key

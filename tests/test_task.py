@@ -64,9 +64,10 @@ def test_unknown_queue_is_rejected_at_decoration():
         task(queue_name="nope")(plain)
 
 
-def test_priority_is_not_supported_honestly():
+def test_a_task_has_its_own_priority_in_django_s_range():
+    assert task(priority=5)(plain).priority == 5
     with pytest.raises(InvalidTask, match="priority"):
-        task(priority=5)(plain)
+        task(priority=500)(plain)
 
 
 def test_naive_run_after_is_rejected():
