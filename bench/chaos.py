@@ -991,6 +991,9 @@ def account(main: RedisServer, effects: RedisServer, faults: list[Fault], procs:
             places[tid].append("pending")
         for tid in c.zrange(base + "prioritized", 0, -1):  # pending, of a priority other than 0
             places[tid].append("pending")
+        for key in c.scan_iter(match=base + "blocked*", count=1000):  # pending, waiting for a fleet-wide slot
+            for tid in c.lrange(key, 0, -1):
+                places[tid].append("pending")
         for tid in c.zrange(base + "scheduled", 0, -1):
             places[tid].append("scheduled")
         for tid in c.zrange(base + "dead", 0, -1):

@@ -32,6 +32,7 @@ from .compat import (
 )
 from .conf import Options, build_options, check_errors
 from .exceptions import InvalidArguments, TaskNotFound
+from .limits import task_limits
 from .message import OVERRIDES, encode_arguments
 from .message import encode as encode_message
 from .metadata import attach, stored
@@ -103,7 +104,7 @@ class RedisQueueBackend(BaseTaskBackend):
 
     # -- enqueue ---------------------------------------------------------
 
-    def _prepare(self, task: Task, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[TaskResult, tuple[str, str, str, int, str, int]]:
+    def _prepare(self, task: Task, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[TaskResult, tuple[str, str, str, int, str, int, str]]:
         args, kwargs, _ = encode_arguments(args, kwargs, self.conf.max_message_bytes)
         task_id = secrets.token_urlsafe(24)  # 32 characters, 192 random bits
         if task_id[0] == "-":  # an id a shell command line would take for an option (redisq dead show -x...)
@@ -128,7 +129,7 @@ class RedisQueueBackend(BaseTaskBackend):
             args=args, kwargs=kwargs, backend=self.alias, errors=[], worker_ids=[],
         )
         attach(result, metadata or {})
-        return result, (task_id, msg, task.module_path, delay_ms, idem, int(task.priority))
+        return result, (task_id, msg, task.module_path, delay_ms, idem, int(task.priority), task_limits(task))
 
     @staticmethod
     def _overrides(task: Task) -> dict[str, Any]:

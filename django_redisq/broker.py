@@ -22,8 +22,9 @@ from .connection import BLOCK_TIMEOUT, get_client
 from .durations import MAX_NAMES, TTL_MS, triples
 from .exceptions import Fenced, LeaseLost, MessageChanged, QueuePaused, TaskCancelled, TaskNotFound
 from .keys import QueueKeys
+from .limits import rate_spec
 
-RUN, DONE, BUSY, NOMSG, CORRUPT = 1, 2, 3, 4, 5
+RUN, DONE, BUSY, NOMSG, CORRUPT, LIMITED = 1, 2, 3, 4, 5, 6
 
 CANCELLED = "cancelled"
 """The dead-letter reason of a cancelled task: the reason a worker buries a task it stopped with."""
@@ -117,8 +118,10 @@ class Recovered:
     deliveries: int  # deliveries so far, the one that died included
 
 
-NewTask = tuple[str, str, str, int, str] | tuple[str, str, str, int, str, int]
-"""A task to store: id, message, task path, delay ms, idempotency key ('' = none), and priority (0 if left out)."""
+NewTask = tuple[str, str, str, int, str] | tuple[str, str, str, int, str, int] | tuple[str, str, str, int, str, int, str]
+"""A task to store: id, message, task path, delay ms, idempotency key ('' = none), priority (0 if left out), and
+its own fleet-wide limits ('' if left out; see limits.task_limits)."""
+DEFAULTS = (0, "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +171,11 @@ class Broker:
             self._scripts[name] = call
         return call
 
+    @staticmethod
+    def _freeing(k: QueueKeys) -> list[str]:
+        """The keys a settle step needs to free a task's fleet-wide slots and wake a waiter (lib/limits.lua)."""
+        return [k.pending, k.prioritized, k.prioseq, k.slots, k.blocked]
+
     def _ms(self, seconds: float) -> int:
         return max(1, int(seconds * 1000))
 
@@ -188,8 +196,7 @@ class Broker:
         argv: list[Any] = [k.prefix, len(items)]
         for item in items:
             argv.extend(item)
-            if len(item) == 5:  # the default priority
-                argv.append(0)
+            argv.extend(DEFAULTS[len(item) - 5 :])  # the default priority, no limits
         return [k.pending, k.scheduled, k.prioritized, k.prioseq], argv
 
     @staticmethod
@@ -211,9 +218,10 @@ class Broker:
         k = self.keys(queue)
         o = self.options.for_queue(queue)
         out = self._script("fetch")(
-            keys=[k.pending, k.processing(worker), k.scheduled, k.workers, k.cancels, k.paused, k.prioritized, k.prioseq],
+            keys=[k.pending, k.processing(worker), k.scheduled, k.workers, k.cancels, k.paused, k.prioritized, k.prioseq,
+                  k.slots, k.blocked, k.rate, k.limits],
             args=[k.prefix, count, self._ms(lease or o.worker_timeout), worker, self._ms(o.result_ttl), moved_id,
-                  self._ms(o.idempotency_ttl)],
+                  self._ms(o.idempotency_ttl), o.max_running, rate_spec(o.rate_limit)],
         )
         if len(out) == 1:
             if out[0] == -2:
@@ -245,7 +253,7 @@ class Broker:
                            MAX_NAMES, TTL_MS, len(times) // 3, *times]
         for task_id, result_json in results:
             argv += (task_id, result_json)
-        return list(self._script("ack")(keys=[k.processing(worker), k.dead, k.cancels], args=argv))
+        return list(self._script("ack")(keys=[k.processing(worker), k.dead, k.cancels, *self._freeing(k)], args=argv))
 
     def retry(self, queue: str, worker: str, task_id: str, delay_ms: int, error: dict[str, Any]) -> bool:
         """Schedule another attempt after ``delay_ms``; False if the task was dead-lettered instead.
@@ -255,7 +263,7 @@ class Broker:
         """
         k = self.keys(queue)
         code = self._script("retry")(
-            keys=[k.processing(worker), k.scheduled, k.task(task_id), k.status(task_id), k.dead, k.cancels],
+            keys=[k.processing(worker), k.scheduled, k.task(task_id), k.status(task_id), k.dead, k.cancels, *self._freeing(k)],
             args=[k.prefix, task_id, max(0, int(delay_ms)), json.dumps(error, separators=(",", ":")), worker,
                   self._aside_ms(self.options.for_queue(queue))],
         )
@@ -268,7 +276,7 @@ class Broker:
         k = self.keys(queue)
         o = self.options.for_queue(queue)
         code = self._script("bury")(
-            keys=[k.processing(worker), k.dead, k.task(task_id), k.status(task_id), k.cancels],
+            keys=[k.processing(worker), k.dead, k.task(task_id), k.status(task_id), k.cancels, *self._freeing(k)],
             args=[
                 k.prefix, task_id, json.dumps(error, separators=(",", ":")), reason,
                 int(o.dead_letter_ttl * 1000), o.dead_letter_max, worker, 1 if failed else 0,
@@ -286,7 +294,7 @@ class Broker:
         """
         k = self.keys(queue)
         return int(self._script("release")(keys=[k.processing(worker), k.pending, k.workers, k.alive, k.dead, k.cancels,
-                                                          k.prioritized, k.prioseq],
+                                                          k.prioritized, k.prioseq, k.slots, k.blocked],
                                            args=[k.prefix, worker, *unstarted]))
 
     # -- background duties ----------------------------------------------
@@ -313,7 +321,7 @@ class Broker:
         """
         k = self.keys(queue)
         out = self._script("reap")(
-            keys=[k.workers, k.pending, k.alive, k.dead, k.cancels, k.prioritized, k.prioseq],
+            keys=[k.workers, k.pending, k.alive, k.dead, k.cancels, k.prioritized, k.prioseq, k.slots, k.blocked],
             args=[k.prefix, self._ms(self.options.worker_timeout), max_workers, reaper, self.heartbeat_gap_ms()],
         )
         if len(out) == 2 and out[1] == -1:
@@ -393,7 +401,7 @@ class Broker:
         out: list[str] = []
         todo = list(ids)
         while todo:  # a call answers -1 for the ids it did not reach in its scan budget: send those again
-            codes = [int(c) for c in script(keys=[k.pending, k.scheduled, k.dead, k.cancels, k.workers, k.prioritized],
+            codes = [int(c) for c in script(keys=[k.pending, k.scheduled, k.dead, k.cancels, k.workers, k.prioritized, k.blocked],
                                             args=[k.prefix, who[:200], int(o.dead_letter_ttl * 1000), o.dead_letter_max,
                                                   CANCEL_SCAN, *todo[:CANCEL_BATCH]])]
             done = [CANCEL_OUTCOMES[c] for c in codes if c != -1]
@@ -522,7 +530,7 @@ class Broker:
         ]
         for tick, msg in claim.ticks:
             argv += (tick, msg)
-        argv.append(claim.priority)
+        argv += (claim.priority, claim.limits)
         out = self._script("fire")(keys=[k.pending, k.scheduled, k.schedule(name), k.prioritized, k.prioseq], args=argv)
         return Fired(int(out[0]), str(out[1]), int(out[2]), int(out[3]), int(out[4]), int(out[5]), [str(i) for i in out[6:]])
 
@@ -536,14 +544,15 @@ class Broker:
         code, since = self._script("schedule_resume")(keys=[self.keys(queue).schedule(name)], args=[ttl_ms])
         return int(since) if int(code) == 1 else None
 
-    def run_schedule(self, queue: str, name: str, task_id: str, message: str, task: str, ttl_ms: int, priority: int = 0) -> int | None:
+    def run_schedule(self, queue: str, name: str, task_id: str, message: str, task: str, ttl_ms: int, priority: int = 0,
+                     limits: str = "") -> int | None:
         """Enqueue a schedule's task once now, outside its ticks (scripts/schedule_run.lua).
 
         Returns the Redis time it was enqueued at, or None if a task with ``task_id`` exists already.
         """
         k = self.keys(queue)
         code, at = self._script("schedule_run")(keys=[k.pending, k.scheduled, k.schedule(name), k.prioritized, k.prioseq],
-                                                args=[k.prefix, task_id, message, task, ttl_ms, priority])
+                                                args=[k.prefix, task_id, message, task, ttl_ms, priority, limits])
         return int(at) if int(code) == 1 else None
 
 
@@ -561,6 +570,7 @@ class Claim:
     id_base: str
     ticks: list[tuple[int, str]]
     priority: int = 0  # the task's (-100..100)
+    limits: str = ""  # the task's own fleet-wide limits (limits.task_limits)
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ from django.core.checks import Error
 from django.core.exceptions import ImproperlyConfigured
 
 from .keys import DEFAULT_PREFIX, NAME_RE
+from .limits import check_max_running, check_rate
 
 # per-queue overridable: option name -> (Options attribute, type, minimum)
 TUNABLES: dict[str, tuple[str, type, float]] = {
@@ -39,8 +40,10 @@ GLOBALS: dict[str, tuple[str, type, float]] = {
     "MAX_MESSAGE_BYTES": ("max_message_bytes", int, 64),
     "SHUTDOWN_GRACE": ("shutdown_grace", float, 0),
 }
+QUEUE_LIMITS = {"MAX_RUNNING": "max_running", "RATE_LIMIT": "rate_limit"}
+"""Fleet-wide limits of one queue (limits.py): only in QUEUE_OPTIONS, never for every queue at once."""
 CONNECTION_KEYS = ("REDIS_URL", "CACHE_ALIAS", "EMBEDDED", "EMBEDDED_PATH")
-KNOWN = set(TUNABLES) | set(GLOBALS) | set(CONNECTION_KEYS) | {"KEY_PREFIX", "QUEUE_OPTIONS", "SCHEDULES", "HEALTH"}
+KNOWN = set(TUNABLES) | set(GLOBALS) | set(CONNECTION_KEYS) | set(QUEUE_LIMITS) | {"KEY_PREFIX", "QUEUE_OPTIONS", "SCHEDULES", "HEALTH"}
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 MIN_HEARTBEAT_BUDGET = 0.1
 """Seconds, at least, a heartbeat's round trip may take (see connection.heartbeat_budget)."""
@@ -72,6 +75,8 @@ class Options:
     prefetch: int = 0  # 0 = the worker's concurrency
     max_message_bytes: int = 512 * 1024
     shutdown_grace: float = 30.0
+    max_running: int = 0  # QUEUE_OPTIONS[q]["MAX_RUNNING"]: tasks of the queue running at once, fleet-wide; 0 = no limit
+    rate_limit: str = ""  # QUEUE_OPTIONS[q]["RATE_LIMIT"]: "10/s"; '' = no limit
     queue_overrides: dict[str, dict[str, Any]] = field(default_factory=dict, hash=False)
     # periodic schedules as given; checked by schedules.py (system checks), a bad one is skipped by the worker
     schedules: Any = field(default=None, hash=False)
@@ -81,7 +86,9 @@ class Options:
         over = self.queue_overrides.get(queue)
         if not over:
             return self
-        return replace(self, **{TUNABLES[k][0]: TUNABLES[k][1](v) for k, v in over.items()})
+        changes = {TUNABLES[k][0]: TUNABLES[k][1](v) for k, v in over.items() if k in TUNABLES}
+        changes.update({QUEUE_LIMITS[k]: v for k, v in over.items() if k in QUEUE_LIMITS})
+        return replace(self, **changes)
 
 
 def _check_number(name: str, value: Any, kind: type, minimum: float, where: str) -> str | None:
@@ -149,6 +156,11 @@ def validate(alias: str, params: Any) -> list[tuple[str, str, str]]:
     if not isinstance(prefix, str) or not prefix or any(c in prefix for c in "{} "):
         problems.append(("E011", f"{w}['KEY_PREFIX'] must be a non-empty string without braces or spaces.",
                          'The default is "redisq".'))
+    for name in QUEUE_LIMITS:
+        if name in opts:
+            problems.append(("E051", f"{w} sets {name} for every queue at once.",
+                             f"Set it per queue, in QUEUE_OPTIONS: {{'emails': {{'{name}': ...}}}}; or per task: "
+                             f"@task({QUEUE_LIMITS[name]}=...)."))
     for name, (_, kind, minimum) in (TUNABLES | GLOBALS).items():
         if name in opts and (msg := _check_number(name, opts[name], kind, minimum, f"{w}: ")):
             problems.append(("E012", msg, "See the configuration reference in the README."))
@@ -162,12 +174,18 @@ def validate(alias: str, params: Any) -> list[tuple[str, str, str]]:
             problems.append(("E014", f"{w}['QUEUE_OPTIONS'] names {q!r}, which is not in QUEUES.",
                              "Add the queue to QUEUES or remove its options."))
         if not isinstance(over, dict):
-            problems.append(("E013", f"{w}['QUEUE_OPTIONS'][{q!r}] must be a dict.", f"Per-queue options: {', '.join(TUNABLES)}."))
+            problems.append(("E013", f"{w}['QUEUE_OPTIONS'][{q!r}] must be a dict.", f"Per-queue options: {', '.join([*TUNABLES, *QUEUE_LIMITS])}."))
             continue
         for name, value in over.items():
-            if name not in TUNABLES:
+            if name in QUEUE_LIMITS:
+                check = check_max_running if name == "MAX_RUNNING" else check_rate
+                if problem := check(value):
+                    problems.append(("E050", f"{w}['QUEUE_OPTIONS'][{q!r}]['{name}'] {problem}.",
+                                     "MAX_RUNNING: a whole number (tasks of the queue running at once, fleet-wide); "
+                                     "RATE_LIMIT: a string such as '10/s' or '100/m'."))
+            elif name not in TUNABLES:
                 problems.append(("E015", f"{w}['QUEUE_OPTIONS'][{q!r}] has {name!r}, which cannot be set per queue.",
-                                 f"Per-queue options: {', '.join(TUNABLES)}."))
+                                 f"Per-queue options: {', '.join([*TUNABLES, *QUEUE_LIMITS])}."))
             elif msg := _check_number(name, value, TUNABLES[name][1], TUNABLES[name][2], f"{w}['QUEUE_OPTIONS'][{q!r}]: "):
                 problems.append(("E012", msg, "See the configuration reference in the README."))
     if "HEALTH" in opts:  # thresholds of `redisq health` (health.py)

@@ -15,6 +15,12 @@ key                                type    meaning
                                            ``(100 - priority) * 2^44 + n`` (scripts/lib/ready.lua)
 ``P:prioseq``                      STRING  the counter ``n`` of those: FIFO within a priority
 ``P:scheduled``                    ZSET    id -> due time (Redis ms): delayed and retried
+``P:slots`` / ``P:slots:<task>``   ZSET    fleet-wide concurrency: ids holding a slot of the queue's
+                                           MAX_RUNNING / of the task's max_running -> taken at (ms)
+``P:blocked`` / ``P:blocked:<t>``  LIST    ids waiting for such a slot (pending, not in a worker)
+``P:rate`` / ``P:rate:<task>``     STRING  fleet-wide rate limit: the earliest next start (Redis ms)
+``P:limits``                       HASH    task path -> its max_running, for the tasks that have one
+                                           (scripts/lib/limits.lua)
 ``P:processing:<worker>``          LIST    ids one worker has taken and not yet settled
 ``P:dead``                         ZSET    id -> died at (Redis ms): the dead-letter queue
 ``P:workers``                      ZSET    worker id -> last heartbeat (Redis ms)
@@ -48,7 +54,8 @@ key                                type    meaning
 
 ``P`` is ``<KEY_PREFIX>:{<queue>}`` (``redisq:{default}`` by default).
 Task hash fields: ``msg`` (the JSON message), ``task`` (dotted path), ``prio`` (its priority, only when
-not 0), ``state``
+not 0), ``maxr`` / ``rate`` (its own fleet-wide limits, when it has them), ``slot`` (the slots it holds:
+``t`` its task's, ``q`` its queue's), ``rl`` (the start its rate limit booked for it), ``state``
 (pending, scheduled, running, finished, dead), ``enqueued_at``,
 ``started_at``, ``last_attempted_at``, ``finished_at``, ``died_at`` (Redis ms),
 ``deliveries``, ``failures``, ``workers`` (comma-joined worker ids),
@@ -77,8 +84,8 @@ STATES = ("pending", "scheduled", "running", "finished", "dead", "moving")
 class QueueKeys:
     """Key names of one queue; cheap to build, so callers may cache or not."""
 
-    __slots__ = ("alive", "cancels", "dead", "paused", "pending", "prefix", "prioritized", "prioseq", "queue", "scheduled",
-                 "workers")
+    __slots__ = ("alive", "blocked", "cancels", "dead", "limits", "paused", "pending", "prefix", "prioritized", "prioseq", "queue",
+                 "rate", "scheduled", "slots", "workers")
 
     def __init__(self, queue: str, key_prefix: str = DEFAULT_PREFIX) -> None:
         self.queue = queue
@@ -87,6 +94,10 @@ class QueueKeys:
         self.pending = base + ":pending"
         self.prioritized = base + ":prioritized"
         self.prioseq = base + ":prioseq"
+        self.slots = base + ":slots"
+        self.blocked = base + ":blocked"
+        self.rate = base + ":rate"
+        self.limits = base + ":limits"
         self.scheduled = base + ":scheduled"
         self.dead = base + ":dead"
         self.workers = base + ":workers"

@@ -220,14 +220,14 @@ class ScheduleOperations:
 
     def run_now(self, name: str, by: str) -> ScheduleChange:
         """Enqueue the schedule's task once now (its ``periodic_tick``: now on the Redis clock), leaving its ticks alone."""
-        from .scheduler import id_base, marker_ttl_ms, task_priority, tick_message, wants_tick
+        from .scheduler import id_base, marker_ttl_ms, own_limits, task_priority, tick_message, wants_tick
 
         s = find_schedule(self.inspector, name)
         encode_arguments(s.args, s.kwargs, self.inspector.options.max_message_bytes)  # InvalidArguments: too large
         now = self.broker.server_time_ms()
         task_id = f"{id_base(s)}m{secrets.token_hex(8)}"
         at = self.broker.run_schedule(s.queue, s.name, task_id, tick_message(s, now, wants_tick(s)), s.task, marker_ttl_ms(s, now),
-                                     task_priority(s))
+                                     task_priority(s), own_limits(s))
         if at is None:  # pragma: no cover - 64 random bits
             raise RuntimeError(f"task id {task_id} is taken")
         logger.info("schedule %s run now by %s: enqueued %s on queue %s", s.name, by, task_id, s.queue)

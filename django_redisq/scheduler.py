@@ -142,6 +142,7 @@ class Scheduler:
             expected=last if known is not None else "", upto=latest, missed=missed, max_late_ms=max_late,
             allow_overlap=s.allow_overlap, ttl_ms=max(MARKER_TTL_MS, 3 * period), task=s.task, id_base=self.id_base(s),
             ticks=[(t, self.message(s, t)) for t in ticks], priority=task_priority(s),
+            limits=own_limits(s),
         )
 
     def message(self, s: Schedule, tick: int) -> str:
@@ -182,6 +183,14 @@ def task_priority(s: Schedule) -> int:
 
     priority = getattr(find_task(s.task), "priority", 0)
     return priority if isinstance(priority, int) and not isinstance(priority, bool) and -100 <= priority <= 100 else 0
+
+
+def own_limits(s: Schedule) -> str:
+    """The fleet-wide limits the schedule's task was defined with (``max_running``, ``rate_limit``), which its ticks obey."""
+    from .limits import task_limits
+    from .schedules import find_task
+
+    return task_limits(find_task(s.task))
 
 
 def tick_message(s: Schedule, tick: int, wants: bool) -> str:

@@ -18,6 +18,7 @@ from django.db import transaction
 
 from .backoff import check_backoff
 from .compat import DEFAULT_TASK_BACKEND_ALIAS, DEFAULT_TASK_PRIORITY, DEFAULT_TASK_QUEUE_NAME, InvalidTask, Task, TaskResult
+from .limits import check_max_running, check_rate
 
 T = TypeVar("T")
 
@@ -57,6 +58,8 @@ class RedisTask(Task):
     no_retry_on: tuple[type[BaseException], ...] = ()
     idempotency_key: str | Callable[..., str] | None = None
     timeout: float | None = None  # seconds a run may take on a worker; 0 = no limit
+    max_running: int | None = None  # at most this many run at once, fleet-wide (limits.py)
+    rate_limit: str | None = None  # at most this many starts per period, fleet-wide: "10/s", "100/m"
 
     def __post_init__(self) -> None:
         Task.__post_init__(self)  # zero-argument super() does not work in slotted dataclasses
@@ -82,6 +85,10 @@ class RedisTask(Task):
                 raise InvalidTask(f"{name} must be a number of seconds >= 0{extra}, got {value!r}.")
         if self.backoff is not None:
             check_backoff(self.backoff)
+        if problem := check_max_running(self.max_running):
+            raise InvalidTask(f"max_running {problem}.")
+        if problem := check_rate(self.rate_limit):
+            raise InvalidTask(f"{problem}.")
         object.__setattr__(self, "retry_on", _as_exceptions(self.retry_on, "retry_on"))
         object.__setattr__(self, "no_retry_on", _as_exceptions(self.no_retry_on, "no_retry_on"))
         key = self.idempotency_key

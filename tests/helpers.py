@@ -69,6 +69,9 @@ def where_is(r: redis.Redis, task_id: str, queue: str = "default") -> list[str]:
         places.append("pending")
     if r.zscore(k.prioritized, task_id) is not None:  # pending too, of a priority other than 0
         places.append("pending")
+    for blist in r.scan_iter(match=f"{k.prefix}blocked*", count=1000):  # waiting for a fleet-wide slot
+        if r.type(blist) == "list" and task_id in r.lrange(blist, 0, -1):
+            places.append("blocked")
     if r.zscore(k.scheduled, task_id) is not None:
         places.append("scheduled")
     if r.zscore(k.dead, task_id) is not None:

@@ -8,6 +8,8 @@
 -- KEYS[3] -> P:cancels              (HASH, task id -> cancel request): the batch's requests are
 --                                   deleted, lost leases included (their 'success' guard means no
 --                                   copy runs again); one TYPE per call, one HDEL only if it exists
+-- KEYS[4] -> P:pending, KEYS[5] -> P:prioritized, KEYS[6] -> P:prioseq, KEYS[7] -> P:slots,
+-- KEYS[8] -> P:blocked  (lib/limits.lua): a slot the task held is freed and one task waiting for it made ready
 -- ARGV[1] -> P:                the queue's key prefix (task hashes P:t:<id>, guards P:status:<id>,
 --                              idempotency keys, counters)
 -- ARGV[2] -> result TTL in ms (how long a finished task hash is kept)
@@ -25,12 +27,14 @@
 --   the task hash still exists (a purged task is not brought back as a bare result).
 -- A held task whose key is not a hash is set aside and dead-lettered ('corrupt'), result kept.
 --! include dead.lua
+--! include limits.lua
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local prefix, result_ttl, success_ttl, corrupt_ttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 want(KEYS[1], 'list')
 want(KEYS[2], 'zset')
 local cancels = want(KEYS[3], 'hash')
+local q = {pending = KEYS[4], prioritized = KEYS[5], seq = KEYS[6], slots = KEYS[7], blocked = KEYS[8]}
 local lost = {}
 local acked = 0
 local first = 8 + 3 * tonumber(ARGV[7])
@@ -74,7 +78,11 @@ for i = first, #ARGV, 2 do
   else
     redis.call('HSET', tkey, 'state', 'finished', 'result', result, 'finished_at', now)
     redis.call('PEXPIRE', tkey, result_ttl)
-    if kind == 'hash' then idem_expire(prefix, redis.call('HGET', tkey, 'idem'), id, success_ttl) end
+    if kind == 'hash' then
+      local h = redis.call('HMGET', tkey, 'idem', 'slot', 'task')
+      idem_expire(prefix, h[1], id, success_ttl)
+      if h[2] then free_slots(prefix, q, id, h[3], h[2]) end
+    end
     acked = acked + 1
   end
 end

@@ -13,6 +13,8 @@
 --                                   kept for the retention, deleted with the dead letter)
 -- KEYS[4] -> P:status:<id>          (STRING guard)
 -- KEYS[5] -> P:cancels              (HASH, task id -> cancel request): the id's request is deleted
+-- KEYS[6] -> P:pending, KEYS[7] -> P:prioritized, KEYS[8] -> P:prioseq, KEYS[9] -> P:slots,
+-- KEYS[10] -> P:blocked  (lib/limits.lua): a slot the task held is freed and one task waiting for it made ready
 -- ARGV[1] -> P:              the queue's key prefix (counters: P:dead_count, and P:failed_final when
 --                            ARGV[8] is 1; idempotency key, trimmed hashes)
 -- ARGV[2] -> id
@@ -30,6 +32,7 @@
 --   -1      -> LEASE_LOST: not in this worker's processing list; nothing changed (but keys of
 --              the wrong type set aside)
 --! include dead.lua
+--! include limits.lua
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local prefix, id = ARGV[1], ARGV[2]
@@ -41,7 +44,10 @@ local cancels = want(KEYS[5], 'hash')
 if redis.call('LREM', KEYS[1], 1, id) == 0 then return -1 end
 if cancels == 'hash' then redis.call('HDEL', KEYS[5], id) end
 if kind ~= 'hash' and kind ~= 'none' then set_aside(KEYS[3], ARGV[5]) end  -- kept for inspection
-local f = redis.call('HMGET', KEYS[3], 'errors', 'errors_len', 'errors_dropped', 'failures')
+local f = redis.call('HMGET', KEYS[3], 'errors', 'errors_len', 'errors_dropped', 'failures', 'slot', 'task')
+if f[5] then
+  free_slots(prefix, {pending = KEYS[6], prioritized = KEYS[7], seq = KEYS[8], slots = KEYS[9], blocked = KEYS[10]}, id, f[6], f[5])
+end
 local errs, lens, dropped = errors_append(f[1], f[2], f[3], ARGV[3], now)
 local failures = tonumber(f[4]) or 0
 if ARGV[8] == '1' then failures = failures + 1 end

@@ -21,6 +21,8 @@
 -- KEYS[4] -> P:cancels    (HASH, task id -> '<Redis ms>|<who>')
 -- KEYS[5] -> P:workers    (ZSET), whose processing lists P:processing:<worker> are searched
 -- KEYS[6] -> P:prioritized (ZSET): where a pending task of a priority other than 0 waits (O(log n))
+-- KEYS[7] -> P:blocked     (LIST): where a pending task waits for a slot of its queue's MAX_RUNNING;
+--                          one waiting for its task's max_running is in P:blocked:<task path> (lib/limits.lua)
 -- ARGV[1] -> P:           the queue's key prefix (task hashes, processing lists, counters)
 -- ARGV[2] -> who          who asks ('admin:<username>', 'cli', 'api'), recorded in the error
 -- ARGV[3] -> retention in ms (dead letters older than this are trimmed; 0 = keep)
@@ -86,6 +88,14 @@ local function unqueue(id)
   return redis.call('LREM', KEYS[1], -1, id) == 1
 end
 
+-- waiting(id, ...): take id out of the first of these blocked lists that holds it
+local function waiting(id, ...)
+  for _, key in ipairs({...}) do
+    if redis.call('TYPE', key)['ok'] == 'list' and redis.call('LREM', key, 1, id) == 1 then return true end
+  end
+  return false
+end
+
 local function bury(id)
   bury_cancelled(prefix, KEYS[3], id, now, who)
   redis.call('HDEL', KEYS[4], id)  -- a request left over from an earlier run
@@ -102,7 +112,7 @@ for i = 6, #ARGV do
   if not reached then
     code = -1
   elseif redis.call('TYPE', tkey)['ok'] == 'hash' then
-    local f = redis.call('HMGET', tkey, 'state', 'workers')
+    local f = redis.call('HMGET', tkey, 'state', 'workers', 'task')
     local state = f[1]
     local queued = false
     if state == 'finished' or state == 'dead' or state == 'moving' or redis.call('ZSCORE', KEYS[3], id) then
@@ -110,6 +120,8 @@ for i = 6, #ARGV do
     elseif redis.call('ZREM', KEYS[2], id) == 1 then
       queued = true
     elseif redis.call('TYPE', KEYS[6])['ok'] == 'zset' and redis.call('ZREM', KEYS[6], id) == 1 then
+      queued = true
+    elseif state == 'pending' and waiting(id, prefix .. 'blocked:' .. (f[3] or ''), KEYS[7]) then
       queued = true
     elseif state == 'pending' then
       queued = unqueue(id)

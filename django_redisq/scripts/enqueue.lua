@@ -6,9 +6,10 @@
 --            other than 0 (lib/ready.lua)
 -- ARGV[1] -> P:           the queue's key prefix; task keys are ARGV[1] .. 't:' .. id,
 --                         idempotency keys ARGV[1] .. 'idem:' .. key
--- ARGV[2] -> n            number of tasks that follow, 6 ARGV each:
+-- ARGV[2] -> n            number of tasks that follow, 7 ARGV each:
 --   id, message JSON, task path, delay in ms (0 = run now), idempotency key ('' = none),
---   priority (-100..100, higher runs first; 0 the default)
+--   priority (-100..100, higher runs first; 0 the default), the task's own fleet-wide limits
+--   ('' = none, else '<max_running>|<count>|<period ms>', see lib/limits.lua)
 --
 -- An idempotency key P:idem:<key> names the task holding it. It is held while it
 -- exists with a TTL (the holder succeeded: ack.lua started the countdown, even if
@@ -31,8 +32,8 @@ want(KEYS[3], 'zset')
 local q = {pending = KEYS[1], scheduled = KEYS[2], prioritized = KEYS[3], seq = KEYS[4]}
 local out = {now}
 for i = 0, tonumber(ARGV[2]) - 1 do
-  local b = 3 + i * 6
+  local b = 3 + i * 7
   out[#out + 1] = store_task(prefix, q, now, ARGV[b], ARGV[b + 1], ARGV[b + 2], tonumber(ARGV[b + 3]), ARGV[b + 4],
-    tonumber(ARGV[b + 5]))
+    tonumber(ARGV[b + 5]), ARGV[b + 6])
 end
 return out

@@ -10,6 +10,9 @@
 -- KEYS[6] -> P:paused               (STRING): while it exists the queue is paused and nothing is taken
 -- KEYS[7] -> P:prioritized          (ZSET): ready tasks of a priority other than 0 (lib/ready.lua)
 -- KEYS[8] -> P:prioseq              (STRING): their FIFO counter (untouched here but for hand-backs)
+-- KEYS[9] -> P:slots, KEYS[10] -> P:blocked, KEYS[11] -> P:rate, KEYS[12] -> P:limits: the queue's
+--            fleet-wide limits (lib/limits.lua); a task's own are the derived P:slots:<path>,
+--            P:blocked:<path> and P:rate:<path>, in the same slot by construction
 -- ARGV[1] -> P:            the queue's key prefix
 -- ARGV[2] -> n             how many ids to take from pending (may be 0)
 -- ARGV[3] -> lease in ms   lifetime of the guard; the worker's heartbeat renews it
@@ -19,6 +22,7 @@
 --            marker (lib/ready.lua), or a higher priority waits in KEYS[7], one more is taken in its
 --            stead (the moved default-priority id goes back to be the next of its priority)
 -- ARGV[7] -> success TTL in ms, applied to the task's idempotency key when found already successful
+-- ARGV[8] -> the queue's MAX_RUNNING (0 = none); ARGV[9] -> its RATE_LIMIT as 'count|period ms' ('' = none)
 --
 -- Returns: {-1} FENCED: the worker is not registered (it was reaped while paused); nothing
 --   was taken, and ids a late BLMOVE put in its processing list went back to pending.
@@ -33,10 +37,12 @@
 --   code 3 BUSY  -> another worker's guard is still held: moved to scheduled for 1 s later
 --   code 4 NOMSG -> no task data for this id: left in processing for the worker to bury
 --   code 5 CORRUPT -> a key of the wrong type, or non-numeric counters: left for burial
+--   code 6 LIMITED -> over a fleet-wide limit (lib/limits.lua): taken out of processing, unclaimed and
+--                     not counted as a delivery; it waits for a slot (blocked) or its rate slot (scheduled)
 -- Ids are taken in priority order: KEYS[7] while its best is above priority 0, then
 -- KEYS[1] (priority 0, FIFO), then KEYS[7]'s priorities below 0.
 --! include shape.lua
---! include ready.lua
+--! include limits.lua
 local bad = wrong_shape({'list', 'list', 'zset', 'zset'})
 if bad then return bad end
 local pt = redis.call('TYPE', KEYS[7])['ok']
@@ -62,6 +68,8 @@ if redis.call('EXISTS', KEYS[6]) == 1 then
   return {-2}
 end
 local ids = {}
+local q = {pending = KEYS[1], scheduled = KEYS[3], prioritized = KEYS[7], seq = KEYS[8], slots = KEYS[9],
+  blocked = KEYS[10], rate = KEYS[11], limits = KEYS[12]}
 local count = tonumber(ARGV[2])
 local ranked = redis.call('ZCARD', KEYS[7]) > 0  -- false: a queue of default priorities only
 local function best()  -- the first prioritized id and its score, or nil
@@ -121,7 +129,8 @@ end
 for _, id in ipairs(ids) do
   local tkey = prefix .. 't:' .. id
   local skey = prefix .. 'status:' .. id
-  local f = redis.pcall('HMGET', tkey, 'msg', 'state', 'deliveries', 'failures', 'workers', 'enqueued_at', 'started_at', 'task', 'idem', 'metadata')
+  local f = redis.pcall('HMGET', tkey, 'msg', 'state', 'deliveries', 'failures', 'workers', 'enqueued_at', 'started_at', 'task', 'idem', 'metadata',
+    'maxr', 'rate', 'rl')
   local st = redis.call('TYPE', skey)['ok']
   -- every key of this id is checked before any write to it, so a bad one cannot abort the script
   if f.err or (st ~= 'string' and st ~= 'none') or (f[3] and not tonumber(f[3])) or (f[4] and not tonumber(f[4])) then
@@ -133,7 +142,12 @@ for _, id in ipairs(ids) do
     done(id)
     skip(id, 2)
   else
-    if redis.call('SET', skey, 'running:' .. worker, 'NX', 'PX', lease) then
+    local claimed = redis.call('SET', skey, 'running:' .. worker, 'NX', 'PX', lease)
+    if claimed and admit(prefix, q, now, id, tkey, f[8] or '', f[11], f[12], f[13], ARGV[8], ARGV[9]) then
+      redis.call('DEL', skey)  -- over a limit: it waits in Redis, not in this worker
+      redis.call('LREM', KEYS[2], 1, id)
+      skip(id, 6)
+    elseif claimed then
       local d = (tonumber(f[3]) or 0) + 1
       local workers = f[5]
       if workers and workers ~= '' then workers = workers .. ',' .. worker else workers = worker end

@@ -28,6 +28,7 @@
 -- ARGV[9] -> id base            a tick's task id is ARGV[9] .. tick
 -- ARGV[10] -> n                 ticks to run, ascending, each <= upto; then n pairs: tick, message JSON
 -- ARGV[11 + 2n] -> priority     of the tasks (-100..100; 0 the default)
+-- ARGV[12 + 2n] -> limits       of the tasks ('' = none; see lib/store.lua)
 --
 -- A listed tick at or after the pause began, and (once resumed) at or before the
 -- resume, is not run: it is counted in paused_ticks. The claim still moves the
@@ -48,6 +49,7 @@ want(KEYS[2], 'zset')
 want(KEYS[4], 'zset')
 local q = {pending = KEYS[1], scheduled = KEYS[2], prioritized = KEYS[4], seq = KEYS[5]}
 local prio = tonumber(ARGV[11 + 2 * tonumber(ARGV[10])]) or 0
+local limits = ARGV[12 + 2 * tonumber(ARGV[10])] or ''
 want(marker, 'hash')
 local last = redis.call('HGET', marker, 'last') or ''
 if tonumber(last) and tonumber(last) >= upto then return {0, last, 0, 0, 0, 0} end
@@ -82,7 +84,7 @@ for i = 0, tonumber(ARGV[10]) - 1 do
     skipped = skipped + 1
   else
     local id = ARGV[9] .. tick
-    if store_task(prefix, q, now, id, msg, ARGV[8], 0, '', prio) == '' then
+    if store_task(prefix, q, now, id, msg, ARGV[8], 0, '', prio, limits) == '' then
       fired = fired + 1
       prev = id
       out[#out + 1] = id

@@ -17,6 +17,7 @@
 -- KEYS[5] -> P:cancels  (HASH, task id -> '<Redis ms>|<who>')
 -- KEYS[6] -> P:prioritized (ZSET) and KEYS[7] -> P:prioseq (STRING): a task of a priority other
 --            than 0 goes back to the front of its priority there (lib/ready.lua)
+-- KEYS[8] -> P:slots, KEYS[9] -> P:blocked (lib/limits.lua): a slot the task held is freed and one task waiting for it made ready
 -- ARGV[1] -> P:         the queue's key prefix (processing lists, task hashes, guards, the counter
 --                       P:recovered of tasks given back)
 -- ARGV[2] -> dead after in ms: a worker silent for longer is dead
@@ -28,7 +29,7 @@
 --   given back, reaped worker id, ...}; {0, -1} when the reaper may not reap yet
 --! include shape.lua
 --! include cancel.lua
---! include ready.lua
+--! include limits.lua
 local bad = wrong_shape({'zset', 'list', 'hash', 'zset', 'hash', 'zset'})
 if bad then return bad end
 local t = redis.call('TIME')
@@ -40,6 +41,7 @@ if me ~= '' then
   if not mine or not since or now - mine > tonumber(ARGV[5]) or now - since < timeout then return {0, -1} end
 end
 local requests = redis.call('EXISTS', KEYS[5]) == 1
+local q = {pending = KEYS[2], prioritized = KEYS[6], seq = KEYS[7], slots = KEYS[8], blocked = KEYS[9]}
 local dead = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - timeout, 'LIMIT', 0, tonumber(ARGV[3]) + 1)  -- +1: we may be among them
 local out = {0, {}}
 local back = out[2]
@@ -55,6 +57,10 @@ for _, w in ipairs(dead) do
       if id ~= MARKER then  -- a marker is a wake-up its worker moved, not a task
         local tkey = prefix .. 't:' .. id
         local is_hash = redis.call('TYPE', tkey)['ok'] == 'hash'
+        if is_hash then
+          local h = redis.call('HMGET', tkey, 'slot', 'task')
+          if h[1] then free_slots(prefix, q, id, h[2], h[1]) end
+        end
         local request = requests and redis.call('HGET', KEYS[5], id)
         if request then redis.call('HDEL', KEYS[5], id) end
         if request and is_hash then

@@ -15,6 +15,7 @@
 -- KEYS[6] -> P:cancels              (HASH, task id -> '<Redis ms>|<who>')
 -- KEYS[7] -> P:prioritized          (ZSET) and KEYS[8] -> P:prioseq (STRING): a task of a priority
 --                                   other than 0 goes back to the front of its priority (lib/ready.lua)
+-- KEYS[9] -> P:slots, KEYS[10] -> P:blocked (lib/limits.lua): a slot the task held is freed and one task waiting for it made ready
 -- ARGV[1] -> P:          the queue's key prefix
 -- ARGV[2] -> worker id
 -- ARGV[3..] -> ids never started (undo their claim); none = release all and deregister
@@ -22,13 +23,14 @@
 -- Returns: number of tasks handed back or cancelled
 --! include shape.lua
 --! include cancel.lua
---! include ready.lua
+--! include limits.lua
 local bad = wrong_shape({'list', 'list', 'zset', 'hash', 'zset', 'hash', 'zset'})
 if bad then return bad end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local prefix, w = ARGV[1], ARGV[2]
 local requests = redis.call('EXISTS', KEYS[6]) == 1
+local q = {pending = KEYS[2], prioritized = KEYS[7], seq = KEYS[8], slots = KEYS[9], blocked = KEYS[10]}
 local n = 0
 local function give_back(id, undo)
   local tkey = prefix .. 't:' .. id
@@ -46,6 +48,10 @@ local function give_back(id, undo)
       if cut then workers = string.sub(workers, 1, cut - 1) else workers = '' end
       redis.call('HSET', tkey, 'workers', workers)
     end
+  end
+  if is_hash then
+    local h = redis.call('HMGET', tkey, 'slot', 'task')
+    if h[1] then free_slots(prefix, q, id, h[2], h[1]) end
   end
   local request = requests and redis.call('HGET', KEYS[6], id)
   if request then redis.call('HDEL', KEYS[6], id) end

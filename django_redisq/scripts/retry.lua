@@ -9,6 +9,8 @@
 -- KEYS[4] -> P:status:<id>          (STRING guard)
 -- KEYS[5] -> P:dead                 (ZSET), for a task whose hash turned out corrupt, or cancelled
 -- KEYS[6] -> P:cancels              (HASH, task id -> '<Redis ms>|<who>'): the id's request is deleted
+-- KEYS[7] -> P:pending, KEYS[8] -> P:prioritized, KEYS[9] -> P:prioseq, KEYS[10] -> P:slots,
+-- KEYS[11] -> P:blocked  (lib/limits.lua): a slot the task held is freed and one task waiting for it made ready
 -- ARGV[1] -> P:             the queue's key prefix (counters: P:failed, every failed attempt that reached
 --                           this script; P:retried, those scheduled for another attempt)
 -- ARGV[2] -> id
@@ -27,6 +29,7 @@
 --   -1 -> LEASE_LOST: not in this worker's processing list; nothing changed (but keys of the
 --         wrong type set aside)
 --! include cancel.lua
+--! include limits.lua
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local prefix, id = ARGV[1], ARGV[2]
@@ -44,7 +47,10 @@ if kind ~= 'hash' and kind ~= 'none' then
   bury_corrupt(prefix, KEYS[5], id, now, ARGV[6])
   return 2
 end
-local f = redis.call('HMGET', KEYS[3], 'errors', 'errors_len', 'errors_dropped', 'failures')
+local f = redis.call('HMGET', KEYS[3], 'errors', 'errors_len', 'errors_dropped', 'failures', 'slot', 'task')
+if f[5] then
+  free_slots(prefix, {pending = KEYS[7], prioritized = KEYS[8], seq = KEYS[9], slots = KEYS[10], blocked = KEYS[11]}, id, f[6], f[5])
+end
 local errs, lens, dropped = errors_append(f[1], f[2], f[3], ARGV[4], now)
 redis.call('HSET', KEYS[3], 'state', 'scheduled', 'errors', errs, 'errors_len', lens, 'failures', (tonumber(f[4]) or 0) + 1)
 if dropped > 0 then redis.call('HSET', KEYS[3], 'errors_dropped', dropped) end

@@ -14,6 +14,7 @@
 -- ARGV[4] -> task path
 -- ARGV[5] -> marker ttl (ms)    renewed unless the schedule is paused (a paused marker does not expire)
 -- ARGV[6] -> priority           of the task (-100..100; 0 the default)
+-- ARGV[7] -> limits             of the task ('' = none; see lib/store.lua)
 --
 -- Returns: {code, enqueued_at}
 --   1 -> enqueued (pending); enqueued_at is the Redis time (ms)
@@ -27,7 +28,7 @@ want(KEYS[2], 'zset')
 want(marker, 'hash')
 want(KEYS[4], 'zset')
 local q = {pending = KEYS[1], scheduled = KEYS[2], prioritized = KEYS[4], seq = KEYS[5]}
-if store_task(ARGV[1], q, now, ARGV[2], ARGV[3], ARGV[4], 0, '', tonumber(ARGV[6]) or 0) ~= '' then
+if store_task(ARGV[1], q, now, ARGV[2], ARGV[3], ARGV[4], 0, '', tonumber(ARGV[6]) or 0, ARGV[7] or '') ~= '' then
   return {0, tostring(now)}
 end
 redis.call('HSET', marker, 'manual_id', ARGV[2], 'manual_at', now)

@@ -375,3 +375,27 @@ def in_order(key: str) -> str:
     """Appends ``key`` to the ``test:order`` list: the order tasks ran in."""
     _effects().rpush(ORDER, key)
     return key
+
+
+SPANS = "test:spans"
+
+
+def _span(key: str, seconds: float) -> str:
+    c = _effects()
+    c.rpush(SPANS, f"+|{key}|{time.time():.6f}")
+    time.sleep(seconds)
+    c.rpush(SPANS, f"-|{key}|{time.time():.6f}")
+    return key
+
+
+@task(max_running=3, max_retries=2)
+def limited(key: str, seconds: float) -> str:
+    """At most 3 run at once, fleet-wide; each records its start and end in ``test:spans``."""
+    return _span(key, seconds)
+
+
+@task(rate_limit="20/s", max_retries=0)
+def rated(key: str) -> str:
+    """At most 20 starts a second, fleet-wide; each records its start time in ``test:rated``."""
+    _effects().rpush("test:rated", f"{time.time():.6f}")
+    return key

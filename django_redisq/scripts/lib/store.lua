@@ -4,12 +4,13 @@
 --! include idem.lua
 --! include ready.lua
 
--- store_task(prefix, q, now, id, msg, path, delay, idem, prio) ->
+-- store_task(prefix, q, now, id, msg, path, delay, idem, prio, limits) ->
 --   ''     stored: pending (delay 0) or scheduled at now + delay ms
 --   <id>   not stored: the idempotency key idem is held by task <id>
 --   '!'    not stored: a task with this id already exists
---   q: {pending = KEY, scheduled = KEY, prioritized = KEY, seq = KEY}; prio: -100..100, 0 the default
-local function store_task(prefix, q, now, id, msg, path, delay, idem, prio)
+--   q: {pending = KEY, scheduled = KEY, prioritized = KEY, seq = KEY}; prio: -100..100, 0 the default;
+--   limits: '' or '<max_running>|<rate count>|<rate period ms>' (either part may be empty; lib/limits.lua)
+local function store_task(prefix, q, now, id, msg, path, delay, idem, prio, limits)
   local tkey = prefix .. 't:' .. id
   local holder = false
   local ikey
@@ -30,6 +31,11 @@ local function store_task(prefix, q, now, id, msg, path, delay, idem, prio)
   redis.call('HSET', tkey, 'msg', msg, 'task', path, 'state', state, 'enqueued_at', now,
     'deliveries', 0, 'failures', 0, 'idem', idem)
   if prio ~= 0 then redis.call('HSET', tkey, 'prio', prio) end  -- the default costs no field
+  if limits and limits ~= '' then
+    local maxr, rate = string.match(limits, '^([^|]*)|(.*)$')
+    if maxr and maxr ~= '' then redis.call('HSET', tkey, 'maxr', maxr) end
+    if rate and rate ~= '' then redis.call('HSET', tkey, 'rate', rate) end
+  end
   if delay > 0 then
     redis.call('ZADD', q.scheduled, now + delay, id)
   else

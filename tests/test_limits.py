@@ -1,0 +1,108 @@
+"""Fleet-wide limits with real workers: a limit of 3 across three worker processes never sees a fourth,
+a SIGKILLed worker's slots come back after the reap, and a rate limit of 20/s runs 200 +- 20 tasks in 10 s."""
+
+import itertools
+import signal
+import threading
+import time
+
+import pytest
+
+from django_redisq.compat import InvalidTask, TaskResultStatus
+from django_redisq.worker import Worker
+from tests.helpers import keys, wait_for, where_is
+from tests.testapp import tasks
+from tests.testapp.tasks import SPANS, task
+
+PATH = "tests.testapp.tasks.limited"
+
+
+def most_at_once(r, cut_off: dict[str, float] | None = None) -> int:
+    """The most runs of ``limited`` that overlapped, from their recorded starts and ends.
+
+    A run that never recorded its end (its worker was killed) ends at ``cut_off[key]``.
+    """
+    events, open_runs = [], {}
+    for entry in r.lrange(SPANS, 0, -1):
+        sign, key, at = entry.split("|")
+        if sign == "+":
+            open_runs.setdefault(key, []).append(float(at))
+            events.append((float(at), 1))
+        else:
+            open_runs[key].pop(0)
+            events.append((float(at), -1))
+    for key, starts in open_runs.items():
+        for _ in starts:
+            events.append(((cut_off or {}).get(key, float("inf")), -1))
+    now = peak = 0
+    for _, step in sorted(events, key=lambda e: (e[0], e[1])):  # an end before a start at the same instant
+        now += step
+        peak = max(peak, now)
+    return peak
+
+
+def plain() -> None: ...
+
+
+def test_bad_limits_are_refused_where_the_task_is_defined():
+    f = plain
+    for bad in (0, -1, 1.5, True, "3"):
+        with pytest.raises(InvalidTask, match="max_running"):
+            task(max_running=bad)(f)
+    for bad in ("10", "ten/s", "10/w", "0/s", 10, "5000/s"):
+        with pytest.raises(InvalidTask, match="rate_limit"):
+            task(rate_limit=bad)(f)
+
+
+@pytest.mark.slow
+def test_a_limit_of_3_across_three_workers_never_sees_a_fourth(r, run_worker_process):
+    results = tasks.limited.enqueue_many([([f"k{i}"], {"seconds": 0.25}) for i in range(24)])
+    workers = [run_worker_process("default", "--concurrency", "3", "--name", f"w{i}") for i in range(3)]
+    assert wait_for(lambda: all(tasks.limited.get_result(x.id).status == TaskResultStatus.SUCCESSFUL for x in results), timeout=60)
+    for w in workers:
+        w.proc.send_signal(signal.SIGTERM)
+    peak = most_at_once(r)
+    assert peak == 3, f"{peak} ran at once (limit 3, 9 threads)"
+    assert r.zcard(keys().prefix + "slots:" + PATH) == 0 and r.llen(keys().prefix + "blocked:" + PATH) == 0
+    assert all(int(tasks.limited.get_result(x.id).attempts) == 1 for x in results)  # waiting is not an attempt
+
+
+@pytest.mark.slow
+def test_a_sigkilled_worker_frees_its_slots_after_the_reap(r, run_worker_process):
+    results = tasks.limited.enqueue_many([([f"k{i}"], {"seconds": 1.5}) for i in range(9)])
+    victim = run_worker_process("default", "--concurrency", "3", "--name", "victim")
+    slots = keys().prefix + "slots:" + PATH
+    assert wait_for(lambda: r.zcard(slots) == 3, timeout=20)
+    held = set(r.zrange(slots, 0, -1))
+    victim.proc.send_signal(signal.SIGKILL)
+    victim.proc.wait(5)
+    killed_at = time.time()
+    assert r.zcard(slots) == 3  # still taken: nobody knows yet that its holder is dead
+    rescuer = run_worker_process("default", "--concurrency", "3", "--name", "rescuer")
+    assert wait_for(lambda: all(tasks.limited.get_result(x.id).status == TaskResultStatus.SUCCESSFUL for x in results), timeout=60)
+    rescuer.proc.send_signal(signal.SIGTERM)
+    for x in results:
+        assert where_is(r, x.id) == ["finished"]
+    killed = {tasks.limited.get_result(i).args[0] for i in held}
+    assert most_at_once(r, dict.fromkeys(killed, killed_at)) <= 3
+    assert r.zcard(slots) == 0 and r.llen(keys().prefix + "blocked:" + PATH) == 0  # no slot leaked
+
+
+@pytest.mark.slow
+def test_a_rate_limit_of_20_a_second_runs_200_in_10_seconds(r):
+    tasks.rated.enqueue_many([([f"k{i}"], {}) for i in range(400)])
+    worker = Worker(concurrency=4, burst=False)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        assert wait_for(lambda: r.llen("test:rated") > 0, timeout=10)
+        first = float(r.lindex("test:rated", 0))
+        time.sleep(max(0.0, first + 10.5 - time.time()))
+        starts = [float(t) for t in r.lrange("test:rated", 0, -1)]
+    finally:
+        worker.request_stop()
+        thread.join(15)
+    in_window = sum(1 for t in starts if t < first + 10)
+    assert 180 <= in_window <= 220, in_window
+    gaps = sorted(b - a for a, b in itertools.pairwise(starts))
+    assert gaps[len(gaps) // 10] > 0.02, "starts are spaced (50 ms apart), not bunched"
