@@ -24,7 +24,7 @@ from django.conf import settings
 from django.utils.module_loading import import_string
 from redis.commands.core import Script
 
-from . import scripts
+from . import limits, scripts
 from .compat import UTC
 from .conf import Options, get_options
 from .connection import get_client
@@ -148,18 +148,22 @@ class Inspector:
             pipe.zrange(k.workers, 0, -1, withscores=True)
             pipe.zcard(k.prioritized)
             pipe.zrange(k.prioritized, 0, 0)
+            limits.ask(pipe, k)
             for name in ("processed", "failed", "dead_count"):
                 pipe.mget([k.counter(name, m) for m in minutes])
             for m in minutes:  # bounded: at most (MAX_NAMES + 1) x BUCKETS fields each (durations.py)
                 pipe.hgetall(k.durations(m))
         first = pipe.execute()
-        stride = 10 + MINUTES
+        head_n = 10 + limits.ASKED
+        stride = head_n + MINUTES
         pipe = self.client.pipeline(transaction=False)
         per_queue = []
         for i, q in enumerate(self.queues):
             k = self.keys(q)
-            length, scheduled, dead, oldest, workers, ranked, head, *counters = first[i * stride : i * stride + 10]
-            times = slowest(first[i * stride + 10 : (i + 1) * stride])
+            row = first[i * stride : i * stride + head_n]
+            length, scheduled, dead, oldest, workers, ranked, head = row[:7]
+            asked, counters = row[7 : 7 + limits.ASKED], row[7 + limits.ASKED :]
+            times = slowest(first[i * stride + head_n : (i + 1) * stride])
             pending = list_length(length, oldest) + int(ranked)
             oldest = oldest if oldest and oldest != MARKER else (head[0] if head else None)  # the next to run
             if oldest:
@@ -169,14 +173,18 @@ class Inspector:
             for w, _ in workers:
                 pipe.llen(k.processing(w))
                 pipe.get(k.worker_info(w))
-            per_queue.append((q, pending, scheduled, dead, workers, counters, times))
+            limits.ask_named(pipe, k, asked[0])
+            per_queue.append((q, pending, scheduled, dead, workers, counters, times, asked))
         second = iter(pipe.execute())
         out = []
         fraction = (now % 60000) / 60000
-        for q, pending, scheduled, dead, workers, counters, times in per_queue:
+        for q, pending, scheduled, dead, workers, counters, times, asked in per_queue:
             enq = next(second)
             processed, failed, died = ([int(v or 0) for v in c] for c in counters)
             infos = [self._worker(name, score, next(second), next(second), now) for name, score in workers]
+            waiting, limited = limits.states(self.options.for_queue(q).max_running, asked,
+                                             [next(second) for _ in range(2 * len(asked[0]))])
+            pending += waiting
             out.append(QueueStats(
                 alias=self.options.alias, queue=q, pending=pending, scheduled=scheduled, dead=dead,
                 running=sum(w.holding for w in infos),
@@ -187,7 +195,7 @@ class Inspector:
                 processed_hour=sum(processed), failed_hour=sum(failed) + sum(died), dead_hour=sum(died),
                 series=[(to_datetime(m * 60000) or datetime.now(UTC), p, f, d)
                         for m, p, f, d in zip(minutes, processed, failed, died, strict=True)],
-                workers=infos, slowest=times,
+                workers=infos, slowest=times, limits=limited, rate_limit=self.options.for_queue(q).rate_limit,
             ))
         return out
 
@@ -209,24 +217,30 @@ class Inspector:
             pipe.mget([k.counter(name) for name in TOTALS])
             pipe.zcard(k.prioritized)
             pipe.zrange(k.prioritized, 0, 0)  # with no plain task pending, the next prioritized one is the oldest shown
+            limits.ask(pipe, k)
         first = pipe.execute()
+        stride = 8 + limits.ASKED
         sec, usec = first[0]
         now = int(sec) * 1000 + int(usec) // 1000
         pipe = self.client.pipeline(transaction=False)
         for i, q in enumerate(self.queues):
             k = self.keys(q)
-            oldest, workers, head = first[1 + i * 8 + 3], first[1 + i * 8 + 4], first[1 + i * 8 + 7]
+            row = first[1 + i * stride : 1 + (i + 1) * stride]
+            oldest, workers, head = row[3], row[4], row[7]
             oldest = oldest if oldest and oldest != MARKER else (head[0] if head else None)
             pipe.hget(k.task(oldest), "enqueued_at") if oldest else pipe.echo("")
             for w, _ in workers:
                 pipe.llen(k.processing(w))
+            limits.ask_named(pipe, k, row[8])
         second = iter(pipe.execute())
         out = []
         for i, q in enumerate(self.queues):
-            length, scheduled, dead, tail, workers, totals, ranked, _ = first[1 + i * 8 : 9 + i * 8]
-            pending = list_length(length, tail) + int(ranked)
+            row = first[1 + i * stride : 1 + (i + 1) * stride]
+            length, scheduled, dead, tail, workers, totals, ranked, _ = row[:8]
             enq = next(second)
             running = sum(int(next(second)) for _ in workers)
+            waiting, _ = limits.states(0, row[8:], [next(second) for _ in range(2 * len(row[8]))])
+            pending = list_length(length, tail) + int(ranked) + waiting
             age = (now - int(enq)) / 1000 if enq and str(enq).isdigit() else 0.0
             out.append(QueueFigures(
                 alias=self.options.alias, queue=q, pending=int(pending), scheduled=int(scheduled), running=running, dead=int(dead),

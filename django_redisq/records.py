@@ -190,6 +190,8 @@ class QueueStats:
     series: list[tuple[datetime, int, int, int]]  # minute, processed, failed, dead (oldest first)
     workers: list[WorkerInfo]
     slowest: list[TaskTimes] = field(default_factory=list)  # by p95 run time over the hour, slowest first
+    limits: list[Any] = field(default_factory=list)  # fleet-wide concurrency limits (limits.LimitState)
+    rate_limit: str = ""  # the queue's RATE_LIMIT, as configured
 
     @property
     def failure_rate(self) -> float | None:
