@@ -87,7 +87,7 @@ class Pauses:
                 if first:
                     self._announced.add(q)
                     logger.info("queue %s is paused (by %s): worker %s starts none of its tasks; %d fetched task(s) handed "
-                                "back, running ones finish", q, state or "?", self.worker_id, handed)
+                                "back, running ones finish", q, state.partition("|")[2] or "?", self.worker_id, handed)
             elif q in self.paused or q in self._announced:
                 self.paused = self.paused - {q}
                 self.held.block(q, False)

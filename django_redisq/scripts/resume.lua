@@ -2,6 +2,7 @@
 -- again; workers see it within a quarter second (pausing.py) and fetch.
 --
 -- KEYS[1] -> P:paused           (STRING) '<Redis ms>|<who>' while the queue is paused
+-- ARGV[1] -> (none: nothing is passed)
 --
 -- Returns: {code, value}
 --   1 -> resumed; value is the pause's '<Redis ms>|<who>'
