@@ -78,7 +78,7 @@ def parse_queue_args(args: Sequence[str]) -> tuple[list[str], dict[str, int] | N
             raise ValueError(f"queue {name!r} is named twice")
         queues.append(name)
         if sep:
-            weights[name] = parse_weight(weight, arg)
+            weights[name] = parse_weight(int(weight) if weight.isascii() and weight.isdigit() else weight, arg)
     if weights and len(weights) != len(queues):
         unweighted = [q for q in queues if q not in weights]
         raise ValueError(f"give every queue a weight (emails:6 default:3) or none (strict order); {', '.join(unweighted)} "
@@ -88,8 +88,6 @@ def parse_queue_args(args: Sequence[str]) -> tuple[list[str], dict[str, int] | N
 
 def parse_weight(value: object, where: str) -> int:
     """A queue weight: a whole number from 1 to MAX_WEIGHT (``ValueError`` otherwise)."""
-    if isinstance(value, str) and value.isascii() and value.isdigit():
-        value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_WEIGHT:
         raise ValueError(f"{where!r}: a queue's weight must be a whole number from 1 to {MAX_WEIGHT}, got {value!r}")
     return value

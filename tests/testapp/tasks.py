@@ -365,3 +365,19 @@ def slow_first_time(key: str, seconds: float) -> str:
         time.sleep(seconds)
     record(key)
     return key
+
+
+SPANS = "test:spans"
+"""A list of ``tag|start|end`` (time.time()) of each run of ``span``: when runs overlapped, and in what order they started."""
+
+
+@task
+def span(tag: str, seconds: float = 0.0) -> str:
+    """Records its start (in the order runs start) and end; sleeps ``seconds`` between."""
+    client = _effects()
+    start = time.time()
+    slot = client.rpush(SPANS, f"{tag}|{start}|")
+    if seconds:
+        time.sleep(seconds)
+    client.lset(SPANS, slot - 1, f"{tag}|{start}|{time.time()}")
+    return tag
