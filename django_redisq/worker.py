@@ -156,6 +156,7 @@ class Worker:
         self.settler.on_event, self.heartbeat.on_beat = self.observer.settle_event, self.observer.beat
         self.upkeep = Upkeep(self.broker, self.id, self.queues, self.held, self.pool, self._stop,
                              self.options.heartbeat_interval, burst, self.observer.recovered)
+        self.upkeep.paused = self.fetcher.paused  # a burst worker does not wait for a paused queue
         # periodic schedules: on unless burst (a draining worker would keep enqueuing); bad ones are logged and skipped
         self.scheduler = Scheduler(self.options, self.broker, self._stop) if (not burst if scheduler is None else scheduler) else None
 

@@ -115,3 +115,14 @@ def test_the_metrics_have_a_paused_gauge_per_queue(r):
     text = exposition()[0].decode()
     assert 'redisq_queue_paused{backend="default",queue="emails"} 1.0' in text
     assert 'redisq_queue_paused{backend="default",queue="default"} 0.0' in text
+
+
+def test_a_burst_worker_ends_without_waiting_for_a_paused_queue(r, make_worker):
+    from tests.helpers import run_in_thread
+
+    ops().act("pause", "emails", "ops")
+    waiting = tasks.span.using(queue_name="emails").enqueue("emails", 0)
+    done = tasks.span.enqueue("default", 0)
+    run_in_thread(make_worker("default", "emails"), timeout=20)
+    assert tasks.span.get_result(done.id).status == TaskResultStatus.SUCCESSFUL
+    assert tasks.span.get_result(waiting.id).status == TaskResultStatus.READY and r.llen(keys("emails").pending) == 1
