@@ -317,7 +317,7 @@ def test_operator_pauses_and_resumes_a_queue_while_a_worker_runs(r, page):
         expect(page.locator(".messagelist")).to_contain_text("Paused queue emails")
         expect(state.locator(".redisq-paused")).to_have_text("paused")
         expect(state).to_contain_text("by admin:ops")
-        shot(page, "11-queue-paused", docs=True)
+        shot(page, "14-queue-paused", docs=True)
         time.sleep(1.2)
         ran = r.llen(SPANS)
         time.sleep(0.6)
