@@ -47,17 +47,22 @@ class Pauses:
                  on_resume: Callable[[str], None]) -> None:
         self.broker, self.worker_id, self.queues, self.held = broker, worker_id, list(queues), held
         self.stop, self.on_resume = stop, on_resume
-        self.paused: frozenset[str] = frozenset()
+        self.paused: frozenset[str] = frozenset()  # replaced whole (readers take no lock), changed under _lock
+        self._lock = threading.Lock()
         self._wake = threading.Event()
         self._failing = False
         self._announced: set[str] = set()  # paused queues whose pause was logged
 
     def saw_paused(self, q: str) -> None:
         """A fetch found ``q`` paused: block it now, and let the watch hand back what is held."""
-        if q not in self.paused:
-            self.paused = self.paused | {q}
-            self.held.block(q)
+        self._mark(q, True)
         self._wake.set()
+
+    def _mark(self, q: str, paused: bool) -> None:
+        with self._lock:
+            if (q in self.paused) != paused:
+                self.paused = self.paused | {q} if paused else self.paused - {q}
+                self.held.block(q, paused)
 
     def loop(self) -> None:
         while not self.stop.is_set():
@@ -71,6 +76,8 @@ class Pauses:
                 if not self._failing:
                     logger.warning("could not read the pause state of the queues (%s: %s); retrying", type(exc).__name__, exc)
                 self._failing = True
+            except Exception:  # the watch must outlive any reply it cannot read
+                logger.exception("reading the pause state of the queues failed; retrying")
 
     def check(self) -> None:
         """Read the pause keys once and act on what changed."""
@@ -80,17 +87,14 @@ class Pauses:
             state = states[q]
             if state is not None:
                 first = q not in self._announced
-                if q not in self.paused:
-                    self.paused = self.paused | {q}
-                    self.held.block(q)
+                self._mark(q, True)
                 handed = self._hand_back(q)
                 if first:
                     self._announced.add(q)
                     logger.info("queue %s is paused (by %s): worker %s starts none of its tasks; %d fetched task(s) handed "
                                 "back, running ones finish", q, state.partition("|")[2] or "?", self.worker_id, handed)
             elif q in self.paused or q in self._announced:
-                self.paused = self.paused - {q}
-                self.held.block(q, False)
+                self._mark(q, False)
                 self.on_resume(q)
                 if q in self._announced:
                     self._announced.discard(q)
