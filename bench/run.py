@@ -244,6 +244,8 @@ class Bench:
 
     def worker_argv(self, queues: Sequence[str], concurrency: int = 1, verbosity: int | None = None,
                     pool: str | None = None) -> list[str]:
+        if self.args.worker_queues and tuple(queues) == ("default",):  # e.g. --worker-queues "default:3 low:1" (weighted)
+            queues = self.args.worker_queues.split()
         argv = [sys.executable, "-m", "django", "runworker", *queues, "--concurrency", str(concurrency)]
         if pool is not None:  # without it, the worker's default (and an --engine older than the pools works)
             argv += ["--pool", pool]
@@ -884,6 +886,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="runworker -v (default: its own default, 1, which logs one line per task)")
     ap.add_argument("--worker-arg", action="append", default=None, metavar="ARGS",
                     help="more runworker arguments, e.g. --worker-arg=--metrics-port=9808 (repeatable)")
+    ap.add_argument("--worker-queues", default=None, metavar="QUEUES",
+                    help="the queues a drain worker serves instead of 'default', e.g. \"default:3 low:1\" (weighted order)")
     ap.add_argument("--engine", default=None, metavar="DIR",
                     help="import django_redisq from DIR (e.g. git archive OLD django_redisq | tar -x -C DIR) to compare")
     ap.add_argument("--out", default=None, help="JSON file (default bench/results/<utc time>.json)")

@@ -2,8 +2,8 @@
 
 The ``DeadLetter`` model is a placeholder (no table) that gives the admin an
 index entry and two permissions: "view" to look, "change" to replay, delete
-and purge dead letters, to cancel tasks (admin_actions.py), and to pause,
-resume or run now a schedule. Reads go
+and purge dead letters, to cancel tasks (admin_actions.py), to pause,
+resume or run now a schedule, and to pause or resume a queue (admin_pause.py). Reads go
 through ``inspect.py`` and changes through ``operations.py``. Every change is a POST that first shows a confirmation
 page (the count and a sample), is CSRF-protected, and is written to the
 admin log. Bulk runs do about a second of work per request and then show
@@ -31,6 +31,7 @@ from django.utils.http import urlencode
 
 from .admin_actions import LIST_STATES, MAX_SELECTED, SAMPLE, cancel_view
 from .admin_edit import edit_form, edit_view
+from .admin_pause import queue_action_view
 from .conf import get_options
 from .connection import describe
 from .exceptions import RedisUnavailable
@@ -103,6 +104,7 @@ class DeadLetterAdmin(admin.ModelAdmin):
         return [
             path("", wrap(self.changelist_view), name=f"{name}_changelist"),
             path("queues/", wrap(self.queues_view), name=f"{name}_queues"),
+            path("queues/action/", wrap(self.queue_action_view), name=f"{name}_queue_action"),
             path("tasks/<str:state>/", wrap(self.tasks_view), name=f"{name}_tasks"),
             path("task/<str:alias>/<str:queue>/<str:task_id>/", wrap(self.detail_view), name=f"{name}_detail"),
             path("task/<str:alias>/<str:queue>/<str:task_id>/edit/", wrap(self.edit_view), name=f"{name}_edit"),
@@ -255,12 +257,18 @@ class DeadLetterAdmin(admin.ModelAdmin):
         """Cancel tasks selected on a pending, scheduled or running list (admin_actions.py)."""
         return cancel_view(self, request)
 
+    def queue_action_view(self, request: HttpRequest) -> HttpResponse:
+        """Pause or resume a queue from the Queues page (admin_pause.py)."""
+        return queue_action_view(self, request)
+
     def log_link_view(self, request: HttpRequest, object_id: str) -> HttpResponseRedirect:
         """Where an admin-log entry links: the task, or the queue's dead letters."""
         self._require_view(request)
         parts = unquote(object_id).split("/")
         if len(parts) == 2 and parts[1].startswith("schedule:"):
             return HttpResponseRedirect(self._schedules_url(parts[0]))
+        if len(parts) == 2 and parts[1].startswith("queue:"):
+            return HttpResponseRedirect(reverse("admin:django_redisq_deadletter_queues"))
         if len(parts) == 3:
             return HttpResponseRedirect(reverse("admin:django_redisq_deadletter_detail", args=parts))
         if len(parts) == 2:

@@ -555,6 +555,33 @@ class Broker:
                                                 args=[k.prefix, task_id, message, task, ttl_ms, priority, limits])
         return int(at) if int(code) == 1 else None
 
+    # -- pausing a queue --------------------------------------------------
+
+    def pause_queue(self, queue: str, by: str) -> tuple[bool, str]:
+        """Pause a queue (scripts/pause.lua): (paused by this call, the key's ``<Redis ms>|<who>``)."""
+        code, value = self._script("pause")(keys=[self.keys(queue).paused], args=[by])
+        return int(code) == 1, str(value)
+
+    def resume_queue(self, queue: str) -> str | None:
+        """Resume a paused queue (scripts/resume.lua): the pause's ``<Redis ms>|<who>``, None if it was not paused."""
+        code, value = self._script("resume")(keys=[self.keys(queue).paused], args=[])
+        return str(value) if int(code) == 1 else None
+
+    def paused_states(self, queues: Sequence[str]) -> dict[str, str | None]:
+        """Each queue's pause key (``<Redis ms>|<who>``), None where it is not paused; one round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        for q in queues:
+            pipe.get(self.keys(q).paused)
+        out: dict[str, str | None] = {}
+        for q, v in zip(queues, pipe.execute(raise_on_error=False), strict=True):
+            if isinstance(v, redis.ResponseError):  # a key of another type: fetch.lua sees it exist, so paused
+                out[q] = ""
+            elif isinstance(v, Exception):
+                raise v
+            else:
+                out[q] = None if v is None else str(v)
+        return out
+
 
 @dataclass(frozen=True, slots=True)
 class Claim:

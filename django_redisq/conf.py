@@ -32,6 +32,7 @@ TUNABLES: dict[str, tuple[str, type, float]] = {
     "RESULT_MAX_BYTES": ("result_max_bytes", int, 64),
     "METADATA_MAX_BYTES": ("metadata_max_bytes", int, 64),
     "TIMEOUT": ("timeout", float, 0),
+    "WORKER_CONCURRENCY": ("worker_concurrency", int, 1),  # per worker: at most N of the queue's tasks at once
 }
 GLOBALS: dict[str, tuple[str, type, float]] = {
     "HEARTBEAT_INTERVAL": ("heartbeat_interval", float, 0.05),
@@ -44,6 +45,7 @@ QUEUE_LIMITS = {"MAX_RUNNING": "max_running", "RATE_LIMIT": "rate_limit"}
 """Fleet-wide limits of one queue (limits.py): only in QUEUE_OPTIONS, never for every queue at once."""
 CONNECTION_KEYS = ("REDIS_URL", "CACHE_ALIAS", "EMBEDDED", "EMBEDDED_PATH")
 KNOWN = set(TUNABLES) | set(GLOBALS) | set(CONNECTION_KEYS) | set(QUEUE_LIMITS) | {"KEY_PREFIX", "QUEUE_OPTIONS", "SCHEDULES", "HEALTH"}
+KNOWN |= {"WORKERS"}  # named worker profiles (profiles.py)
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 MIN_HEARTBEAT_BUDGET = 0.1
 """Seconds, at least, a heartbeat's round trip may take (see connection.heartbeat_budget)."""
@@ -70,6 +72,7 @@ class Options:
     result_max_bytes: int = 1024 * 1024  # an encoded return value larger than this is not stored (runner.py)
     metadata_max_bytes: int = 64 * 1024  # a task's metadata as JSON, at enqueue and at each save (metadata.py)
     timeout: float = 1800.0  # a task's time limit on a worker (timelimit.py); 0 = none
+    worker_concurrency: int = 0  # a queue's tasks one worker runs at once (its held budget too); 0 = no cap
     heartbeat_interval: float = 2.0
     worker_timeout: float = 10.0
     prefetch: int = 0  # 0 = the worker's concurrency
@@ -80,6 +83,8 @@ class Options:
     queue_overrides: dict[str, dict[str, Any]] = field(default_factory=dict, hash=False)
     # periodic schedules as given; checked by schedules.py (system checks), a bad one is skipped by the worker
     schedules: Any = field(default=None, hash=False)
+    # named worker profiles as given (runworker --profile); checked by profiles.py
+    workers: Any = field(default=None, hash=False)
 
     def for_queue(self, queue: str) -> Options:
         """These options with the queue's ``QUEUE_OPTIONS`` applied."""
@@ -192,6 +197,10 @@ def validate(alias: str, params: Any) -> list[tuple[str, str, str]]:
         from .health import validate_health
 
         problems += validate_health(w, opts["HEALTH"], queues)
+    if "WORKERS" in opts:  # named worker profiles (profiles.py)
+        from .profiles import validate_profiles
+
+        problems += validate_profiles(w, opts["WORKERS"], queues)
     ht = opts.get("HEARTBEAT_INTERVAL", Options.heartbeat_interval)
     to = opts.get("WORKER_TIMEOUT", Options.worker_timeout)
     if not any(p[0] == "E012" for p in problems) and to <= 2 * ht:
@@ -232,6 +241,7 @@ def build_options(alias: str, params: dict[str, Any]) -> Options:
         key_prefix=opts.get("KEY_PREFIX", DEFAULT_PREFIX),
         queue_overrides=dict(opts.get("QUEUE_OPTIONS", {})),
         schedules=opts.get("SCHEDULES"),
+        workers=opts.get("WORKERS"),
         **values,
     )
 

@@ -4,7 +4,15 @@ Under a backlog the executors fetch for themselves (``fetch_now``: no thread
 hand-off between fetching and running). Once a queue runs dry, its fetcher
 thread blocks in BLMOVE, so a new task on any queue starts at once, and
 claims it with fetch.lua. A fetch that finds the worker fenced (reaped) wakes
-the heartbeat, which drops what the worker held and registers it again.
+the heartbeat, which drops what the worker held and registers it again. A
+fetch that finds its queue paused tells the pause watch (pausing.py); while a
+queue is paused nobody fetches from it or blocks in BLMOVE on it (the watch
+reads its state every quarter second), and nothing is logged per attempt.
+
+In weighted order (order.py) an executor picks the queue first, by weight
+among the queues that have work (``take_weighted``), then takes that queue's
+next held task, fetching for it if none is held; in strict order it takes the
+next held task and fetches only when none is held (``fetch_now``).
 """
 
 from __future__ import annotations
@@ -15,10 +23,11 @@ from collections.abc import Callable, Sequence
 
 import redis
 
-from .broker import Broker
+from .broker import Broker, Delivery
 from .connection import BLOCK_TIMEOUT
-from .exceptions import Fenced
+from .exceptions import Fenced, QueuePaused
 from .holding import Held
+from .order import QueueOrder
 
 logger = logging.getLogger("django_redisq")
 
@@ -33,12 +42,18 @@ class Fetcher:
         self.idle = {q: threading.Event() for q in self.queues}  # set: the queue looked dry, its thread fetches
         for event in self.idle.values():
             event.set()
+        self.order: QueueOrder = held.order
+        self.paused: Callable[[], frozenset[str]] = lambda: frozenset()  # the pause watch's view (pausing.py)
+        self.saw_paused: Callable[[str], None] = lambda q: None
 
     def loop(self, q: str) -> None:
         """Per queue: keep up to the budget fetched, blocking in BLMOVE while idle."""
         permits, pause, idle = self.held.permits[q], 0.1, self.idle[q]
         while not self.stop.is_set():
             if not idle.wait(0.2):  # under a backlog the executors fetch for themselves
+                continue
+            if q in self.paused():  # no fetch, no BLMOVE: the pause watch unblocks us on resume
+                self.stop.wait(0.05)
                 continue
             n = permits.take(timeout=0.2)
             if n == 0:
@@ -57,6 +72,10 @@ class Fetcher:
                 self.on_fenced()
                 self.stop.wait(0.05)
                 continue
+            except QueuePaused:  # the id a BLMOVE moved went back; the watch hands back what we hold
+                permits.give(n)
+                self.saw_paused(q)
+                continue
             except Exception as exc:  # the fetcher must outlive any reply it cannot read
                 permits.give(n)
                 if isinstance(exc, redis.RedisError):
@@ -69,20 +88,57 @@ class Fetcher:
             self.held.add(q, n, got)
 
     def fetch_now(self) -> bool:
-        """An idle executor fetches for itself (queues in order); whether it got anything."""
-        for q in self.queues:
-            n = self.held.permits[q].take(timeout=0)
-            if n == 0:
+        """An idle executor fetches for itself (queues in the queue order); whether it got anything."""
+        paused = self.paused()
+        for q in self.order.ranked():
+            if paused and q in paused:
                 continue
-            try:
-                got = self.broker.fetch(q, self.worker_id, n)
-            except Exception as exc:  # noqa: BLE001 - the fetcher thread reports and backs off
-                self.held.permits[q].give(n)
-                self.idle[q].set()
-                if isinstance(exc, Fenced):
-                    self.on_fenced()
-                return False
-            if self.held.add(q, n, got):
+            if self._fetch(q):
                 return True
-            self.idle[q].set()  # dry: the fetcher thread waits for the next task
         return False
+
+    def _fetch(self, q: str) -> bool:
+        """Fetch up to ``q``'s free budget into the held buffer now; whether anything came."""
+        n = self.held.permits[q].take(timeout=0)
+        if n == 0:
+            return False
+        try:
+            got = self.broker.fetch(q, self.worker_id, n)
+        except Exception as exc:  # noqa: BLE001 - the fetcher thread reports and backs off
+            self.held.permits[q].give(n)
+            self.idle[q].set()
+            if isinstance(exc, Fenced):
+                self.on_fenced()
+            elif isinstance(exc, QueuePaused):
+                self.saw_paused(q)
+            return False
+        if self.held.add(q, n, got):
+            return True
+        self.idle[q].set()  # dry: the fetcher thread waits for the next task
+        return False
+
+    def take_weighted(self, settle: Callable[[], None]) -> Delivery | None:
+        """Weighted order: pick a queue by weight among those with work, and take its next task.
+
+        A queue has work for this executor if a task of it is held, or it is
+        under a backlog (its fetcher is not waiting in BLMOVE) and has budget
+        left: then the executor fetches for it. A picked queue whose budget is
+        all taken by tasks run but not yet settled gets this executor's own
+        settled first; if that frees nothing, the pick goes to another queue.
+        """
+        paused, skip = self.paused(), set()
+        held, idle = self.held, self.idle
+        while True:
+            have = [q for q in self.queues if q not in skip and not (paused and q in paused)
+                    and (held.ready(q) or not idle[q].is_set())]
+            if not have:
+                return None
+            q = self.order.pick(have)
+            d = held.take(q)
+            if d is not None:
+                return d
+            if held.permits[q].held >= held.permits[q].limit():
+                settle()
+            if self._fetch(q) and (d := held.take(q)) is not None:
+                return d
+            skip.add(q)

@@ -32,7 +32,20 @@ from .durations import slowest
 from .exceptions import RedisQError
 from .keys import QueueKeys
 from .priority import MARKER, list_length, ready_page, stored_priority
-from .records import TOTALS, Attempt, Pagination, QueueFigures, QueueStats, Scan, TaskDetail, TaskRow, WorkerInfo, stored_errors, to_datetime
+from .records import (
+    TOTALS,
+    Attempt,
+    Pagination,
+    QueueFigures,
+    QueueStats,
+    Scan,
+    TaskDetail,
+    TaskRow,
+    WorkerInfo,
+    pause_state,
+    stored_errors,
+    to_datetime,
+)
 from .schedules import Schedule
 
 __all__ = [
@@ -153,7 +166,9 @@ class Inspector:
                 pipe.mget([k.counter(name, m) for m in minutes])
             for m in minutes:  # bounded: at most (MAX_NAMES + 1) x BUCKETS fields each (durations.py)
                 pipe.hgetall(k.durations(m))
-        first = pipe.execute()
+        self._pipe_paused(pipe)
+        first = pipe.execute(raise_on_error=False)
+        pauses = self._paused_from(first)
         head_n = 10 + limits.ASKED
         stride = head_n + MINUTES
         pipe = self.client.pipeline(transaction=False)
@@ -195,8 +210,31 @@ class Inspector:
                 processed_hour=sum(processed), failed_hour=sum(failed) + sum(died), dead_hour=sum(died),
                 series=[(to_datetime(m * 60000) or datetime.now(UTC), p, f, d)
                         for m, p, f, d in zip(minutes, processed, failed, died, strict=True)],
-                workers=infos, slowest=times, limits=limited, rate_limit=self.options.for_queue(q).rate_limit,
+                workers=infos, slowest=times, limits=limited, rate_limit=self.options.for_queue(q).rate_limit, **pauses[q],
             ))
+        return out
+
+    def _pipe_paused(self, pipe: Any) -> None:
+        """Queue a GET of every queue's pause key at the end of ``pipe`` (read back by ``_paused_from``)."""
+        for q in self.queues:
+            pipe.get(self.keys(q).paused)
+
+    def _paused_from(self, replies: list[Any]) -> dict[str, dict[str, Any]]:
+        """The pause fields of each queue from the last replies of a pipeline ``_pipe_paused`` ended; raises the others' errors."""
+        n = len(self.queues)
+        head, tail = replies[: len(replies) - n], replies[len(replies) - n :]
+        for reply in head:
+            if isinstance(reply, Exception):
+                raise reply
+        out = {}
+        for q, value in zip(self.queues, tail, strict=True):
+            if isinstance(value, redis.ResponseError):  # another type: fetch.lua sees it exist, so paused
+                value = "0|"
+            elif isinstance(value, Exception):
+                raise value
+            paused, since, who = pause_state(value)
+            out[q] = {"paused": paused, "paused_at": since, "paused_by": who}
+        del replies[len(replies) - n :]
         return out
 
     def figures(self) -> list[QueueFigures]:
@@ -218,7 +256,9 @@ class Inspector:
             pipe.zcard(k.prioritized)
             pipe.zrange(k.prioritized, 0, 0)  # with no plain task pending, the next prioritized one is the oldest shown
             limits.ask(pipe, k)
-        first = pipe.execute()
+        self._pipe_paused(pipe)
+        first = pipe.execute(raise_on_error=False)
+        pauses = self._paused_from(first)
         stride = 8 + limits.ASKED
         sec, usec = first[0]
         now = int(sec) * 1000 + int(usec) // 1000
@@ -246,6 +286,7 @@ class Inspector:
                 alias=self.options.alias, queue=q, pending=int(pending), scheduled=int(scheduled), running=running, dead=int(dead),
                 oldest_pending_age=max(0.0, age), workers=sum(1 for _, score in workers if now - score <= self.options.worker_timeout * 1000),
                 totals={name: int(v) if v and str(v).isdigit() else 0 for name, v in zip(TOTALS, totals, strict=True)},
+                **pauses[q],
             ))
         return out
 

@@ -51,6 +51,8 @@ def families(figures: Sequence[QueueFigures], up: dict[str, bool]) -> Iterator[A
     latency = GaugeMetricFamily("redisq_queue_latency_seconds", "Age of the oldest pending task (0 when none waits).", labels=labels)
     workers = GaugeMetricFamily("redisq_queue_workers", "Live workers serving the queue (heartbeat within WORKER_TIMEOUT).",
                                 labels=labels)
+    paused = GaugeMetricFamily("redisq_queue_paused", "1 while the queue is paused (workers start none of its tasks), else 0.",
+                               labels=labels)
     counters = [CounterMetricFamily(name, text, labels=labels) for name, text, _ in COUNTERS]
     for f in figures:
         key = [f.alias, f.queue]
@@ -58,9 +60,10 @@ def families(figures: Sequence[QueueFigures], up: dict[str, bool]) -> Iterator[A
             tasks.add_metric([*key, state], float(getattr(f, state)))
         latency.add_metric(key, f.oldest_pending_age)
         workers.add_metric(key, float(f.workers))
+        paused.add_metric(key, 1.0 if f.paused else 0.0)
         for family, (_, _, parts) in zip(counters, COUNTERS, strict=True):
             family.add_metric(key, float(sum(f.totals[p] for p in parts)))
-    yield from (tasks, latency, workers, *counters)
+    yield from (tasks, latency, workers, paused, *counters)
 
 
 class FleetCollector:

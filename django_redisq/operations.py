@@ -1,5 +1,5 @@
 """Operator actions: replay (here or into another queue) and delete dead letters;
-cancel tasks; pause, resume and run now a periodic schedule.
+cancel tasks; pause, resume and run now a periodic schedule; pause and resume a queue.
 
 Shared by the admin and ``manage.py redisq``. Work is done in batches of
 ``BATCH`` ids, each one atomic script call (replay.lua, purge.lua, or
@@ -24,7 +24,7 @@ from datetime import datetime
 from .broker import Broker
 from .inspect import DeadFilter, Inspector, find_schedule
 from .message import encode_arguments
-from .records import to_datetime
+from .records import pause_state, to_datetime
 
 logger = logging.getLogger("django_redisq")
 
@@ -232,3 +232,46 @@ class ScheduleOperations:
             raise RuntimeError(f"task id {task_id} is taken")
         logger.info("schedule %s run now by %s: enqueued %s on queue %s", s.name, by, task_id, s.queue)
         return ScheduleChange(RUN_NOW, s.name, s.queue, True, to_datetime(at), task_id)
+
+
+# -- pausing a queue ------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class QueueChange:
+    """What a queue's pause or resume did."""
+
+    action: str
+    queue: str
+    changed: bool  # False: it was paused already (pause) or not paused (resume); nothing changed
+    at: datetime | None  # when the pause began (this one, or the one already there)
+    by: str  # who paused it
+
+
+class QueueOperations:
+    """Pause and resume the queues of one backend alias (scripts/pause.lua, scripts/resume.lua).
+
+    A paused queue takes enqueues as usual; workers start none of its tasks
+    within a second, hand back those they fetched, and let running ones
+    finish (pausing.py). Resumed, they serve it again within a second.
+    """
+
+    def __init__(self, inspector: Inspector, broker: Broker | None = None) -> None:
+        self.inspector = inspector
+        self.broker = broker or Broker(inspector.options, inspector.client)
+
+    def act(self, action: str, queue: str, by: str) -> QueueChange:
+        self.inspector.keys(queue)  # UnknownQueue
+        if action == PAUSE:
+            changed, value = self.broker.pause_queue(queue, by[:200])
+            if changed:
+                logger.info("queue %s paused by %s", queue, by)
+        elif action == RESUME:
+            was = self.broker.resume_queue(queue)
+            changed, value = was is not None, was or ""
+            if changed:
+                logger.info("queue %s resumed by %s", queue, by)
+        else:
+            raise ValueError(f"unknown action {action!r}; expected one of {PAUSE}, {RESUME}")
+        _, since, who = pause_state(value or None)
+        return QueueChange(action, queue, changed, since, who)

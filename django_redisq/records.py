@@ -27,6 +27,14 @@ def to_datetime(ms: Any) -> datetime | None:
     return datetime.fromtimestamp(value / 1000, tz=UTC) if value > 0 else None
 
 
+def pause_state(value: str | None) -> tuple[bool, datetime | None, str]:
+    """A queue's pause key ``<Redis ms>|<who>`` as (paused, since, who); None: not paused."""
+    if value is None:
+        return False, None, ""
+    since, _, who = str(value).partition("|")
+    return True, to_datetime(since), who
+
+
 def stored_errors(text: str | None, dropped: Any = None) -> list[dict[str, Any]]:
     """A task hash's error history as ``{"exc", "msg", "tb", "at"}`` dicts, whatever shape was stored.
 
@@ -192,6 +200,9 @@ class QueueStats:
     slowest: list[TaskTimes] = field(default_factory=list)  # by p95 run time over the hour, slowest first
     limits: list[Any] = field(default_factory=list)  # fleet-wide concurrency limits (limits.LimitState)
     rate_limit: str = ""  # the queue's RATE_LIMIT, as configured
+    paused: bool = False  # the queue is paused (redisq queue pause, the admin): workers start none of its tasks
+    paused_at: datetime | None = None
+    paused_by: str = ""
 
     @property
     def failure_rate(self) -> float | None:
@@ -217,3 +228,6 @@ class QueueFigures:
     oldest_pending_age: float  # seconds; 0 when nothing is pending
     workers: int  # live: heartbeat within WORKER_TIMEOUT
     totals: dict[str, int]  # TOTALS -> count since the counters began
+    paused: bool = False
+    paused_at: datetime | None = None
+    paused_by: str = ""

@@ -93,13 +93,18 @@ class Upkeep:
             if workers:
                 logger.warning("reaped worker(s) %s: %d task(s) of queue %s back to pending", ", ".join(workers), tasks, q)
 
+    paused: Callable[[], frozenset[str]] | None = None  # the pause watch's view (pausing.py)
+
     def drained(self) -> bool:
+        """Nothing held, nothing pending (a paused queue's tasks wait for its resume, not for a burst worker)."""
         if len(self.held):
             return False
+        paused = self.paused() if self.paused is not None else frozenset()
         pipe = self.broker.client.pipeline(transaction=False)
         for q in self.queues:
             k = self.broker.keys(q)
-            pipe.llen(k.pending)  # markers count: the next fetch drops them
-            pipe.zcard(k.prioritized)
+            if q not in paused:
+                pipe.llen(k.pending)  # markers count: the next fetch drops them
+                pipe.zcard(k.prioritized)
             pipe.llen(k.processing(self.worker_id))
         return not any(pipe.execute())

@@ -4,8 +4,11 @@
   a per-queue budget, the prefetch.
 - ``fetcher.py``: keeps the budget fetched; executors fetch for themselves
   under a backlog, a thread per queue blocks in BLMOVE once it is dry.
-- executor lanes (here): take tasks in queue order (earlier queues first),
-  each only within the heartbeat's lease, and hand them to the pool
+- ``order.py``: the queue order, strict (earlier queues first) or weighted.
+- ``pausing.py``: reads which queues are paused, blocks them and hands back
+  their fetched tasks; unblocks them on resume.
+- executor lanes (here): take tasks in the queue order, each only within
+  the heartbeat's lease, and hand them to the pool
   (``pools/``: threads, processes or asyncio), which runs them with the
   runner (``runner.py``) and reports each outcome (``outcome.py``).
 - ``settle.py``: ack, retry or bury, in batches, within ``SETTLE_WITHIN``.
@@ -28,7 +31,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -43,7 +46,9 @@ from .heartbeat import Heartbeat
 from .holding import Held
 from .keys import NAME_RE, WORKER_NAME_MAX
 from .observe import Observer
+from .order import QueueOrder
 from .outcome import DEAD, Outcome, error_dict
+from .pausing import Pauses
 from .pools import Pool, make_pool
 from .runner import Runner
 from .scheduler import Scheduler
@@ -77,11 +82,15 @@ def worker_id(name: str) -> str:
 
 
 class Worker:
-    """Serves queues of one task backend until stopped (or drained, with ``burst``)."""
+    """Serves queues of one task backend until stopped (or drained, with ``burst``).
+
+    ``queues`` in a list are served in strict order; as a mapping of queue
+    name to weight (``{"emails": 6, "default": 3, "low": 1}``), in weighted order.
+    """
 
     def __init__(
         self,
-        queues: Sequence[str] | None = None,
+        queues: Sequence[str] | Mapping[str, int] | None = None,
         *,
         backend: str = "default",
         concurrency: int = 1,
@@ -103,6 +112,13 @@ class Worker:
             raise ImproperlyConfigured(f"TASKS[{backend!r}] is not a django_redisq RedisQueueBackend.")
         self.options = be.conf
         self.queues = list(queues or self.options.queues)
+        weights = None
+        if isinstance(queues, Mapping) and queues:
+            from .order import parse_weight
+
+            weights = {q: parse_weight(w, q) for q, w in queues.items()}
+        if len(set(self.queues)) != len(self.queues):
+            raise ValueError(f"a queue is named twice in {self.queues}")
         for q in self.queues:
             if q not in self.options.queues:
                 raise ImproperlyConfigured(f"queue {q!r} is not in TASKS[{backend!r}]['QUEUES'] {list(self.options.queues)}.")
@@ -123,9 +139,13 @@ class Worker:
         self._count_lock = threading.Lock()
         self.broker = Broker(self.options)
         self.runner = runner or Runner(self.options, backend)
-        self.held = Held(self.queues, self.prefetch)
+        self.order = QueueOrder(self.queues, weights)
+        caps = {q: c for q in self.queues if (c := self.options.for_queue(q).worker_concurrency)}
+        self.held = Held(self.queues, self.prefetch, self.order, caps)
         self.heartbeat = Heartbeat(self.options, self.id, self.queues, self.info, self.held.known, self._fenced)
         self.fetcher = Fetcher(self.broker, self.id, self.queues, self.held, self._stop, self.heartbeat.wake, burst)
+        self.pauses = Pauses(self.broker, self.id, self.queues, self.held, self._stop, lambda q: self.fetcher.idle[q].set())
+        self.fetcher.paused, self.fetcher.saw_paused = lambda: self.pauses.paused, self.pauses.saw_paused
         self.settler = Settler(self.broker, self.id, self._force, self._settled)
         if pool != "processes" and (max_tasks_per_child or max_memory_per_child):
             raise ValueError("max_tasks_per_child and max_memory_per_child apply to the process pool only (--pool processes)")
@@ -136,6 +156,7 @@ class Worker:
         self.settler.on_event, self.heartbeat.on_beat = self.observer.settle_event, self.observer.beat
         self.upkeep = Upkeep(self.broker, self.id, self.queues, self.held, self.pool, self._stop,
                              self.options.heartbeat_interval, burst, self.observer.recovered)
+        self.upkeep.paused = self.fetcher.paused  # a burst worker does not wait for a paused queue
         # periodic schedules: on unless burst (a draining worker would keep enqueuing); bad ones are logged and skipped
         self.scheduler = Scheduler(self.options, self.broker, self._stop) if (not burst if scheduler is None else scheduler) else None
 
@@ -174,13 +195,13 @@ class Worker:
         fetchers = [threading.Thread(target=self.fetcher.loop, args=(q,), name=f"redisq-fetch-{q}", daemon=True) for q in self.queues]
         executors = [threading.Thread(target=self._execute_loop, args=(i, u), name=f"redisq-exec-{i}", daemon=True)
                      for i, u in enumerate(self.unsettled)]
-        extra = []
+        extra = [threading.Thread(target=self.pauses.loop, name="redisq-pauses", daemon=True)]
         if self.scheduler is not None and self.scheduler.schedules:
             extra.append(threading.Thread(target=self.scheduler.loop, name="redisq-scheduler", daemon=True))
         for t in [heartbeat, flusher, *fetchers, *executors, *extra]:
             t.start()
         # runworker's banner is the start line people read; this one is for workers built in code
-        logger.debug("worker %s serving %s with %s", self.id, ", ".join(self.queues), self.describe_pool())
+        logger.debug("worker %s serving %s with %s", self.id, self.order.describe(), self.describe_pool())
         try:
             self.upkeep.loop()
         finally:
@@ -230,7 +251,7 @@ class Worker:
 
     def _execute_one(self, lane: int, unsettled: Unsettled) -> tuple[bool, bool]:
         """Hand the next task to the pool (or fetch): (False once the worker stops, whether the pool took a task)."""
-        d = self.held.next()
+        d = self.held.next() if not self.order.weighted else self.fetcher.take_weighted(partial(self._settle_own, unsettled))
         if d is None:
             if len(unsettled):  # idle: settle what has run before anything else
                 self.settler.settle(unsettled.take())
@@ -268,6 +289,10 @@ class Worker:
                 or unsettled.age() >= SETTLE_WITHIN:
             self.settler.settle(unsettled.take())
         return True, used
+
+    def _settle_own(self, unsettled: Unsettled) -> None:
+        if len(unsettled):
+            self.settler.settle(unsettled.take())
 
     def _reported(self, unsettled: Unsettled, d: Delivery, outcome: Outcome) -> None:
         """An outcome a deferred pool reports after its lane moved on: the flusher settles it, at once if nothing waits for a batch."""

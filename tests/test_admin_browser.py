@@ -283,3 +283,51 @@ def test_operator_edits_a_dead_letter_replays_it_and_sees_the_slowest_tasks(r, p
     expect(slowest).to_contain_text("tests.testapp.tasks.flaky")
     expect(page.locator("#redisq-queues-default")).to_contain_text("%")  # the hour's failure rate
     shot(page, "13-queues-slowest", docs=True)
+
+
+def test_operator_pauses_and_resumes_a_queue_while_a_worker_runs(r, page):
+    """The Queues page: pause a queue a live worker is draining, through the confirmation page; its tasks stop
+    starting and it shows who paused it; resume it and the worker finishes the queue."""
+    import threading
+    import time
+
+    from playwright.sync_api import expect
+
+    from django_redisq.worker import Worker
+    from tests.helpers import keys, wait_for
+    from tests.testapp.tasks import SPANS
+
+    User.objects.create_superuser("ops", "ops@example.com", "correct horse")
+    tasks.span.using(queue_name="emails").enqueue_many([(["emails", 0.05], {}) for _ in range(200)])
+    worker = Worker(["emails"], concurrency=2, burst=False)
+    loop = threading.Thread(target=worker.run, daemon=True)
+    loop.start()
+    try:
+        assert wait_for(lambda: r.llen(SPANS) >= 5, timeout=10)
+        state = page.locator("#redisq-state-default-emails")
+        page.goto("/admin/")
+        page.fill("#id_username", "ops")
+        page.fill("#id_password", "correct horse")
+        page.click("input[type=submit]")
+        page.goto("/admin/django_redisq/deadletter/queues/")
+        expect(state).to_have_text("active")
+        page.click("#redisq-pause-emails")
+        expect(page.locator("#content-main")).to_contain_text("Are you sure you want to pause queue emails?")
+        page.click("#redisq-yes")
+        expect(page.locator(".messagelist")).to_contain_text("Paused queue emails")
+        expect(state.locator(".redisq-paused")).to_have_text("paused")
+        expect(state).to_contain_text("by admin:ops")
+        shot(page, "14-queue-paused", docs=True)
+        time.sleep(1.2)
+        ran = r.llen(SPANS)
+        time.sleep(0.6)
+        assert r.llen(SPANS) == ran < 200  # nothing starts while paused
+        page.click("#redisq-resume-emails")
+        expect(page.locator("#content-main")).to_contain_text("Are you sure you want to resume queue emails")
+        page.click("#redisq-yes")
+        expect(page.locator(".messagelist")).to_contain_text("Resumed queue emails")
+        expect(state).to_have_text("active")
+        assert wait_for(lambda: r.llen(SPANS) == 200 and r.llen(keys("emails").pending) == 0, timeout=30)
+    finally:
+        worker.request_stop()
+        loop.join(10)

@@ -12,7 +12,8 @@ from django_redisq.compat import InvalidTask, TaskResultStatus
 from django_redisq.worker import Worker
 from tests.helpers import keys, wait_for, where_is
 from tests.testapp import tasks
-from tests.testapp.tasks import SPANS, task
+from tests.testapp.tasks import LIMIT_SPANS as SPANS
+from tests.testapp.tasks import task
 
 PATH = "tests.testapp.tasks.limited"
 

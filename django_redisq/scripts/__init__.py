@@ -34,6 +34,8 @@ NAMES = (
     "schedule_run",
     "save_metadata",
     "edit_replay",
+    "pause",
+    "resume",
 )
 
 INCLUDE = re.compile(r"^--! include ([A-Za-z0-9_]+\.lua)[ \t]*$", re.MULTILINE)

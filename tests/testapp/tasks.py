@@ -377,20 +377,20 @@ def in_order(key: str) -> str:
     return key
 
 
-SPANS = "test:spans"
+LIMIT_SPANS = "test:limit-spans"
 
 
 def _span(key: str, seconds: float) -> str:
     c = _effects()
-    c.rpush(SPANS, f"+|{key}|{time.time():.6f}")
+    c.rpush(LIMIT_SPANS, f"+|{key}|{time.time():.6f}")
     time.sleep(seconds)
-    c.rpush(SPANS, f"-|{key}|{time.time():.6f}")
+    c.rpush(LIMIT_SPANS, f"-|{key}|{time.time():.6f}")
     return key
 
 
 @task(max_running=3, max_retries=2)
 def limited(key: str, seconds: float) -> str:
-    """At most 3 run at once, fleet-wide; each records its start and end in ``test:spans``."""
+    """At most 3 run at once, fleet-wide; each records its start and end in ``test:limit-spans``."""
     return _span(key, seconds)
 
 
@@ -399,3 +399,19 @@ def rated(key: str) -> str:
     """At most 20 starts a second, fleet-wide; each records its start time in ``test:rated``."""
     _effects().rpush("test:rated", f"{time.time():.6f}")
     return key
+
+
+SPANS = "test:spans"
+"""A list of ``tag|start|end`` (time.time()) of each run of ``span``: when runs overlapped, and in what order they started."""
+
+
+@task
+def span(tag: str, seconds: float = 0.0) -> str:
+    """Records its start (in the order runs start) and end; sleeps ``seconds`` between."""
+    client = _effects()
+    start = time.time()
+    slot = client.rpush(SPANS, f"{tag}|{start}|")
+    if seconds:
+        time.sleep(seconds)
+    client.lset(SPANS, slot - 1, f"{tag}|{start}|{time.time()}")
+    return tag

@@ -68,10 +68,13 @@ def run(command: BaseCommand, ins: Inspector, opts: dict[str, Any]) -> None:
         found = breaches(f, t)
         lines += found
         data[f.queue] = {"pending": f.pending, "oldest_pending_age": f.oldest_pending_age, "dead": f.dead, "workers": f.workers,
-                         "thresholds": {k: v for k, v in asdict(t).items() if v is not None}, "breaches": found}
+                         "paused": f.paused, "thresholds": {k: v for k, v in asdict(t).items() if v is not None}, "breaches": found}
+    # a paused queue is an operator's choice, not a failure: said, never breached by itself
+    notes = [f"note: queue {f.queue} ({f.alias}) is paused" + (f" since {f.paused_at:%Y-%m-%dT%H:%M:%SZ}" if f.paused_at else "")
+             + (f" by {f.paused_by}" if f.paused_by else "") + ": its tasks wait until it is resumed" for f in figures if f.paused]
     status = "breached" if lines else "ok"
-    emit(command, opts, {"status": status, "breaches": lines, "queues": data},
-         lines or [f"ok: {len(figures)} queue(s) within their thresholds"])
+    emit(command, opts, {"status": status, "breaches": lines, "notes": notes, "queues": data},
+         (lines or [f"ok: {len(figures)} queue(s) within their thresholds"]) + notes)
     if lines:
         raise SystemExit(BREACHED)
 

@@ -1,6 +1,8 @@
 """``manage.py redisq``: queue figures and dead letters from a shell.
 
     redisq stats [--json]
+    redisq queue [list] [--json]
+    redisq queue (pause | resume) NAME [--json]
     redisq schedules [--json]
     redisq schedules (pause | resume | run) NAME [--json]
     redisq dead list [--queue Q] [--task T] [--exc E] [--search S] [--limit N] [--start POS] [--json]
@@ -31,7 +33,17 @@ from django_redisq.exceptions import InvalidArguments
 from django_redisq.inspect import DeadFilter, Inspector, UnknownQueue, UnknownSchedule, schedule_rows
 from django_redisq.management.commands import _health
 from django_redisq.management.commands.runworker import positive
-from django_redisq.operations import DELETE, PAUSE, REPLAY, RUN_NOW, TASK_ID_RE, Operations, Progress, ScheduleOperations
+from django_redisq.operations import (
+    DELETE,
+    PAUSE,
+    REPLAY,
+    RUN_NOW,
+    TASK_ID_RE,
+    Operations,
+    Progress,
+    QueueOperations,
+    ScheduleOperations,
+)
 
 
 def _json_default(value: Any) -> Any:
@@ -48,11 +60,22 @@ def _user() -> str:
 
 
 class Command(BaseCommand):
-    help = "Queue figures and health; list, show, replay or purge dead letters; cancel tasks; control schedules."
+    help = ("Queue figures and health; pause or resume a queue; list, show, replay or purge dead letters; cancel tasks; "
+            "control schedules.")
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--backend", default="default", help="the TASKS alias (default: %(default)s)")
-        sub = parser.add_subparsers(dest="command", required=True, metavar="{stats,health,schedules,dead,cancel}")
+        sub = parser.add_subparsers(dest="command", required=True, metavar="{stats,queue,health,schedules,dead,cancel}")
+        queue = sub.add_parser("queue", help="the queues and whether each is paused; pause or resume one")
+        queue.add_argument("--json", action="store_true", help="print JSON")
+        qcontrol = queue.add_subparsers(dest="queue_command", metavar="{list,pause,resume}")
+        qcontrol.add_parser("list", help="every queue: active or paused (since when, by whom)").add_argument(
+            "--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")
+        for name, verb in (("pause", "workers start none of its tasks (within a second) until resumed; enqueues still succeed"),
+                           ("resume", "workers serve it again (within a second)")):
+            p = qcontrol.add_parser(name, help=verb)
+            p.add_argument("name", metavar="NAME", help="the queue")
+            p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the outcome as JSON")
         sched = sub.add_parser("schedules", help="periodic schedules: next and last run, missed and skipped ticks; pause, resume, run now")
         sched.add_argument("--json", action="store_true", help="print JSON")
         control = sched.add_subparsers(dest="schedule_command", metavar="{pause,resume,run}")
@@ -115,6 +138,8 @@ class Command(BaseCommand):
                 _health.run(self, ins, opts)
             elif opts["command"] == "schedules":
                 self.schedules(opts)
+            elif opts["command"] == "queue":
+                self.queue(opts)
             elif opts["command"] == "cancel":
                 self.cancel(opts)
             else:
@@ -148,9 +173,40 @@ class Command(BaseCommand):
                   f"heartbeat={w.seen_ago:.1f}s ago{'' if w.alive else ' (silent)'}" for w in workers.values()]
         if not workers:
             lines.append("no workers")
+        lines += [self._paused_line(s) for s in stats if s.paused]
         data = [{k: v for k, v in asdict(s).items() if k != "series"} | {"series": [
             {"minute": m, "processed": p, "failed": f, "dead": d} for m, p, f, d in s.series]} for s in stats]
         self.emit(opts, data, "\n".join(lines))
+
+    @staticmethod
+    def _pause_state(s: Any) -> str:
+        """``paused since <time> by <who>``, or ``active``, for a QueueStats or QueueFigures."""
+        if not s.paused:
+            return "active"
+        return "paused" + (f" since {s.paused_at:%Y-%m-%dT%H:%M:%SZ}" if s.paused_at else "") + (f" by {s.paused_by}" if s.paused_by else "")
+
+    def _paused_line(self, s: Any) -> str:
+        return f"queue {s.queue} is {self._pause_state(s).upper()[:6]}{self._pause_state(s)[6:]}: workers start none of its tasks"
+
+    def queue(self, opts: dict[str, Any]) -> None:
+        action = opts.get("queue_command") or "list"
+        if action == "list":
+            figures = self.ins.figures()
+            lines = [f"{'queue':<20}{'pending':>9}{'running':>9}  state"]
+            for f in figures:
+                lines.append(f"{f.queue:<20}{f.pending:>9}{f.running:>9}  {self._pause_state(f)}")
+            data = [{"queue": f.queue, "pending": f.pending, "running": f.running, "paused": f.paused,
+                     "paused_at": f.paused_at, "paused_by": f.paused_by} for f in figures]
+            return self.emit(opts, data, "\n".join(lines))
+        name = opts["name"]
+        change = QueueOperations(self.ins).act(action, name, f"manage.py redisq ({_user()})")  # UnknownQueue -> CommandError
+        since = f" (since {change.at:%Y-%m-%dT%H:%M:%SZ}" + (f" by {change.by})" if change.by else ")") if change.at else ""
+        if action == PAUSE:
+            text = (f"paused queue {name}: workers start none of its tasks within a second; enqueues still succeed"
+                    if change.changed else f"queue {name} was paused already{since}")
+        else:
+            text = f"resumed queue {name}{since}" if change.changed else f"queue {name} was not paused"
+        self.emit(opts, asdict(change), text)
 
     def schedules(self, opts: dict[str, Any]) -> None:
         if opts.get("schedule_command"):

@@ -91,7 +91,8 @@ def memory(value: str) -> int:
 def banner(worker: Any) -> str:
     """The start line: who serves what, how, against which Redis (never its credentials)."""
     o = worker.options
-    return (f"django_redisq worker {worker.id} (pid {os.getpid()}) serving {', '.join(worker.queues)} of backend {o.alias!r} "
+    order = f"{worker.order.describe()} (weighted)" if worker.order.weighted else ", ".join(worker.queues)
+    return (f"django_redisq worker {worker.id} (pid {os.getpid()}) serving {order} of backend {o.alias!r} "
             f"with {worker.describe_pool()} ({worker.pool.name} pool) on {describe(o)}; "
             f"heartbeat every {o.heartbeat_interval:g}s, reaped after {o.worker_timeout:g}s")
 
@@ -100,13 +101,17 @@ class Command(BaseCommand):
     help = "Run tasks from django_redisq queues. First SIGTERM/SIGINT: finish running tasks and exit; second: exit now."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("queues", nargs="*", metavar="QUEUE", help="queues to serve, most important first (default: all configured)")
+        parser.add_argument("queues", nargs="*", metavar="QUEUE[:WEIGHT]",
+                            help="queues to serve, most important first (strict order); with weights (emails:6 default:3 "
+                                 "low:1), each queue with work is picked in proportion to its weight (default: all configured)")
+        parser.add_argument("--profile", default=None, metavar="NAME",
+                            help="serve the worker profile NAME of OPTIONS['WORKERS'] (its queues, order, concurrency, pool)")
         parser.add_argument("--backend", default="default", help="the TASKS alias to serve (default: %(default)s)")
-        parser.add_argument("--pool", choices=POOLS, default="threads",
+        parser.add_argument("--pool", choices=POOLS, default=None,
                             help="how tasks run: on threads, in child processes (CPU-bound tasks, hard time limits) "
-                                 "or on an asyncio event loop (async def tasks) (default: %(default)s)")
-        parser.add_argument("--concurrency", "-c", type=positive, default=1,
-                            help="tasks run at once: threads, child processes or asyncio tasks (default: %(default)s)")
+                                 "or on an asyncio event loop (async def tasks) (default: threads)")
+        parser.add_argument("--concurrency", "-c", type=positive, default=None,
+                            help="tasks run at once: threads, child processes or asyncio tasks (default: 1)")
         parser.add_argument("--max-tasks-per-child", type=positive, default=None,
                             help="process pool: replace a child after this many tasks")
         parser.add_argument("--max-memory-per-child", type=memory, default=None, metavar="SIZE",
@@ -131,10 +136,11 @@ class Command(BaseCommand):
         from django_redisq.worker import Worker
 
         try:
+            queues, concurrency, pool, prefetch = self._served(opts)
             worker = Worker(
-                opts["queues"], backend=opts["backend"], concurrency=opts["concurrency"], name=opts["name"],
-                burst=opts["burst"], max_tasks=opts["max_tasks"], prefetch=opts["prefetch"],
-                scheduler=None if opts["scheduler"] else False, pool=opts["pool"],
+                queues, backend=opts["backend"], concurrency=concurrency, name=opts["name"],
+                burst=opts["burst"], max_tasks=opts["max_tasks"], prefetch=prefetch,
+                scheduler=None if opts["scheduler"] else False, pool=pool,
                 max_tasks_per_child=opts["max_tasks_per_child"], max_memory_per_child=opts["max_memory_per_child"],
             )
             check_server(worker.options)
@@ -164,6 +170,27 @@ class Command(BaseCommand):
         finally:
             worker.observer.stop()
             self._flush_logs()
+
+    def _served(self, opts: dict[str, Any]) -> tuple[list[str] | dict[str, int], int, str, int | None]:
+        """Queues (a dict of weights for the weighted order), concurrency, pool, prefetch: the command line, else the profile."""
+        from django_redisq.conf import get_options
+        from django_redisq.order import parse_queue_args
+        from django_redisq.profiles import get_profile
+
+        if opts["profile"] is None:
+            try:
+                names, weights = parse_queue_args(opts["queues"])
+            except ValueError as exc:
+                raise CommandError(str(exc)) from None
+            return weights or names, opts["concurrency"] or 1, opts["pool"] or "threads", opts["prefetch"]
+        if opts["queues"]:
+            raise CommandError(f"give queues or --profile, not both (profile {opts['profile']!r} names its queues)")
+        try:
+            profile = get_profile(get_options(opts["backend"]).workers, opts["profile"])
+        except LookupError as exc:
+            raise CommandError(str(exc)) from None
+        return (profile.queue_arg(), opts["concurrency"] or profile.concurrency or 1, opts["pool"] or profile.pool or "threads",
+                opts["prefetch"] or profile.prefetch)
 
     handler: BatchedStderrHandler | None = None
 
