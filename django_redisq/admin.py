@@ -187,7 +187,8 @@ class DeadLetterAdmin(admin.ModelAdmin):
             rows = [(s, chart(s.series), duration(s.oldest_pending_age), "—" if s.failure_rate is None else f"{s.failure_rate:.1%}")
                     for s in stats]
             slow = [(s.queue, t, run_time(t.p50), run_time(t.p95)) for s in stats for t in s.slowest]
-            backends.append((alias, rows, sorted(workers.values(), key=lambda w: w.name), slow))
+            limits = [(s.queue, limit, "") for s in stats for limit in s.limits] + [(s.queue, None, s.rate_limit) for s in stats if s.rate_limit]
+            backends.append((alias, rows, sorted(workers.values(), key=lambda w: w.name), slow, limits))
         return self._render(request, "queues.html", self._context(request, "Queues", backends=backends))
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:

@@ -107,3 +107,47 @@ def test_a_rate_limit_of_20_a_second_runs_200_in_10_seconds(r):
     assert 180 <= in_window <= 220, in_window
     gaps = sorted(b - a for a, b in itertools.pairwise(starts))
     assert gaps[len(gaps) // 10] > 0.02, "starts are spaced (50 ms apart), not bunched"
+
+
+@pytest.mark.django_db
+def test_the_admin_and_the_cli_show_the_limits(r, settings, admin_client, make_worker):
+    """Running / limit and waiting per limit, on the Queues page and in `redisq stats`; waiting counts as pending."""
+    import copy
+    import io
+
+    from django.core.management import call_command
+    from django.urls import reverse
+
+    from django_redisq.broker import Broker
+    from django_redisq.conf import get_options
+
+    tasks_setting = copy.deepcopy(settings.TASKS)
+    tasks_setting["default"]["OPTIONS"]["QUEUE_OPTIONS"] = {"default": {"MAX_RUNNING": 5, "RATE_LIMIT": "50/s"}}
+    settings.TASKS = tasks_setting
+    tasks.limited.enqueue_many([([f"k{i}"], {"seconds": 0}) for i in range(5)])
+    broker = Broker(get_options("default"))
+    broker.heartbeat(["default"], "w1", {})
+    assert [d.code for d in broker.fetch("default", "w1", 5)].count(1) == 1  # 50/s: the rest booked for later
+    page = admin_client.get(reverse("admin:django_redisq_deadletter_queues")).content.decode()
+    assert "tests.testapp.tasks.limited" in page and "1 / 3" in page and "50/s" in page and "1 / 5" in page
+    out = io.StringIO()
+    call_command("redisq", "stats", stdout=out)
+    text = out.getvalue()
+    assert "limit default: tests.testapp.tasks.limited running 1/3, waiting 0" in text
+    assert "limit default: the queue (MAX_RUNNING) running 1/5, waiting 0" in text and "(RATE_LIMIT) 50/s" in text
+
+
+def test_tasks_waiting_for_a_slot_count_as_pending(r):
+    from django_redisq.broker import Broker
+    from django_redisq.conf import get_options
+    from django_redisq.inspect import Inspector
+
+    tasks.limited.enqueue_many([([f"k{i}"], {"seconds": 0}) for i in range(5)])
+    broker = Broker(get_options("default"))
+    broker.heartbeat(["default"], "w1", {})
+    assert len(broker.fetch("default", "w1", 5)) == 5  # 3 run, 2 wait for a slot
+    ins = Inspector.for_alias("default")
+    [fig] = [f for f in ins.figures() if f.queue == "default"]
+    [stat] = [s for s in ins.stats() if s.queue == "default"]
+    assert fig.pending == stat.pending == 2
+    assert [(lim.name, lim.running, lim.limit, lim.waiting) for lim in stat.limits] == [(PATH, 3, 3, 2)]

@@ -174,6 +174,11 @@ class Command(BaseCommand):
         if not workers:
             lines.append("no workers")
         lines += [self._paused_line(s) for s in stats if s.paused]
+        for s in stats:
+            lines += [f"limit {s.queue}: {limit.name or 'the queue (MAX_RUNNING)'} running {limit.running}/{limit.limit}, "
+                      f"waiting {limit.waiting}" for limit in s.limits]
+            if s.rate_limit:
+                lines.append(f"limit {s.queue}: the queue (RATE_LIMIT) {s.rate_limit}")
         data = [{k: v for k, v in asdict(s).items() if k != "series"} | {"series": [
             {"minute": m, "processed": p, "failed": f, "dead": d} for m, p, f, d in s.series]} for s in stats]
         self.emit(opts, data, "\n".join(lines))
