@@ -120,7 +120,7 @@ QUEUES = ("default", "emails")  # chaos_slow runs on "emails", the rest on "defa
 PRIORITIES = (0, 0, 0, 10, -10, 60)
 """Priorities the producers give their quick, slow and flaky tasks (so reaps and retries carry them)."""
 PREFIX = "redisq"
-KINDS = {"quick": 0.55, "slow": 0.06, "flaky": 0.12, "fail": 0.05, "delayed": 0.12, "order": 0.10}
+KINDS = {"quick": 0.50, "slow": 0.06, "flaky": 0.12, "fail": 0.05, "delayed": 0.12, "order": 0.10, "limited": 0.05}
 FAIL_RUNS = 3  # chaos_fail: max_retries=2
 RECOVERY_LIMIT = 15.0
 FAULTS = ("sigkill", "same_name_restart", "sigterm", "client_kill", "pause", "restart", "freeze", "error_replies", "long_pause")
@@ -732,6 +732,8 @@ def produce(argv: list[str]) -> None:
             result = enqueue(lambda n=n, f=fails, p=prio: ct.chaos_flaky.using(priority=p).enqueue(n, f))
         elif kind == "fail":
             result = enqueue(lambda n=n: ct.chaos_fail.enqueue(n))
+        elif kind == "limited":
+            result = enqueue(lambda n=n, p=prio: ct.chaos_limited.using(priority=p).enqueue(n))
         elif kind == "delayed":
             delay = rng.uniform(*cfg.delay_seconds)
             extra = str(int((time.time() + delay) * 1000))
@@ -1003,6 +1005,16 @@ def account(main: RedisServer, effects: RedisServer, faults: list[Fault], procs:
                 places[tid].append("processing")
     states = dict(zip(ids, _states(c, ids, kinds), strict=True))
     r: dict[str, Any] = {"enqueued": len(ids), "by_kind": dict(Counter(kinds.values()))}
+    # fleet-wide limits: every slot came back and nothing still waits for one, once all settled
+    r["limit_slots_left"] = sum(c.zcard(key) for q in QUEUES for key in c.scan_iter(match=f"{PREFIX}:{{{q}}}:slots*", count=1000))
+    r["limit_waiting_left"] = sum(c.llen(key) for q in QUEUES for key in c.scan_iter(match=f"{PREFIX}:{{{q}}}:blocked*", count=1000))
+    edges = sorted((t, step) for tid, rs in runs.items() if kinds.get(tid) == "limited"  # a SIGKILLed run never ended: left out
+                   for run in rs if run.end is not None for t, step in ((run.t, 1), (run.end, -1)))
+    level = peak = 0
+    for _, step in edges:
+        level += step
+        peak = max(peak, level)
+    r["limited_peak"] = peak  # the most chaos_limited runs at once that ended (a frozen run ends late)
     finished = [i for i in ids if states[i][0] == "finished" and not places.get(i)]
     dead = [i for i in ids if places.get(i) == ["dead"] and states[i][0] == "dead"]
     designed = [i for i in dead if kinds[i] == "fail" and (states[i][1] == "failed" or (
@@ -1222,7 +1234,8 @@ def checks(r: dict[str, Any]) -> list[str]:
     for key in ("lost", "stuck", "in_two_places", "dead_undesigned", "finished_without_effect",
                 "effects_more_than_once_unexplained", "freeze_held_task_run_again", "runs_beyond_deliveries",
                 "live_workers_reaped", "fail_extra_runs_unexplained", "order_repeat_got_new_id",
-                "order_keys_with_two_tasks", "enqueue_gave_up", "children_outliving_killed_worker"):
+                "order_keys_with_two_tasks", "enqueue_gave_up", "children_outliving_killed_worker",
+                "limit_slots_left", "limit_waiting_left"):
         if r.get(key):
             detail = r.get(key + "_near")
             bad.append(f"{key} = {r[key]}" + (f" (near: {_pairs(detail)})" if detail else ""))
@@ -1267,6 +1280,8 @@ def table(r: dict[str, Any]) -> str:
         ("lost (must be 0)", r["lost"]),
         ("stuck after the reaper window (must be 0)", r["stuck"]),
         ("in two places at once (must be 0)", r["in_two_places"]),
+        ("fleet-wide limit (max_running 3): slots / waiters left (must be 0)", f"{r['limit_slots_left']} / {r['limit_waiting_left']}"),
+        ("  most limited runs at once (3, more only around a fault)", r["limited_peak"]),
         ("finished without its effect (must be 0)", r["finished_without_effect"]),
         ("effects that ran more than once", r["effects_more_than_once"]),
         *[(f"  explained by {k}", by.get(k, 0)) for k in EXPLAINERS],

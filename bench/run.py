@@ -73,7 +73,7 @@ from common import START_KEY, Procs, enqueue_modes, group_cpu_seconds, rate_loop
 PEERS_VENV = BENCH / ".peers-venv"
 PEER_PACKAGES = ["dramatiq[redis]==2.2.1", "huey==3.5.4", "rq==2.12.0", "hiredis"]
 PEER_NAMES = ("dramatiq", "huey", "rq")
-SECTIONS = ("limits", "enqueue", "aenqueue", "drain", "latency", "pools", "flatness", "rss", "peers")
+SECTIONS = ("limits", "enqueue", "aenqueue", "drain", "flow", "latency", "pools", "flatness", "rss", "peers")
 DJANGO_PEERS_VENV = BENCH / ".django-peers-venv"
 DJANGO_PEER_PACKAGES = {"vtasks": "django-vtasks[valkey]==3.2.0", "tasks-redis": "django-tasks-redis==0.4.0"}
 """The other Django Tasks backends on Redis, measured by the aenqueue section in their own virtualenv (with Django 6)."""
@@ -439,6 +439,33 @@ class Bench:
                     f"{out['cmds_per_task']:.1f} cmds and {out['reads_per_task']:.2f} round trips per task)")
         self.r.flushall()
 
+    # -- flow control ----------------------------------------------------
+
+    def flow(self) -> None:
+        """What priorities and fleet-wide limits cost a drain (1 process, --concurrency 1), the three interleaved per repeat.
+
+        ``plain``: the default priority and no limit (the baseline of this run); ``mixed``: a quarter each at
+        priorities -50, 0, 10 and 50 (three of them in the prioritized set); ``limited``: ``max_running=1000``,
+        which never binds, so only the slot bookkeeping is measured.
+        """
+        from benchapp import tasks as bt
+
+        n = self.cfg["drain_n"]
+        mixed = tuple(self.noop.using(priority=p) for p in (-50, 0, 10, 50))
+        variants = [("plain", None, "default priority, no limit"), ("mixed", mixed, "priorities -50/0/10/50 mixed"),
+                    ("limited", bt.limited_noop, "max_running=1000 (never binding)")]
+        for rep in range(self.cfg["repeats"]):
+            for tag, task, label in variants:
+                out = self.drain_once(f"flow-{tag}-{rep}", 1, 1, n, task=task)
+                self.res.add(f"flow_{tag}", f"drain {n:,}, c1: {label}", "tasks/s", out["per_s"], "capped" if out["capped"] else "")
+                self.res.add(f"flow_{tag}_steady", f"  steady, {label}", "tasks/s", out["steady_per_s"])
+                self.res.add(f"flow_{tag}_cpu", f"  worker CPU per task, {label}", "us", out.get("worker_cpu_us"))
+                self.res.add(f"flow_{tag}_rcpu", f"  Redis CPU per task, {label}", "us", out.get("redis_cpu_us"))
+                self.res.add(f"flow_{tag}_cmds", f"  Redis commands per task, {label}", "cmds", out["cmds_per_task"])
+                self.res.details.setdefault("flow", []).append({"variant": tag, "run": rep, **out})
+                log(f"flow {tag} run {rep + 1}: {fmt(out['per_s'])}/s, {out['cmds_per_task']:.1f} cmds per task")
+        self.r.flushall()
+
     # -- latency ---------------------------------------------------------
 
     def latency(self) -> None:
@@ -783,9 +810,13 @@ def _columns(rows: list[tuple[str, ...]]) -> str:
 
 
 def fill_local(noop: Any, n: int, queue: str = "default", backend: str = "default") -> None:
-    task = noop if (queue, backend) == ("default", "default") else noop.using(queue_name=queue, backend=backend)
-    for start in range(0, n, 1000):
-        task.enqueue_many([((i,), {}) for i in range(start, min(n, start + 1000))])
+    """``n`` calls of ``noop``, in batches of 1000; a tuple of tasks takes turns, 250 calls each (a mix)."""
+    mix = noop if isinstance(noop, tuple) else (noop,)
+    if (queue, backend) != ("default", "default"):
+        mix = tuple(t.using(queue_name=queue, backend=backend) for t in mix)
+    step = 250 if len(mix) > 1 else 1000
+    for k, start in enumerate(range(0, n, step)):
+        mix[k % len(mix)].enqueue_many([((i,), {}) for i in range(start, min(n, start + step))])
 
 
 def ensure_peers_venv() -> Path | None:

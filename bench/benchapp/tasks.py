@@ -26,6 +26,17 @@ def noop(x: int) -> int:
     return x
 
 
+def limited_noop(x: int) -> int:
+    """A no-op under a fleet-wide limit that never binds: the cost of the limit's bookkeeping alone."""
+    return x
+
+
+try:
+    limited_noop = django_redisq.task(max_running=1000)(limited_noop)  # type: ignore[assignment]
+except Exception:  # noqa: BLE001 - an older engine (bench/run.py --engine) without fleet-wide limits
+    pass
+
+
 @django_redisq.task
 def stamp(x: int) -> int:
     return record_start(x)

@@ -64,6 +64,19 @@ def chaos_quick(context, n: int) -> int:  # type: ignore[no-untyped-def]
     return n
 
 
+LIMIT = 3
+"""chaos_limited's max_running: at most this many run at once across the fleet (a crash may explain more)."""
+
+
+@task(takes_context=True, max_running=LIMIT, max_retries=3)
+def chaos_limited(context, n: int) -> int:  # type: ignore[no-untyped-def]
+    """A short run under a fleet-wide limit of 3: its slots must all come back, whatever the faults."""
+    with _run(context) as (store, tid, _):
+        time.sleep(0.05)
+        store.hincrby("chaos:effects", tid, 1)
+    return n
+
+
 @task(takes_context=True, queue_name="emails")
 def chaos_slow(context, n: int, seconds: float) -> int:  # type: ignore[no-untyped-def]
     with _run(context) as (store, tid, _):
