@@ -32,6 +32,7 @@ nothing is read, built or saved.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from typing import Any, cast
 
@@ -42,8 +43,9 @@ RESERVED_PREFIX = "_"
 """Metadata keys starting with this are reserved for backends: hidden from ``metadata``, kept by saves."""
 
 
+@functools.lru_cache(maxsize=256)
 def has_field(cls: type, name: str) -> bool:
-    """Whether the framework's dataclass ``cls`` has field ``name`` (features of a newer Django)."""
+    """Whether the framework's dataclass ``cls`` has field ``name`` (features of a newer Django); asked per enqueue, so cached."""
     return dataclasses.is_dataclass(cls) and any(f.name == name for f in dataclasses.fields(cls))
 
 

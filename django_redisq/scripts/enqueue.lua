@@ -28,7 +28,6 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local prefix = ARGV[1]
 want(KEYS[1], 'list')
 want(KEYS[2], 'zset')
-want(KEYS[3], 'zset')
 local q = {pending = KEYS[1], scheduled = KEYS[2], prioritized = KEYS[3], seq = KEYS[4]}
 local out = {now}
 for i = 0, tonumber(ARGV[2]) - 1 do

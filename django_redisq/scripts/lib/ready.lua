@@ -15,6 +15,8 @@
 -- or ids, never both: whatever pushes an id drops the markers first (they sit at the
 -- tail, the end taken next), so the LIST's real length is 0 when its tail is a MARKER.
 
+--! include types.lua
+
 local MARKER = '~redisq:wake'  -- a reserved id: ours are URL-safe base64, and no producer should write this one
 local BAND = 17592186044416  -- 2^44: ids of one priority before n wraps; 201 bands * 2^44 < 2^53
 
@@ -31,6 +33,7 @@ end
 -- front of its priority (handed back), else at the back
 local function ready(pending, prioritized, seq, id, prio, front)
   if prio ~= 0 then
+    want(prioritized, 'zset')  -- here, not in every caller: a queue of default priorities never pays for the check
     local n = 0
     if not front then n = redis.call('INCR', seq) % BAND end
     redis.call('ZADD', prioritized, (100 - prio) * BAND + n, id)
