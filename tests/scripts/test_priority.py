@@ -113,7 +113,7 @@ def test_reap_and_release_give_back_to_the_front_of_the_priority(r, broker):
 
 def test_replay_keeps_the_priority(r, broker):
     put(broker, ("h", 40), ("d", 0))
-    [dh, dd] = broker.fetch("default", "w1", 2)
+    assert [d.id for d in broker.fetch("default", "w1", 2)] == ["h", "d"]
     broker.bury("default", "w1", "h", {"exc": "x", "msg": "m", "tb": ""}, "failed", True)
     broker.ack("default", "w1", "d", "null")
     put(broker, ("d2", 0))
