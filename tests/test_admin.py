@@ -142,8 +142,8 @@ def test_queue_overview_with_figures_chart_and_workers(r, admin_client, dead):
     response = admin_client.get(QUEUES)
     page = response.content.decode()
     assert response.status_code == 200
-    [(_, rows, workers, slowest)] = response.context["backends"]
-    assert [s.queue for s, *_ in rows] == ["default", "emails", "low"] and slowest == []  # no success in the hour
+    [(_, rows, workers, slowest, limits)] = response.context["backends"]
+    assert [s.queue for s, *_ in rows] == ["default", "emails", "low"] and slowest == [] and limits == []  # no success in the hour
     default = rows[0][0]
     assert (default.pending, default.dead, default.failed_hour) == (1, 1, 2)
     assert [w.name for w in workers] == ["box.1.abc"]  # listed once though it serves two queues

@@ -1,17 +1,29 @@
 """A stateful model of the broker, checked against a real redis-server.
 
 Hypothesis drives random sequences of broker operations -- enqueue (now,
-delayed, with an idempotency key, a retried enqueue of an existing id),
-BLMOVE + fetch, ack, retry, bury, release, heartbeat, worker death, worker
-restarts under the same name (and a task that crash-loops its worker),
-reaping by an operator and by a worker, promote, replay, purge, time passing
+delayed, with an idempotency key, a retried enqueue of an existing id, at
+priorities -100..100: mostly the default 0, some others, the extremes),
+BLMOVE (of an id or of a wake-up marker) + fetch, a claim after a BLMOVE
+that never reaches Redis, ack, retry, bury, release, heartbeat (and its
+sweep), worker death, worker restarts under the same name (and a task that
+crash-loops its worker), reaping by an operator and by a worker, promote, replay, purge, time passing
 on the Redis side while some workers heartbeat, a Redis outage longer than
-WORKER_TIMEOUT, and write steps tried while Redis answers OOM -- and after
-every step compares Redis with a plain-Python model:
+WORKER_TIMEOUT, pausing and resuming a queue (``P:paused``), and write steps
+tried while Redis answers OOM -- and after every step compares Redis with a
+plain-Python model:
 
 * every task id is in exactly one of pending / scheduled / processing:<w> /
   dead / finished (or deleted for good by purge or dead-letter trimming), and
   the lists hold exactly the ids the model expects, in the model's order;
+* pending is the ready structure of lib/ready.lua: the LIST of priority 0 and
+  the ``prioritized`` ZSET of the others (exact members and scores ``(100 - p)
+  * 2^44 + n``, the ``prioseq`` counter), so the exact order fetch takes them
+  is checked, and every fetch takes exactly the ids the model says, in order;
+  the LIST holds ids or wake-up markers (exactly as many as the model counts),
+  never both;
+* while a queue is paused, fetch raises ``QueuePaused`` and claims nothing (a
+  BLMOVEd id goes back to be taken next, a BLMOVEd marker is dropped), and
+  enqueue, promote, reap, release and replay go on as usual;
 * the task hash's ``state``, ``deliveries`` and ``failures`` fields, the
   idempotency guard and the ``processed`` / ``failed`` / ``dead_count``
   counters agree with the model;
@@ -51,8 +63,9 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from django_redisq.broker import BUSY, DONE, NOMSG, RUN, Broker
 from django_redisq.conf import get_options
 from django_redisq.connection import is_transient
-from django_redisq.exceptions import Fenced, LeaseLost
+from django_redisq.exceptions import Fenced, LeaseLost, QueuePaused
 from django_redisq.message import encode
+from django_redisq.priority import ready_page
 
 QUEUES = ("default", "emails")
 NAMES = ("w1", "w2", "w3")  # the operator's --name of each worker; its id is "<name>.<incarnation>"
@@ -61,16 +74,22 @@ INTERVAL_MS = 2_000  # HEARTBEAT_INTERVAL (the heartbeat gap, Broker.heartbeat_g
 DEAD_MAX = 3  # small, so dead-letter trimming happens
 TASK_PATH = "tests.testapp.tasks.noop"
 EXAMPLES = int(os.environ.get("REDISQ_SM_EXAMPLES", "100"))
+PRIORITIES = st.sampled_from([0, 0, 0, 0, 0, 0, 0, 1, 7, 7, -1, -7, 100, -100])
+"""Mostly the default, a few others (two of the same, so FIFO within one priority shows), the extremes."""
+MARKER = "~"  # lib/ready.lua's wake-up in the pending LIST (never a task id)
+BAND = 2**44  # lib/ready.lua: a prioritized task's score is (100 - priority) * BAND + n
+DEFAULT_SCORE = 100 * BAND  # scores below it are priorities above 0: they run before the LIST
 
 OOM_MAY_COMPLETE = frozenset({"retry", "bury", "release", "promote", "replay", "reap", "worker_reaps"})
 """Steps that may run to the end while Redis answers OOM. Redis refuses a script only at its
 first write that may grow memory (a "denyoom" command), and only if it has written nothing
 yet; these scripts' first write is LREM / RPOP / ZREM (reap: when the first dead worker's list
-is empty), so they may complete, atomically. Every other write step must be refused, having
+is empty), so they may complete, atomically. A fetch may too when its first write is one of
+those (BrokerMachine.fetch_may_complete). Every other write step must be refused, having
 changed nothing."""
 
-MODEL = ("n", "tasks", "pending", "scheduled", "processing", "dead", "idem_keys", "counters", "holds", "moved",
-         "hb", "alive", "current", "born", "finished_by_guard", "left_dead")
+MODEL = ("n", "tasks", "pending", "ranked", "markers", "seq", "paused", "scheduled", "processing", "dead", "idem_keys",
+         "counters", "holds", "moved", "hb", "alive", "current", "born", "finished_by_guard", "left_dead")
 """The machine's model attributes: saved before a step tried under OOM, restored when Redis refused it."""
 
 
@@ -83,10 +102,11 @@ def incarnation(name: str, k: int) -> str:
 
 
 class Task:
-    __slots__ = ("deliveries", "failures", "guard", "has_msg", "id", "idem", "loc", "moved", "queue")
+    __slots__ = ("deliveries", "failures", "guard", "has_msg", "id", "idem", "loc", "moved", "prio", "queue")
 
-    def __init__(self, task_id: str, queue: str, loc: str, idem: str = "", has_msg: bool = True) -> None:
+    def __init__(self, task_id: str, queue: str, loc: str, idem: str = "", has_msg: bool = True, prio: int = 0) -> None:
         self.id, self.queue, self.loc, self.idem, self.has_msg = task_id, queue, loc, idem, has_msg
+        self.prio = prio  # the task hash's 'prio' (absent for 0; an id with no task data counts as 0)
         self.deliveries = self.failures = 0
         self.guard: str | None = None  # None, "running:<w>" or "success"
         self.moved = False  # in a processing list by BLMOVE, not claimed (its state is still 'pending')
@@ -101,7 +121,17 @@ class BrokerMachine(RuleBasedStateMachine):
         self.r.flushall()
         self.n = 0
         self.tasks: dict[str, Task] = {}
-        self.pending: dict[str, list[str]] = {q: [] for q in QUEUES}  # index 0 = left (LPUSH end); fetch pops the right
+        # ready to run (lib/ready.lua): priority 0 in the pending LIST, index 0 = left (LPUSH end), fetch
+        # pops the right; the others in the prioritized ZSET, id -> score (100 - p) * BAND + n, where n
+        # is the prioseq counter's value, or 0 for an id handed back (the front of its priority). Ids
+        # handed back to the front of one priority tie on their score and the ZSET orders them by
+        # member (bytewise; our ids are ASCII, so str order): modelled exactly, not as a set.
+        self.pending: dict[str, list[str]] = {q: [] for q in QUEUES}
+        self.ranked: dict[str, dict[str, int]] = {q: {} for q in QUEUES}
+        self.seq = dict.fromkeys(QUEUES, 0)  # P:prioseq
+        self.markers = dict.fromkeys(QUEUES, 0)  # wake-ups in the LIST (only while it holds no id)
+        self.paused = dict.fromkeys(QUEUES, False)  # P:paused exists
+        self.oom_may_complete = False  # set by a fetch whose first write frees memory (tried under OOM)
         self.scheduled: dict[str, set[str]] = {q: set() for q in QUEUES}
         self.processing: defaultdict[tuple[str, str], list[str]] = defaultdict(list)  # (queue, worker id) -> list, index 0 = left
         self.dead: dict[str, dict[str, float]] = {q: {} for q in QUEUES}  # id -> died at (from Redis)
@@ -145,12 +175,65 @@ class BrokerMachine(RuleBasedStateMachine):
         self.processing[(t.queue, w)].remove(t.id)
         t.moved = False
 
-    def back_to_pending(self, tid: str) -> None:
-        """Onto the right of pending (it runs next): reap, release, a fenced fetch's hand-back."""
+    def make_ready(self, tid: str, front: bool) -> None:
+        """lib/ready.lua's ready(): at the back of its priority (enqueue, promote, replay), or at the
+        front (``front``: handed back by reap, release, a fenced or paused fetch: it runs next)."""
         t = self.tasks[tid]
-        self.pending[t.queue].append(tid)
-        t.loc = "pending"
-        t.moved = False
+        q = t.queue
+        t.loc, t.moved = "pending", False
+        if t.prio:
+            n = 0
+            if not front:
+                self.seq[q] += 1
+                n = self.seq[q]
+            elif (100 - t.prio) * BAND in self.ranked[q].values():
+                event("ids handed back to the front of one priority tie (ordered by id)")
+            self.ranked[q][tid] = (100 - t.prio) * BAND + n
+            if not self.pending[q]:  # no id in the LIST: a marker wakes one blocked BLMOVE
+                self.markers[q] += 1
+            return
+        self.markers[q] = 0  # an id wakes anyone: the markers go
+        if front:
+            self.pending[q].append(tid)
+        else:
+            self.pending[q].insert(0, tid)
+
+    def back_to_pending(self, tid: str) -> None:
+        """To the front of its priority (it runs next): reap, release, a fenced fetch's hand-back."""
+        self.make_ready(tid, front=True)
+
+    def _best(self, q: str) -> tuple[str, int] | None:
+        """The prioritized id fetch would consider first, and its score."""
+        if not self.ranked[q]:
+            return None
+        return min(self.ranked[q].items(), key=lambda kv: (kv[1], kv[0]))
+
+    def _best_high(self, q: str) -> str | None:
+        """The best prioritized id if its priority is above 0 (it runs before the LIST)."""
+        best = self._best(q)
+        return best[0] if best is not None and best[1] < DEFAULT_SCORE else None
+
+    def ready_order(self, q: str) -> list[str]:
+        """The ready ids in the order fetch takes them: priorities above 0, the LIST, those below 0."""
+        ranked = sorted(self.ranked[q].items(), key=lambda kv: (kv[1], kv[0]))
+        return ([i for i, s in ranked if s < DEFAULT_SCORE] + self.pending[q][::-1]
+                + [i for i, s in ranked if s >= DEFAULT_SCORE])
+
+    def _take_next(self, q: str) -> str | None:
+        """One step of fetch.lua's loop: the best above priority 0, else the LIST's next id (the
+        markers it meets are dropped), else the best below 0."""
+        high = self._best_high(q)
+        if high is not None:
+            del self.ranked[q][high]
+            return high
+        if self.pending[q]:
+            return self.pending[q].pop()
+        self.markers[q] = 0
+        best = self._best(q)
+        if best is None:
+            return None
+        del self.ranked[q][best[0]]
+        return best[0]
 
     def registered(self, q: str) -> dict[str, int]:
         return {w: s for (qq, w), s in self.hb.items() if qq == q}
@@ -184,15 +267,17 @@ class BrokerMachine(RuleBasedStateMachine):
     # -- producing -------------------------------------------------------
 
     @rule(q=st.sampled_from(QUEUES), delay=st.sampled_from([0, 0, 0, 0, 1, 5000, 60_000]),
-          idem=st.sampled_from(["", "", "", "k1", "k2"]), count=st.integers(1, 4))
-    def enqueue(self, q: str, delay: int, idem: str, count: int) -> None:
-        items = []
-        for _ in range(count):
+          idem=st.sampled_from(["", "", "", "k1", "k2"]), prios=st.lists(PRIORITIES, min_size=1, max_size=4))
+    def enqueue(self, q: str, delay: int, idem: str, prios: list[int]) -> None:
+        """A batch, one task per priority drawn (a 5-tuple is priority 0: every other one of those)."""
+        items: list[tuple[Any, ...]] = []
+        for p in prios:
             tid = self.new_id()
-            items.append((tid, _msg(self.n, q), TASK_PATH, delay, idem))
+            item = (tid, _msg(self.n, q), TASK_PATH, delay, idem, p)
+            items.append(item if p or self.n % 2 else item[:5])
         out = self.b.enqueue(q, items)
         assert [e.id for e in out] == [i[0] for i in items]
-        for (tid, *_), e in zip(items, out, strict=True):
+        for (tid, *_), p, e in zip(items, prios, out, strict=True):
             holder = self.idem_holder(q, idem) if idem else None
             assert e.duplicate_of == holder, (tid, idem, e, holder)
             if holder is not None:
@@ -200,11 +285,13 @@ class BrokerMachine(RuleBasedStateMachine):
             if idem:
                 self.idem_keys[(q, idem)] = tid
             if delay > 0:
-                self.tasks[tid] = Task(tid, q, "scheduled", idem)
+                self.tasks[tid] = Task(tid, q, "scheduled", idem, prio=p)
                 self.scheduled[q].add(tid)
             else:
-                self.tasks[tid] = Task(tid, q, "pending", idem)
-                self.pending[q].insert(0, tid)
+                self.tasks[tid] = Task(tid, q, "pending", idem, prio=p)
+                self.make_ready(tid, front=False)
+            if self.paused[q]:
+                event("enqueue on a paused queue")
 
     def stored(self) -> list[Task]:
         return sorted((t for t in self.live() if t.has_msg), key=lambda t: t.id)
@@ -215,13 +302,19 @@ class BrokerMachine(RuleBasedStateMachine):
         the task again; an id pushed by hand with no task data must be buried as missing."""
         if self.stored() and data.draw(st.sampled_from([True, True, False])):
             t = data.draw(st.sampled_from(self.stored()))
-            out = self.b.enqueue(t.queue, [(t.id, _msg(0, t.queue), TASK_PATH, 0, "")])
+            p = data.draw(PRIORITIES)  # of any priority: the retry must not queue it (again) anywhere
+            out = self.b.enqueue(t.queue, [(t.id, _msg(0, t.queue), TASK_PATH, 0, "", p)])
             assert out[0].duplicate_of is None
             return
         tid = f"{raw}#{self.new_id()}"
-        self.r.lpush(self.b.keys(q).pending, tid)
         self.tasks[tid] = Task(tid, q, "pending", has_msg=False)
-        self.pending[q].insert(0, tid)
+        if self.markers[q]:  # an id pushed by hand onto markers would mix them: its task data vanishes instead
+            self.b.enqueue(q, [(tid, _msg(0, q), TASK_PATH, 0, "")])
+            assert self.r.delete(self.b.keys(q).task(tid)) == 1
+            event("a queued id lost its task data")
+        else:
+            self.r.lpush(self.b.keys(q).pending, tid)
+        self.make_ready(tid, front=False)
 
     # -- consuming -------------------------------------------------------
 
@@ -260,66 +353,126 @@ class BrokerMachine(RuleBasedStateMachine):
                 self.scheduled[q].add(t.id)
 
     def _hand_back(self, q: str, w: str) -> None:
-        """A fenced fetch: what a BLMOVE put in the unregistered worker's list goes back to the right of pending."""
+        """A fenced fetch: what a BLMOVE put in the unregistered worker's list goes back to the front
+        of its priority (a BLMOVEd marker is dropped)."""
         plist = self.processing[(q, w)]
-        # a reap or a clean exit emptied the list; only a BLMOVE since (one, unclaimed) can refill it
-        assert len(plist) <= 1 and all(self.tasks[i].moved for i in plist), (q, w, plist)
-        if plist:
-            event("fenced fetch handed back a BLMOVEd id")
+        # a reap or a clean exit emptied the list; only BLMOVEs since (unclaimed) can refill it
+        assert all(i == MARKER or self.tasks[i].moved for i in plist), (q, w, plist)
         while plist:
-            self.back_to_pending(plist.pop())
+            tid = plist.pop()
+            event(f"fenced fetch handed back a BLMOVEd {'marker' if tid == MARKER else 'id'}")
+            if tid != MARKER:
+                self.back_to_pending(tid)
+
+    def fetch_may_complete(self, q: str, w: str, n: int, moved: str) -> bool:
+        """Whether fetch.lua's first write is one that frees memory (RPOP, LREM, ZREM): under OOM
+        it then runs to the end. The fence hands back with RPOP; a paused queue LREMs the moved id;
+        a moved marker is LREMed, so is a moved id that yields to a higher priority; a take from
+        the prioritized set starts with ZREM. Else the first write is LMOVE or SET: refused."""
+        if (q, w) not in self.hb:
+            return bool(self.processing[(q, w)])
+        if self.paused[q]:
+            return bool(moved)
+        if moved == MARKER:
+            return True
+        return self._best_high(q) is not None and (moved in self.processing[(q, w)] or n >= 1)
 
     def _fetch(self, q: str, w: str, n: int, moved: str = "") -> None:
-        """``Broker.fetch`` of up to n ids, claiming first the id the fetcher BLMOVEd (if any)."""
+        """``Broker.fetch`` of up to n ids, claiming first the id the fetcher BLMOVEd (if any): a
+        moved marker counts one more to take instead, and so does a moved (default priority) id
+        while a higher priority waits (the id goes back to the front of the LIST)."""
+        plist = self.processing[(q, w)]
+        self.oom_may_complete = self.fetch_may_complete(q, w, n, moved)
         if (q, w) not in self.hb:  # reaped, released everything, or never heartbeated: the fence
             with pytest.raises(Fenced):
                 self.b.fetch(q, w, n, moved_id=moved)
             self._hand_back(q, w)
             event("fetch fenced")
             return
+        if self.paused[q]:
+            with pytest.raises(QueuePaused):
+                self.b.fetch(q, w, n, moved_id=moved)
+            if moved and moved in plist:
+                plist.remove(moved)
+                if moved != MARKER:  # BLMOVE takes only from the LIST: priority 0
+                    assert self.tasks[moved].prio == 0, moved
+                    self.make_ready(moved, front=True)
+                event(f"paused: the BLMOVEd {'marker was dropped' if moved == MARKER else 'id went back to be next'}")
+            event("fetch of a paused queue" + (" with tasks ready" if self.ready_order(q) else ""))
+            # nothing was claimed: the worker's list holds no more than the model's (guards and
+            # deliveries are compared by the invariants)
+            assert self.r.lrange(self.b.keys(q).processing(w), 0, -1) == plist, (q, w, plist)
+            return
         ids = []
-        if moved and moved in self.processing[(q, w)]:
+        count = n
+        if moved == MARKER:
+            if MARKER in plist:  # else a reap dropped it meanwhile; fetch counts it all the same
+                plist.remove(MARKER)
+            count += 1
+            event("claim of a BLMOVEd marker")
+        elif moved and moved in plist:
             assert self.tasks[moved].moved, moved
-            ids.append(moved)
+            if self._best_high(q) is not None:
+                plist.remove(moved)
+                self.make_ready(moved, front=True)
+                count += 1
+                event("a BLMOVEd id yielded to a higher priority")
+            else:
+                ids.append(moved)
         elif moved:  # reaped after its BLMOVE and registered again since: the id is not ours any more
             event("claim of a BLMOVEd id that was reaped: not claimed")
-        for _ in range(min(n, len(self.pending[q]))):
-            tid = self.pending[q].pop()
-            self.processing[(q, w)].insert(0, tid)
+        for _ in range(count):
+            tid = self._take_next(q)
+            if tid is None:
+                break
+            plist.insert(0, tid)
             self.tasks[tid].loc = f"processing:{w}"
             ids.append(tid)
+        if len({self.tasks[i].prio for i in ids}) > 1:
+            event("one fetch took several priorities")
         got = self.b.fetch(q, w, n, moved_id=moved)
         self._apply_fetch(q, w, ids, got)
 
     @rule(data=st.data(), name=st.sampled_from(NAMES), n=st.sampled_from([0, 1, 2, 3, 3]))
     def fetch(self, data: st.DataObject, name: str, n: int) -> None:
-        q = data.draw(st.sampled_from([q for q in QUEUES if self.pending[q]] or QUEUES))
+        q = data.draw(st.sampled_from([q for q in QUEUES if self.ready_order(q)] or QUEUES))
         w = self.current[name]
         self._fetch(q, w, n, self.moved.pop((q, w), ""))  # the fetch loop claims what it BLMOVEd first
 
     def _blmove_choices(self) -> list[tuple[str, str]]:
-        """(queue, name) whose fetcher may BLMOVE: ids pending, and not holding a BLMOVEd id unclaimed.
+        """(queue, name) whose fetcher may BLMOVE: ids or markers in the LIST, and not holding a
+        BLMOVEd id unclaimed.
 
         Only on a non-empty list: an empty one would block ~100 ms (Redis's timer resolution)."""
-        return [(q, name) for q in QUEUES if self.pending[q] for name in NAMES if (q, self.current[name]) not in self.moved]
+        return [(q, name) for q in QUEUES if self.pending[q] or self.markers[q] for name in NAMES
+                if (q, self.current[name]) not in self.moved]
 
     @precondition(lambda self: self._blmove_choices())
     @rule(data=st.data())
     def blmove(self, data: st.DataObject) -> None:
-        """The blocking half of a fetch: BLMOVE one id, claim it later (or die, or be reaped, first).
+        """The blocking half of a fetch: BLMOVE one id (or a marker: a prioritized task became
+        ready), claim it later (or die, or be reaped, first).
 
-        A plain BLMOVE knows no fence: a worker reaped while it waited still moves an id."""
+        A plain BLMOVE knows no fence, nor pause: a worker reaped while it waited still moves an id."""
         q, name = data.draw(st.sampled_from(self._blmove_choices()))
         w = self.current[name]
         moved = self.b.wait(q, w, timeout=0.01)
-        tid = self.pending[q].pop()
-        assert moved == tid
+        if self.pending[q]:
+            tid = self.pending[q].pop()
+            assert moved == tid, (moved, tid)
+            t = self.tasks[tid]
+            t.loc, t.moved = f"processing:{w}", True
+        else:
+            assert moved == MARKER, moved
+            self.markers[q] -= 1
+            tid = MARKER
+            event("BLMOVE woken by a marker")
         self.processing[(q, w)].insert(0, tid)
-        t = self.tasks[tid]
-        t.loc, t.moved = f"processing:{w}", True
         self.moved[(q, w)] = tid
         if (q, w) not in self.hb:
             event("BLMOVE by an unregistered worker")
+        if self.paused[q]:
+            event("BLMOVE on a paused queue")
 
     @precondition(lambda self: self.moved)
     @rule(data=st.data(), n=st.integers(0, 2), raced=st.sampled_from([False, False, True]))
@@ -331,6 +484,18 @@ class BrokerMachine(RuleBasedStateMachine):
             self._beat(w, drop=False)
             event("claim raced by the heartbeat that re-registered the worker")
         self._fetch(q, w, n, self.moved.pop((q, w)))
+
+    @precondition(lambda self: self.moved)
+    @rule(data=st.data(), sweep=st.booleans())
+    def claim_lost(self, data: st.DataObject, sweep: bool) -> None:
+        """The fetch after a BLMOVE never reaches Redis (the connection dropped): the fetcher forgets
+        what it moved (an id or a marker), which stays in the worker's list until the sweep, a reap
+        or a clean exit hands it back. ``sweep``: the next heartbeats' sweep finds it first."""
+        q, w = data.draw(st.sampled_from(sorted(self.moved)))
+        del self.moved[(q, w)]
+        event("claim after a BLMOVE lost")
+        if sweep:
+            self.liveness(w.split(".", 1)[0], dies=False, sweep=True)
 
     def _held(self, kind: str | None = None) -> list[tuple[str, str]]:
         return sorted((w, i) for w, h in self.holds.items() for i, k in h.items() if kind is None or k == kind)
@@ -403,9 +568,12 @@ class BrokerMachine(RuleBasedStateMachine):
             w = self.current[name]
             for q in QUEUES:
                 plist = self.processing[(q, w)]
-                n = len(plist)
+                n = sum(i != MARKER for i in plist)  # a BLMOVEd marker is dropped, not counted
                 while plist:
                     tid = plist.pop()
+                    if tid == MARKER:
+                        event("clean exit dropped a BLMOVEd marker")
+                        continue
                     t = self.tasks[tid]
                     self.back_to_pending(tid)
                     if t.guard == f"running:{w}":
@@ -420,7 +588,7 @@ class BrokerMachine(RuleBasedStateMachine):
             return
         # the ids a predecessor of the same name still holds: a restarted worker never undoes their claims
         theirs = {name: sorted(i for (_, o), plist in self.processing.items() if o != w and o.split(".", 1)[0] == name
-                               for i in plist) for name, w in self.current.items()}
+                               for i in plist if i != MARKER) for name, w in self.current.items()}
         choices = sorted(w for name, w in self.current.items() if self.holds[w] or theirs[name])
         if not choices:
             return
@@ -437,11 +605,19 @@ class BrokerMachine(RuleBasedStateMachine):
         self._release_ids(w, by_queue)
 
     def _release_ids(self, w: str, by_queue: dict[str, list[str]]) -> None:
-        """``Broker.release`` with ids, per queue: each id in w's list goes back to the right of
-        pending; its claim (delivery, guard) is undone only where w holds the guard."""
+        """``Broker.release`` with ids, per queue: each id in w's list goes back to the front of its
+        priority; its claim (delivery, guard) is undone only where w holds the guard. A marker named
+        (the sweep finds one a BLMOVE moved and the worker dropped) leaves w's list and is no task:
+        not handed back, not counted."""
         for q, ids in by_queue.items():
             expected = 0
             for tid in ids:
+                if tid == MARKER:
+                    plist = self.processing[(q, w)]
+                    if MARKER in plist:
+                        plist.remove(MARKER)
+                        event("release dropped a stray marker")
+                    continue
                 t = self.tasks[tid]
                 self.holds[w].pop(tid, None)
                 if t.loc != f"processing:{w}":
@@ -596,7 +772,8 @@ class BrokerMachine(RuleBasedStateMachine):
             event("operator reap after an outage")
 
     def _crash_loop_choices(self) -> list[str]:
-        return [q for q in QUEUES if self.pending[q] and self.tasks[self.pending[q][-1]].has_msg]
+        return [q for q in QUEUES if not self.paused[q] and self.ready_order(q)[:1]
+                and self.tasks[self.ready_order(q)[0]].has_msg]
 
     @precondition(lambda self: self._crash_loop_choices())
     @rule(data=st.data(), name=st.sampled_from(NAMES), rounds=st.integers(2, 3))
@@ -605,7 +782,7 @@ class BrokerMachine(RuleBasedStateMachine):
         under the same name, the predecessor is reaped. The new incarnation cannot release the
         predecessor's claim, and the reap keeps the delivery counted: each round counts one more."""
         q = data.draw(st.sampled_from(self._crash_loop_choices()))
-        tid = self.pending[q][-1]
+        tid = self.ready_order(q)[0]
         t, k = self.tasks[tid], self.b.keys(q)
         for _ in range(rounds):
             w = self.current[name]
@@ -626,7 +803,7 @@ class BrokerMachine(RuleBasedStateMachine):
             assert t.loc == "pending", t.loc
             assert int(self.r.hget(k.task(tid), "deliveries")) == before + 1, "the reap undid a delivery"
             event(f"crash loop: {before + 1} deliveries")
-            if self.pending[q][-1] != tid:  # other dead workers' tasks were handed back after it
+            if self.ready_order(q)[:1] != [tid]:  # other dead workers' tasks were handed back before it
                 return
 
     # -- background duties -------------------------------------------------
@@ -643,10 +820,9 @@ class BrokerMachine(RuleBasedStateMachine):
         assert len(gone) == moved
         assert all(before[i] > now for i in left), "a due task was not promoted"
         assert all(before[i] <= now + 2000 for i in gone), "a task was promoted long before it was due"
-        for tid in sorted(gone, key=lambda i: (before[i], i)):
+        for tid in sorted(gone, key=lambda i: (before[i], i)):  # ZRANGEBYSCORE's order: each at the back of its priority
             self.scheduled[q].discard(tid)
-            self.pending[q].insert(0, tid)
-            self.tasks[tid].loc = "pending"
+            self.make_ready(tid, front=False)
 
     def _check_reaped(self, q: str, me: str, before: int, after: int, max_workers: int, reaped: list[str]) -> None:
         """The workers reaped are the oldest silent for longer than WORKER_TIMEOUT at the script's
@@ -667,11 +843,14 @@ class BrokerMachine(RuleBasedStateMachine):
             del self.hb[(q, w)]
             self.alive.pop((q, w), None)
             plist = self.processing[(q, w)]
-            expected += len(plist)
             if plist and w not in self.current.values():
                 event("a predecessor's tasks reaped (deliveries kept)")
             while plist:
                 tid = plist.pop()
+                if tid == MARKER:  # a wake-up its worker moved, not a task: dropped
+                    event("reap dropped a BLMOVEd marker")
+                    continue
+                expected += 1
                 t = self.tasks[tid]
                 self.back_to_pending(tid)  # reaped tasks run next; their delivery stays counted
                 if t.guard == f"running:{w}":
@@ -743,8 +922,7 @@ class BrokerMachine(RuleBasedStateMachine):
             if t.loc != "dead" or not t.has_msg:
                 continue
             del self.dead[q][tid]
-            self.pending[q].insert(0, tid)
-            t.loc = "pending"
+            self.make_ready(tid, front=False)  # at the back of its priority, in the order named
             t.failures = t.deliveries = 0  # a full set of attempts again
             expected += 1
         assert self.b.replay(q, ids) == expected
@@ -753,13 +931,25 @@ class BrokerMachine(RuleBasedStateMachine):
             if tid in self.dead[q]:
                 assert self.r.zscore(self.b.keys(q).dead, tid) == self.dead[q][tid]
 
+    @rule(q=st.sampled_from(QUEUES))
+    def pause_or_resume(self, q: str) -> None:
+        """An operator pauses the queue (P:paused, as the pause scripts will write it) or resumes it."""
+        k = self.b.keys(q)
+        if self.paused[q]:
+            assert self.r.delete(k.paused) == 1
+        else:
+            assert self.r.set(k.paused, f"{self.now_ms()}|state-machine", nx=True)
+        self.paused[q] = not self.paused[q]
+        event("queue paused" if self.paused[q] else "queue resumed")
+
     # -- transient error replies -------------------------------------------
 
     def _oom_steps(self) -> dict[str, Callable[[st.DataObject], None]]:
         """Write steps that can be tried now, each as the rule that runs it (with fresh draws)."""
         qs, names = st.sampled_from(QUEUES), st.sampled_from(NAMES)
         steps: dict[str, Callable[[st.DataObject], None]] = {
-            "enqueue": lambda d: self.enqueue(d.draw(qs), d.draw(st.sampled_from([0, 5000])), d.draw(st.sampled_from(["", "k1"])), 1),
+            "enqueue": lambda d: self.enqueue(d.draw(qs), d.draw(st.sampled_from([0, 5000])), d.draw(st.sampled_from(["", "k1"])),
+                                              [d.draw(PRIORITIES)]),
             "fetch": lambda d: self.fetch(d, d.draw(names), d.draw(st.integers(1, 3))),  # n >= 1: it must write
             "heartbeat": lambda d: self.liveness(d.draw(names), dies=False, sweep=False),
             "reap": lambda d: self.reap(d.draw(qs), 10),
@@ -809,6 +999,7 @@ class BrokerMachine(RuleBasedStateMachine):
         step = data.draw(st.sampled_from(sorted(steps)))
         saved = copy.deepcopy({f: getattr(self, f) for f in MODEL})
         before = self._snapshot()
+        self.oom_may_complete = False
         refused: redis.ResponseError | None = None
         self.r.config_set("maxmemory", 1)
         try:
@@ -827,7 +1018,7 @@ class BrokerMachine(RuleBasedStateMachine):
         if self._snapshot() == before:  # nothing to write (a refused worker reap, a duplicate enqueue)
             event(f"OOM: {step} had nothing to write")
             return
-        assert step in OOM_MAY_COMPLETE, f"{step} wrote to Redis while it answered OOM"
+        assert step in OOM_MAY_COMPLETE or self.oom_may_complete, f"{step} wrote to Redis while it answered OOM"
         event(f"OOM let {step} complete (its first write frees memory)")
 
     # -- the invariants ----------------------------------------------------
@@ -838,12 +1029,17 @@ class BrokerMachine(RuleBasedStateMachine):
         for q in QUEUES:
             k = self.b.keys(q)
             pending = self.r.lrange(k.pending, 0, -1)
-            assert pending == self.pending[q], (q, pending, self.pending[q])
+            assert MARKER not in pending or set(pending) == {MARKER}, f"{q}: markers and ids in one LIST: {pending}"
+            assert pending == self.pending[q] + [MARKER] * self.markers[q], (q, pending, self.pending[q], self.markers[q])
+            ranked = [(i, int(s)) for i, s in self.r.zrange(k.prioritized, 0, -1, withscores=True)]
+            assert ranked == sorted(self.ranked[q].items(), key=lambda kv: (kv[1], kv[0])), (q, ranked, self.ranked[q])
+            assert int(self.r.get(k.prioseq) or 0) == self.seq[q], q
+            assert bool(self.r.exists(k.paused)) == self.paused[q], q
             scheduled = self.r.zrange(k.scheduled, 0, -1)
             assert set(scheduled) == self.scheduled[q]
             dead = self.r.zrange(k.dead, 0, -1)
             assert set(dead) == set(self.dead[q])
-            for tid in pending:
+            for tid in [i for i in pending if i != MARKER] + [i for i, _ in ranked]:  # the ZSET is pending too
                 seen.setdefault(tid, []).append("pending")
             for tid in scheduled:
                 seen.setdefault(tid, []).append("scheduled")
@@ -854,7 +1050,8 @@ class BrokerMachine(RuleBasedStateMachine):
                 plist = self.r.lrange(key, 0, -1)
                 assert plist == self.processing[(q, w)], (q, w, plist, self.processing[(q, w)])
                 for tid in plist:
-                    seen.setdefault(tid, []).append(f"processing:{w}")
+                    if tid != MARKER:
+                        seen.setdefault(tid, []).append(f"processing:{w}")
         for (q, w), plist in self.processing.items():
             if plist:
                 assert self.r.exists(self.b.keys(q).processing(w)), (q, w)
@@ -862,12 +1059,12 @@ class BrokerMachine(RuleBasedStateMachine):
         tasks = list(self.tasks.values())
         for t in tasks:
             k = self.b.keys(t.queue)
-            pipe.hmget(k.task(t.id), "state", "deliveries", "failures", "msg")
+            pipe.hmget(k.task(t.id), "state", "deliveries", "failures", "msg", "prio")
             pipe.exists(k.task(t.id))
             pipe.get(k.status(t.id))
         replies = pipe.execute()
         for i, t in enumerate(tasks):
-            (state, deliveries, failures, msg), exists, guard = replies[3 * i: 3 * i + 3]
+            (state, deliveries, failures, msg, prio), exists, guard = replies[3 * i: 3 * i + 3]
             places = seen.pop(t.id, [])
             if t.loc in ("finished", "gone"):
                 assert places == [], (t.id, t.loc, places)
@@ -887,9 +1084,18 @@ class BrokerMachine(RuleBasedStateMachine):
             else:
                 want = t.loc
             assert state == want, (t.id, t.loc, state, t.guard)
+            assert prio == (str(t.prio) if t.prio else None), (t.id, prio, t.prio)  # kept by every move
             assert (int(deliveries), int(failures)) == (t.deliveries, t.failures), (t.id, deliveries, failures)
             assert guard == t.guard, (t.id, guard, t.guard)
         assert not seen, f"ids in queue lists that were never enqueued: {seen}"
+
+    @invariant()
+    def ready_in_running_order(self) -> None:
+        """priority.ready_page (the admin's pending page, the counts) lists the model's ready order."""
+        for q in QUEUES:
+            total, page = ready_page(self.r, self.b.keys(q), 0, 10_000)
+            want = [(i, self.tasks[i].prio) for i in self.ready_order(q)]
+            assert (total, page) == (len(want), want), (q, total, page, want)
 
     @invariant()
     def heartbeats_agree(self) -> None:

@@ -18,7 +18,8 @@
 -- KEYS[9] -> P:slots, KEYS[10] -> P:blocked (lib/limits.lua): a slot the task held is freed and one task waiting for it made ready
 -- ARGV[1] -> P:          the queue's key prefix
 -- ARGV[2] -> worker id
--- ARGV[3..] -> ids never started (undo their claim); none = release all and deregister
+-- ARGV[3..] -> ids never started (undo their claim); a marker named (lib/ready.lua: a wake-up a
+--              BLMOVE moved, not a task) only leaves the list; none = release all and deregister
 --
 -- Returns: number of tasks handed back or cancelled
 --! include shape.lua
@@ -65,7 +66,7 @@ local function give_back(id, undo)
 end
 if #ARGV >= 3 then
   for i = 3, #ARGV do
-    if redis.call('LREM', KEYS[1], 1, ARGV[i]) == 1 then give_back(ARGV[i], true) end
+    if redis.call('LREM', KEYS[1], 1, ARGV[i]) == 1 and ARGV[i] ~= MARKER then give_back(ARGV[i], true) end
   end
 else
   while true do

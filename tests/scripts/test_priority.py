@@ -170,3 +170,16 @@ def test_ready_page_lists_in_running_order(r, broker):
     r.delete(keys().pending)
     put(broker, ("p", 1))  # only markers in the list: not counted
     assert ready_page(r, keys(), 0, 50)[0] == 5
+
+
+def test_a_marker_named_to_release_is_dropped_not_handed_back(r, broker):
+    """The sweep hands back ids in a worker's list it never heard of: a marker a BLMOVE moved whose
+    claim never reached Redis is one of them. It is no task: release drops it from the list, counts
+    nothing, and never pushes it to pending beside ids (the LIST holds markers or ids, never both)."""
+    put(broker, ("h", 5))
+    assert broker.wait("default", "w1", 0.1) == MARKER  # the claim that follows is lost
+    put(broker, ("d", 0))
+    assert broker.release("default", "w1", [MARKER]) == 0
+    k = keys()
+    assert r.llen(k.processing("w1")) == 0 and r.lrange(k.pending, 0, -1) == ["d"]
+    assert order(broker) == ["h", "d"]
