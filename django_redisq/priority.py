@@ -22,6 +22,9 @@ from .keys import QueueKeys
 
 MARKER = "~redisq:wake"
 """A wake-up in the pending LIST, not a task id: a reserved id (ours are URL-safe base64; no producer may use this one)."""
+MARKERS_MAX = 64
+"""At most this many markers wait in a LIST (lib/ready.lua): wake-ups for as many blocked workers at once, never more,
+so a steady stream of prioritized tasks taken straight from the set does not pile markers up."""
 BAND = 2**44
 DEFAULT_SCORE = 100 * BAND
 """Scores below this are priorities above 0 (they run before the LIST); above it, below 0."""

@@ -65,7 +65,7 @@ from django_redisq.conf import get_options
 from django_redisq.connection import is_transient
 from django_redisq.exceptions import Fenced, LeaseLost, QueuePaused
 from django_redisq.message import encode
-from django_redisq.priority import ready_page
+from django_redisq.priority import MARKER, MARKERS_MAX, ready_page
 
 QUEUES = ("default", "emails")
 NAMES = ("w1", "w2", "w3")  # the operator's --name of each worker; its id is "<name>.<incarnation>"
@@ -76,7 +76,6 @@ TASK_PATH = "tests.testapp.tasks.noop"
 EXAMPLES = int(os.environ.get("REDISQ_SM_EXAMPLES", "100"))
 PRIORITIES = st.sampled_from([0, 0, 0, 0, 0, 0, 0, 1, 7, 7, -1, -7, 100, -100])
 """Mostly the default, a few others (two of the same, so FIFO within one priority shows), the extremes."""
-MARKER = "~"  # lib/ready.lua's wake-up in the pending LIST (never a task id)
 BAND = 2**44  # lib/ready.lua: a prioritized task's score is (100 - priority) * BAND + n
 DEFAULT_SCORE = 100 * BAND  # scores below it are priorities above 0: they run before the LIST
 
@@ -189,7 +188,7 @@ class BrokerMachine(RuleBasedStateMachine):
             elif (100 - t.prio) * BAND in self.ranked[q].values():
                 event("ids handed back to the front of one priority tie (ordered by id)")
             self.ranked[q][tid] = (100 - t.prio) * BAND + n
-            if not self.pending[q]:  # no id in the LIST: a marker wakes one blocked BLMOVE
+            if not self.pending[q] and self.markers[q] < MARKERS_MAX:  # no id in the LIST: a marker wakes one blocked BLMOVE
                 self.markers[q] += 1
             return
         self.markers[q] = 0  # an id wakes anyone: the markers go

@@ -70,6 +70,18 @@ def test_markers_wake_one_worker_each_and_never_mix_with_ids(r, broker):
     assert order(broker) == ["p1", "p2", "p3", "p4", "d"]
 
 
+def test_markers_stay_bounded_under_a_steady_stream_of_priorities(r, broker):
+    """Each task taken straight from the set leaves its marker: they stop at MARKERS_MAX, and a fetch that reaches
+    the list drops them all (the state machine found them piling up one per task)."""
+    from django_redisq.priority import MARKERS_MAX
+
+    for i in range(3 * MARKERS_MAX):
+        put(broker, (f"p{i}", 5))
+        assert order(broker, 1) == [f"p{i}"]
+    assert r.lrange(keys().pending, 0, -1) == [MARKER] * MARKERS_MAX
+    assert order(broker) == [] and r.llen(keys().pending) == 0
+
+
 def test_a_moved_default_id_yields_to_a_higher_priority(r, broker):
     put(broker, ("d0", 0), ("d1", 0))
     assert broker.wait("default", "w1", 0.1) == "d0"

@@ -10,7 +10,7 @@
 -- from the LIST, then the priorities below 0.
 --
 -- A worker blocked in BLMOVE watches the LIST alone. A prioritized task made ready
--- while the LIST holds no id pushes one MARKER there, which wakes one blocked worker
+-- while the LIST holds no id pushes one MARKER there (up to MARKERS_MAX), which wakes one blocked worker
 -- (whose fetch.lua drops it and takes from the ZSET). The LIST holds either markers
 -- or ids, never both: whatever pushes an id drops the markers first (they sit at the
 -- tail, the end taken next), so the LIST's real length is 0 when its tail is a MARKER.
@@ -18,6 +18,8 @@
 --! include types.lua
 
 local MARKER = '~redisq:wake'  -- a reserved id: ours are URL-safe base64, and no producer should write this one
+local MARKERS_MAX = 64  -- wake-ups waiting at once, at most (priority.MARKERS_MAX): a fetch that takes
+                        -- a prioritized task straight from the ZSET leaves its marker, so they are capped
 local BAND = 17592186044416  -- 2^44: ids of one priority before n wraps; 201 bands * 2^44 < 2^53
 
 -- stored_prio(tkey): the priority in a task hash, 0 when missing, not a hash, or not an
@@ -37,7 +39,8 @@ local function ready(pending, prioritized, seq, id, prio, front)
     local n = 0
     if not front then n = redis.call('INCR', seq) % BAND end
     redis.call('ZADD', prioritized, (100 - prio) * BAND + n, id)
-    if redis.call('LLEN', pending) == 0 or redis.call('LINDEX', pending, -1) == MARKER then
+    local len = redis.call('LLEN', pending)
+    if len == 0 or (len < MARKERS_MAX and redis.call('LINDEX', pending, -1) == MARKER) then
       redis.call('LPUSH', pending, MARKER)
     end
     return
