@@ -29,7 +29,7 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.http import urlencode
 
-from .admin_actions import LIST_STATES, MAX_SELECTED, SAMPLE, cancel_view
+from .admin_actions import LIST_STATES, MAX_SELECTED, SAMPLE, cancel_view, change_post
 from .admin_edit import edit_form, edit_view
 from .admin_pause import queue_action_view
 from .conf import get_options
@@ -278,13 +278,8 @@ class DeadLetterAdmin(admin.ModelAdmin):
 
     # -- changes ---------------------------------------------------------
 
-    def action_view(self, request: HttpRequest) -> HttpResponse:
-        if request.method != "POST":
-            return HttpResponseNotAllowed(["POST"])
-        if not self.has_change_permission(request):
-            raise PermissionDenied
-        post = request.POST
-        ins = self._inspector(post.get("backend"))
+    @change_post
+    def action_view(self, request: HttpRequest, post: QueryDict, ins: Inspector) -> HttpResponse:
         queue, action, to = post.get("queue", ""), post.get("action", ""), post.get("to") or None
         ops = Operations(ins)
         try:

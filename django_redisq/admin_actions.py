@@ -9,13 +9,15 @@ request their worker acts on within about a second (``Broker.cancel``).
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.contrib import messages
 from django.contrib.admin.models import CHANGE
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect, QueryDict
 from django.urls import reverse
 from django.utils.http import urlencode
 
@@ -23,6 +25,9 @@ from .operations import TASK_ID_RE, Operations
 
 if TYPE_CHECKING:
     from .admin import DeadLetterAdmin
+    from .inspect import Inspector
+
+A = TypeVar("A")
 
 LIST_STATES = ("pending", "scheduled", "running")
 MAX_SELECTED = 1000
@@ -37,14 +42,26 @@ def _plural(n: int, one: str, many: str) -> str:
     return f"{n:,} {one if n == 1 else many}"
 
 
-def cancel_view(model_admin: DeadLetterAdmin, request: HttpRequest) -> HttpResponse:
+def change_post(view: Callable[[A, HttpRequest, QueryDict, Inspector], HttpResponse]) -> Callable[[A, HttpRequest], HttpResponse]:
+    """Make ``view(model_admin, request, post, inspector)`` a change: POST only, with the change permission.
+
+    Every change of this admin starts the same way (the dead letters' actions, cancelling, pausing a queue);
+    the view gets the POST data and the inspector of the backend it names.
+    """
+    @functools.wraps(view)
+    def checked(model_admin: Any, request: HttpRequest) -> HttpResponse:
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        if not model_admin.has_change_permission(request):
+            raise PermissionDenied
+        return view(model_admin, request, request.POST, model_admin._inspector(request.POST.get("backend")))
+
+    return checked
+
+
+@change_post
+def cancel_view(model_admin: DeadLetterAdmin, request: HttpRequest, post: QueryDict, ins: Inspector) -> HttpResponse:
     """Cancel the tasks selected on a task list: confirm, then cancel, log and report what became of each."""
-    if request.method != "POST":
-        return HttpResponseNotAllowed(["POST"])
-    if not model_admin.has_change_permission(request):
-        raise PermissionDenied
-    post = request.POST
-    ins = model_admin._inspector(post.get("backend"))
     alias, queue, state = ins.options.alias, post.get("queue", ""), post.get("state", "")
     if queue not in ins.queues or state not in LIST_STATES:
         messages.error(request, f"Cannot cancel tasks of queue {queue[:100]!r} from the {state[:40]!r} list: no such list.")

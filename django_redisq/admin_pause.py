@@ -12,26 +12,22 @@ from typing import TYPE_CHECKING
 
 from django.contrib import messages
 from django.contrib.admin.models import CHANGE
-from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, QueryDict
 from django.urls import reverse
 
+from .admin_actions import change_post
 from .operations import PAUSE, RESUME, QueueOperations
 
 if TYPE_CHECKING:
     from .admin import DeadLetterAdmin
+    from .inspect import Inspector
 
 QUEUE_ACTIONS = (PAUSE, RESUME)
 
 
-def queue_action_view(model_admin: DeadLetterAdmin, request: HttpRequest) -> HttpResponse:
+@change_post
+def queue_action_view(model_admin: DeadLetterAdmin, request: HttpRequest, post: QueryDict, ins: Inspector) -> HttpResponse:
     """Pause or resume one queue: confirm, then change, log and report."""
-    if request.method != "POST":
-        return HttpResponseNotAllowed(["POST"])
-    if not model_admin.has_change_permission(request):
-        raise PermissionDenied
-    post = request.POST
-    ins = model_admin._inspector(post.get("backend"))
     alias, queue, action = ins.options.alias, post.get("queue", ""), post.get("action", "")
     back = reverse("admin:django_redisq_deadletter_queues")
     if queue not in ins.queues or action not in QUEUE_ACTIONS:

@@ -28,8 +28,7 @@
 -- Returns: {tasks given back or cancelled, {id, its dead worker, task path, deliveries, ...} of the tasks
 --   given back, reaped worker id, ...}; {0, -1} when the reaper may not reap yet
 --! include shape.lua
---! include cancel.lua
---! include limits.lua
+--! include handback.lua
 local bad = wrong_shape({'zset', 'list', 'hash', 'zset', 'hash', 'zset'})
 if bad then return bad end
 local t = redis.call('TIME')
@@ -55,20 +54,9 @@ for _, w in ipairs(dead) do
       local id = redis.call('RPOP', plist)
       if not id then break end
       if id ~= MARKER then  -- a marker is a wake-up its worker moved, not a task
-        local tkey = prefix .. 't:' .. id
-        local is_hash = redis.call('TYPE', tkey)['ok'] == 'hash'
-        if is_hash then
-          local h = redis.call('HMGET', tkey, 'slot', 'task')
-          if h[1] then free_slots(prefix, q, id, h[2], h[1]) end
-        end
-        local request = requests and redis.call('HGET', KEYS[5], id)
-        if request then redis.call('HDEL', KEYS[5], id) end
-        if request and is_hash then
-          bury_cancelled(prefix, KEYS[4], id, now, cancel_who(request))
-        else
-          ready(KEYS[2], KEYS[6], KEYS[7], id, stored_prio(tkey), true)
-          local f = is_hash and redis.call('HMGET', tkey, 'task', 'deliveries') or {}
-          if is_hash then redis.call('HSET', tkey, 'state', 'pending') end
+        local is_hash, cancelled = hand_back(prefix, q, KEYS[4], KEYS[5], requests, id, now)
+        if not cancelled then
+          local f = is_hash and redis.call('HMGET', prefix .. 't:' .. id, 'task', 'deliveries') or {}
           back[#back + 1] = id; back[#back + 1] = w; back[#back + 1] = f[1] or ''; back[#back + 1] = f[2] or '0'
         end
         local skey = prefix .. 'status:' .. id

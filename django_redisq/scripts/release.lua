@@ -23,8 +23,7 @@
 --
 -- Returns: number of tasks handed back or cancelled
 --! include shape.lua
---! include cancel.lua
---! include limits.lua
+--! include handback.lua
 local bad = wrong_shape({'list', 'list', 'zset', 'hash', 'zset', 'hash', 'zset'})
 if bad then return bad end
 local t = redis.call('TIME')
@@ -50,18 +49,7 @@ local function give_back(id, undo)
       redis.call('HSET', tkey, 'workers', workers)
     end
   end
-  if is_hash then
-    local h = redis.call('HMGET', tkey, 'slot', 'task')
-    if h[1] then free_slots(prefix, q, id, h[2], h[1]) end
-  end
-  local request = requests and redis.call('HGET', KEYS[6], id)
-  if request then redis.call('HDEL', KEYS[6], id) end
-  if request and is_hash then
-    bury_cancelled(prefix, KEYS[5], id, now, cancel_who(request))
-  else
-    ready(KEYS[2], KEYS[7], KEYS[8], id, stored_prio(tkey), true)
-    if is_hash then redis.call('HSET', tkey, 'state', 'pending') end
-  end
+  hand_back(prefix, q, KEYS[5], KEYS[6], requests, id, now)
   n = n + 1
 end
 if #ARGV >= 3 then
