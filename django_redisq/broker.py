@@ -3,6 +3,11 @@
 Each method runs one Lua script (or one plain command) and turns its integer
 codes into return values or exceptions from ``exceptions.py``. Policy (when to
 retry, how long to wait) is decided by the caller; atomicity lives here.
+
+This module holds the task's own life: enqueue, fetch, settle, promote, reap,
+heartbeat and reading. The operator's steps (replay, purge, cancel, moves,
+pausing a queue) are in operator_steps.py and the periodic schedules' in
+schedule_steps.py; ``Broker`` is all three.
 """
 
 from __future__ import annotations
@@ -20,9 +25,11 @@ from . import scripts
 from .conf import Options
 from .connection import BLOCK_TIMEOUT, get_client
 from .durations import MAX_NAMES, TTL_MS, triples
-from .exceptions import Fenced, LeaseLost, MessageChanged, QueuePaused, TaskCancelled, TaskNotFound
+from .exceptions import Fenced, LeaseLost, QueuePaused, TaskCancelled
 from .keys import QueueKeys
 from .limits import rate_spec
+from .operator_steps import OperatorSteps
+from .schedule_steps import ScheduleSteps
 
 RUN, DONE, BUSY, NOMSG, CORRUPT, LIMITED = 1, 2, 3, 4, 5, 6
 
@@ -30,11 +37,6 @@ CANCELLED = "cancelled"
 """The dead-letter reason of a cancelled task: the reason a worker buries a task it stopped with."""
 CANCELLED_EXC = f"{TaskCancelled.__module__}.{TaskCancelled.__qualname__}"
 """Its error's exception class path (scripts/lib/cancel.lua spells the same)."""
-CANCEL_OUTCOMES = {1: "cancelled", 2: "requested", 3: "finished", 0: "missing"}
-CANCEL_BATCH = 100
-"""Ids per cancel.lua call."""
-CANCEL_SCAN = 200_000
-"""Pending entries one cancel.lua call may walk to find the ids it removes (a few ms of Redis time)."""
 
 
 def cancelled_error(who: str, traceback: str = "") -> dict[str, Any]:
@@ -131,7 +133,7 @@ class Enqueued:
     enqueued_at: int = 0  # Redis ms, as stored in the task hash (what get_result reports)
 
 
-class Broker:
+class Broker(OperatorSteps, ScheduleSteps):
     """Queue operations for one backend's options. Cheap to build; holds no connection."""
 
     def __init__(self, options: Options, client: redis.Redis | None = None) -> None:
@@ -360,114 +362,6 @@ class Broker:
     def processing_ids(self, queue: str, worker: str) -> list[str]:
         return cast("list[str]", self.client.lrange(self.keys(queue).processing(worker), 0, -1))
 
-    # -- operator actions -----------------------------------------------
-
-    def replay(self, queue: str, ids: Sequence[str]) -> int:
-        if not ids:
-            return 0
-        k = self.keys(queue)
-        return int(self._script("replay")(keys=[k.dead, k.pending, k.prioritized, k.prioseq], args=[k.prefix, *ids]))
-
-    def edit_replay(self, queue: str, task_id: str, expected_sha1: str, message: str) -> None:
-        """Rewrite a dead letter's message and replay it atomically (scripts/edit_replay.lua).
-
-        ``TaskNotFound`` when it is not a dead letter of ``queue`` (any more),
-        ``MessageChanged`` when its message is no longer the one ``expected_sha1`` hashes.
-        """
-        k = self.keys(queue)
-        code = int(self._script("edit_replay")(keys=[k.dead, k.pending, k.prioritized, k.prioseq], args=[k.prefix, task_id, expected_sha1, message]))
-        if code == 0:
-            raise TaskNotFound(f"task {task_id} is not a dead letter of queue {queue} (any more)")
-        if code < 0:
-            raise MessageChanged(f"the arguments of task {task_id} changed since the edit started; nothing was written")
-
-    def purge(self, queue: str, ids: Sequence[str]) -> int:
-        if not ids:
-            return 0
-        k = self.keys(queue)
-        return int(self._script("purge")(keys=[k.dead], args=[k.prefix, *ids]))
-
-    def cancel(self, queue: str, ids: Sequence[str], who: str) -> list[str]:
-        """Cancel tasks of ``queue`` (scripts/cancel.lua, up to CANCEL_BATCH ids per atomic call).
-
-        Per id, in order: ``"cancelled"`` (was pending or scheduled: now a dead letter, reason
-        ``cancelled``), ``"requested"`` (running: its worker stops it, see ``cancel_requests``),
-        ``"finished"`` (already finished or dead: unchanged) or ``"missing"`` (no such task).
-        ``who`` ('admin:<username>', 'cli', 'api') goes into the error: "cancelled by <who>".
-        """
-        k = self.keys(queue)
-        o = self.options.for_queue(queue)
-        script = self._script("cancel")
-        out: list[str] = []
-        todo = list(ids)
-        while todo:  # a call answers -1 for the ids it did not reach in its scan budget: send those again
-            codes = [int(c) for c in script(keys=[k.pending, k.scheduled, k.dead, k.cancels, k.workers, k.prioritized, k.blocked],
-                                            args=[k.prefix, who[:200], int(o.dead_letter_ttl * 1000), o.dead_letter_max,
-                                                  CANCEL_SCAN, *todo[:CANCEL_BATCH]])]
-            done = [CANCEL_OUTCOMES[c] for c in codes if c != -1]
-            out += done
-            todo = todo[len(done):]
-        return out
-
-    def cancel_requests(self, queue: str) -> dict[str, str]:
-        """The running tasks of ``queue`` asked to stop: id -> who asked. One HGETALL, of nothing when there are none.
-
-        A worker polls this, stops those it runs, and buries each with
-        ``cancelled_error(who)`` and reason ``CANCELLED``, which deletes the request.
-        The hash holds one entry per requested task still in a processing list.
-        """
-        try:
-            raw = cast("dict[str, str]", self.client.hgetall(self.keys(queue).cancels))
-        except redis.ResponseError as exc:  # not a hash (another program?): the next script sets it aside
-            if "WRONGTYPE" not in str(exc):
-                raise
-            return {}
-        return {task_id: value.partition("|")[2] if "|" in value else value for task_id, value in raw.items()}
-
-    def move_out(self, queue: str, to: str, ids: Sequence[str]) -> list[tuple[str, int, list[str]]]:
-        """Step 1 of a replay into another queue: mark dead letters 'moving' to ``to``.
-
-        Returns ``(id, code, fields)`` per id, code as in move_out.lua (1 = marked, with
-        the fields message, task, errors, errors_len, errors_dropped, workers, enqueued_at, idem, priority).
-        """
-        if not ids:
-            return []
-        k = self.keys(queue)
-        out = self._script("move_out")(keys=[k.dead], args=[k.prefix, to, *ids])
-        return [(out[i], int(out[i + 1]), list(out[i + 2 : i + 11])) for i in range(0, len(out), 11)]
-
-    def move_in(self, queue: str, source: str, tasks: Sequence[tuple[str, str, list[str]]]) -> list[int]:
-        """Step 2: store ``(id, rewritten message, move_out fields)`` as pending in ``queue``; 1 stored, 0 already here."""
-        if not tasks:
-            return []
-        k = self.keys(queue)
-        argv: list[Any] = [k.prefix, len(tasks)]
-        for task_id, msg, (_, task, errors, errors_len, dropped, workers, enqueued_at, idem, prio) in tasks:
-            argv += [task_id, msg, task, errors or "[]", errors_len, dropped, workers, enqueued_at, source, idem, prio]
-        return [int(c) for c in self._script("move_in")(keys=[k.pending, k.prioritized, k.prioseq], args=argv)]
-
-    def dead_ids(self, queue: str, count: int, newest_first: bool = False) -> list[str]:
-        k = self.keys(queue)
-        if newest_first:
-            return cast("list[str]", self.client.zrevrange(k.dead, 0, count - 1))
-        return cast("list[str]", self.client.zrange(k.dead, 0, count - 1))
-
-    def replay_all(self, queue: str, batch: int = 500) -> int:
-        """Replay every dead letter of a queue, in batches (each batch one atomic step)."""
-        return self._drain_dead(queue, self.replay, batch)
-
-    def purge_all(self, queue: str, batch: int = 500) -> int:
-        return self._drain_dead(queue, self.purge, batch)
-
-    def _drain_dead(self, queue: str, action: Any, batch: int) -> int:
-        total = 0
-        while ids := self.dead_ids(queue, batch):
-            done = action(queue, ids)
-            total += done
-            if done == 0:  # only entries that cannot move remain
-                break
-        return total
-
     # -- reading ---------------------------------------------------------
 
     def get_task(self, task_id: str, queues: Iterable[str]) -> tuple[str, dict[str, str]] | None:
@@ -511,101 +405,3 @@ class Broker:
     def server_time_ms(self) -> int:
         sec, usec = self.client.time()
         return int(sec) * 1000 + int(usec) // 1000
-
-    # -- periodic schedules ---------------------------------------------
-
-    def schedule_markers(self, schedules: Sequence[tuple[str, str]]) -> list[dict[str, str]]:
-        """The markers of schedules ``(queue, name)``, in one round trip."""
-        pipe = self.client.pipeline(transaction=False)
-        for queue, name in schedules:
-            pipe.hgetall(self.keys(queue).schedule(name))
-        return cast("list[dict[str, str]]", pipe.execute())
-
-    def fire(self, queue: str, name: str, claim: Claim) -> Fired:
-        """Claim a schedule's due ticks and enqueue their tasks, in one step (scripts/fire.lua)."""
-        k = self.keys(queue)
-        argv: list[Any] = [
-            k.prefix, claim.expected, claim.upto, claim.missed, claim.max_late_ms, 1 if claim.allow_overlap else 0,
-            claim.ttl_ms, claim.task, claim.id_base, len(claim.ticks),
-        ]
-        for tick, msg in claim.ticks:
-            argv += (tick, msg)
-        argv += (claim.priority, claim.limits)
-        out = self._script("fire")(keys=[k.pending, k.scheduled, k.schedule(name), k.prioritized, k.prioseq], args=argv)
-        return Fired(int(out[0]), str(out[1]), int(out[2]), int(out[3]), int(out[4]), int(out[5]), [str(i) for i in out[6:]])
-
-    def pause_schedule(self, queue: str, name: str, by: str) -> tuple[bool, int]:
-        """Pause a schedule (scripts/schedule_pause.lua): (paused by this call, paused since in Redis ms)."""
-        code, since = self._script("schedule_pause")(keys=[self.keys(queue).schedule(name)], args=[by])
-        return int(code) == 1, int(since)
-
-    def resume_schedule(self, queue: str, name: str, ttl_ms: int) -> int | None:
-        """Resume a paused schedule (scripts/schedule_resume.lua): when its pause began (Redis ms), None if it was not paused."""
-        code, since = self._script("schedule_resume")(keys=[self.keys(queue).schedule(name)], args=[ttl_ms])
-        return int(since) if int(code) == 1 else None
-
-    def run_schedule(self, queue: str, name: str, task_id: str, message: str, task: str, ttl_ms: int, priority: int = 0,
-                     limits: str = "") -> int | None:
-        """Enqueue a schedule's task once now, outside its ticks (scripts/schedule_run.lua).
-
-        Returns the Redis time it was enqueued at, or None if a task with ``task_id`` exists already.
-        """
-        k = self.keys(queue)
-        code, at = self._script("schedule_run")(keys=[k.pending, k.scheduled, k.schedule(name), k.prioritized, k.prioseq],
-                                                args=[k.prefix, task_id, message, task, ttl_ms, priority, limits])
-        return int(at) if int(code) == 1 else None
-
-    # -- pausing a queue --------------------------------------------------
-
-    def pause_queue(self, queue: str, by: str) -> tuple[bool, str]:
-        """Pause a queue (scripts/pause.lua): (paused by this call, the key's ``<Redis ms>|<who>``)."""
-        code, value = self._script("pause")(keys=[self.keys(queue).paused], args=[by])
-        return int(code) == 1, str(value)
-
-    def resume_queue(self, queue: str) -> str | None:
-        """Resume a paused queue (scripts/resume.lua): the pause's ``<Redis ms>|<who>``, None if it was not paused."""
-        code, value = self._script("resume")(keys=[self.keys(queue).paused], args=[])
-        return str(value) if int(code) == 1 else None
-
-    def paused_states(self, queues: Sequence[str]) -> dict[str, str | None]:
-        """Each queue's pause key (``<Redis ms>|<who>``), None where it is not paused; one round trip."""
-        pipe = self.client.pipeline(transaction=False)
-        for q in queues:
-            pipe.get(self.keys(q).paused)
-        out: dict[str, str | None] = {}
-        for q, v in zip(queues, pipe.execute(raise_on_error=False), strict=True):
-            if isinstance(v, redis.ResponseError):  # a key of another type: fetch.lua sees it exist, so paused
-                out[q] = ""
-            elif isinstance(v, Exception):
-                raise v
-            else:
-                out[q] = None if v is None else str(v)
-        return out
-
-
-@dataclass(frozen=True, slots=True)
-class Claim:
-    """What a scheduler asks fire.lua to claim for one schedule."""
-
-    expected: str  # the marker's last tick as read ('' = no marker)
-    upto: int
-    missed: int
-    max_late_ms: int
-    allow_overlap: bool
-    ttl_ms: int
-    task: str
-    id_base: str
-    ticks: list[tuple[int, str]]
-    priority: int = 0  # the task's (-100..100)
-    limits: str = ""  # the task's own fleet-wide limits (limits.task_limits)
-
-
-@dataclass(frozen=True, slots=True)
-class Fired:
-    code: int  # 1 claimed, 0 another scheduler won, -1 the marker moved (read again), -2 upto is in the future
-    last: str
-    fired: int
-    missed: int
-    skipped: int
-    paused: int  # ticks not run because the schedule was paused
-    ids: list[str]

@@ -33,10 +33,11 @@ import threading
 
 import redis
 
-from .broker import Broker, Claim, Fired
+from .broker import Broker
 from .conf import Options
 from .message import encode as encode_message
 from .message import encode_arguments
+from .schedule_steps import Claim, Fired
 from .schedules import ALL_MAX, LATEST_WINDOW_MS, ON_TIME_MS, TICK_KWARG, Schedule, load
 
 logger = logging.getLogger("django_redisq")

@@ -139,7 +139,7 @@ def test_a_large_batch_goes_in_several_atomic_calls(r, broker):
 
 
 def test_a_call_walks_pending_within_its_budget_and_the_rest_is_sent_again(r, broker, monkeypatch):
-    from django_redisq import broker as broker_module
+    from django_redisq import operator_steps as broker_module
 
     monkeypatch.setattr(broker_module, "CANCEL_SCAN", 10)
     for i in range(30):
