@@ -14,7 +14,7 @@ from django.test import Client, override_settings
 from django.urls import reverse
 
 from django_redisq import admin as redisq_admin
-from django_redisq import inspect, operations
+from django_redisq import inspect_tasks, operations
 from tests import helpers
 from tests.seed import seed_dead
 from tests.testapp import tasks
@@ -220,7 +220,7 @@ def test_filtered_list_pages_with_older_and_newer_links(r, admin_client, broker)
 
 def test_a_filter_that_hits_the_scan_budget_says_so(r, admin_client, broker, monkeypatch):
     seed_dead(broker, "default", 30)
-    monkeypatch.setattr(inspect, "SCAN_BUDGET", 10)
+    monkeypatch.setattr(inspect_tasks, "SCAN_BUDGET", 10)
     response = admin_client.get(LIST, {"task": "nothing"})
     assert response.context["page"].budget_hit and "Looked at 10 dead letters" in response.content.decode()
 

@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from django_redisq import inspect
+from django_redisq import inspect_tasks
 from django_redisq.conf import get_options
 from django_redisq.inspect import DeadFilter, Inspector, UnknownQueue
 from tests import helpers
@@ -173,7 +173,7 @@ def test_a_filtered_page_stops_at_its_budget_and_says_so(ins, mixed):
 
 
 def test_scan_walks_in_bounded_chunks(ins, mixed, monkeypatch):
-    monkeypatch.setattr(inspect, "SCAN_CHUNK", 7)
+    monkeypatch.setattr(inspect_tasks, "SCAN_CHUNK", 7)
     scan = ins.scan_dead("default", DeadFilter(task="send_receipt"), want=0, budget=None)
     assert (scan.examined, scan.matched, scan.exhausted, scan.found) == (60, 40, True, [])
 

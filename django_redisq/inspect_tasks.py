@@ -1,0 +1,276 @@
+"""Read-only views of stored tasks: dead-letter pages, scans, facets; task rows, lists and one task's detail.
+
+Part of ``Inspector`` (``class Inspector(TaskReads)``, inspect.py), split from it along
+this line: inspect.py reads the queues' figures, this module the tasks in them.
+Every read is bounded: a page of dead letters is one ``scan_dead.lua`` call (ZCOUNT +
+ZREVRANGE by rank, O(log n + page)) plus one pipelined HMGET per id on the page. A
+*filtered* page walks the dead set from the newest in chunks of ``SCAN_CHUNK`` entries
+(one HMGET of three short fields each, inside Redis) and stops once the page is full,
+so its cost is page size / match rate, capped at ``SCAN_BUDGET`` entries per request
+(measured at 4-5 µs of Redis time per entry examined; see bench/admin_scale.py).
+Counting every match (the confirmation of a filtered bulk action) walks the whole set:
+about half a second for 100,000.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from . import scripts
+from .priority import ready_page, stored_priority
+from .records import Attempt, Pagination, Scan, TaskDetail, TaskRow, stored_errors, to_datetime
+
+if TYPE_CHECKING:
+    import redis
+    from redis.commands.core import Script
+
+    from .conf import Options
+    from .keys import QueueKeys
+
+SCAN_CHUNK = 1000
+"""Entries one scan_dead.lua call examines: under 10 ms of Redis time, so workers' commands interleave."""
+SCAN_BUDGET = 50_000
+"""Entries a filtered page may examine (about a quarter of a second) before it stops and offers to continue."""
+FACET_SAMPLE = 1000
+ROW_FIELDS = ("task", "state", "exc", "error", "failures", "deliveries", "enqueued_at", "last_attempted_at", "died_at", "reason",
+              "prio")
+
+
+def ascii_lower(text: str) -> str:
+    """Lowercase ASCII only, exactly as Lua's ``string.lower`` does inside Redis."""
+    return "".join(c.lower() if c.isascii() else c for c in text)
+
+
+@dataclass(frozen=True, slots=True)
+class DeadFilter:
+    """Which dead letters to show: task and exception match a full path or its trailing part."""
+
+    task: str = ""
+    exc: str = ""
+    search: str = ""
+
+    def __bool__(self) -> bool:
+        return bool(self.task or self.exc or self.search)
+
+    def args(self) -> list[str]:
+        """ARGV[7..10] of scan_dead.lua."""
+        return [self.task.strip(), self.exc.strip(), ascii_lower(self.search.strip()), self.search.strip()]
+
+
+class TaskReads:
+    """The task half of ``Inspector``."""
+
+    if TYPE_CHECKING:  # provided by Inspector
+        options: Options
+        client: redis.Redis
+        _scan: Script | None
+
+        @property
+        def queues(self) -> tuple[str, ...]: ...
+
+        def keys(self, queue: str) -> QueueKeys: ...
+
+    # -- dead letters ----------------------------------------------------
+
+    def scan_dead(self, queue: str, flt: DeadFilter = DeadFilter(), *, top: str = "", start: int = 0,
+                  direction: int = 1, want: int = 0, budget: int | None = 0) -> Scan:
+        """Walk the dead set from ``start`` until ``want`` matches (0: count all) or ``budget`` entries
+        were examined (0: ``SCAN_BUDGET``; None: no limit)."""
+        if budget == 0:
+            budget = SCAN_BUDGET
+        k = self.keys(queue)
+        if self._scan is None:
+            self._scan = self.client.register_script(scripts.source("scan_dead"))
+        found: list[tuple[str, int]] = []
+        examined = matched = 0
+        pos, total, step = start, 0, want if want and not flt else SCAN_CHUNK
+        while True:
+            size = step if budget is None else max(0, min(step, budget - examined))
+            out = self._scan(keys=[k.dead], args=[k.prefix, top, pos, direction, size,
+                                                  want - len(found) if want else 0, *flt.args()])
+            top, total, pos, n, m = str(out[0]), int(out[1]), int(out[2]), int(out[3]), int(out[4])
+            found.extend((out[i], int(out[i + 1])) for i in range(5, len(out), 2))
+            examined, matched = examined + n, matched + m
+            at_end = pos >= total if direction > 0 else pos <= 0
+            if at_end or n == 0 or (want and len(found) >= want) or (budget is not None and examined >= budget):
+                return Scan(top, total, pos, examined, matched, found, at_end or n == 0)
+
+    def dead_page(self, queue: str, flt: DeadFilter = DeadFilter(), *, start: int = 0, per_page: int = 50,
+                  top: str = "", before: int | None = None, budget: int = 0) -> Pagination:
+        """Newest first. ``before`` asks for the page of matches just newer than that position."""
+        start = max(0, start)
+        if before is not None and before > 0:
+            # one match more than a page: if there is none, this page is the first and starts at 0
+            back = self.scan_dead(queue, flt, top=top, start=before, direction=-1, want=per_page + 1, budget=budget)
+            top = back.top
+            if len(back.found) > per_page:
+                start = back.found[per_page - 1][1]
+            else:
+                start = 0 if back.exhausted else back.next
+        elif before is not None:
+            start = 0
+        scan = self.scan_dead(queue, flt, top=top, start=start, want=per_page + 1, budget=budget)
+        ids = [i for i, _ in scan.found[:per_page]]
+        if len(scan.found) > per_page:
+            nxt: int | None = scan.found[per_page][1]
+        else:
+            nxt = None if scan.exhausted else scan.next
+        return Pagination(
+            items=self.rows(queue, ids), per_page=per_page, start=start,
+            total=None if flt else scan.total, next_start=nxt, top=scan.top,
+            scanned=scan.examined, budget_hit=not scan.exhausted and len(scan.found) <= per_page,
+        )
+
+    def count_dead(self, queue: str, flt: DeadFilter = DeadFilter(), top: str = "") -> int:
+        """Dead letters matching ``flt`` up to the snapshot: O(log n) unfiltered, a full walk filtered."""
+        scan = self.scan_dead(queue, flt, top=top, budget=None if flt else 1)
+        return scan.matched if flt else scan.total
+
+    def dead_counts(self) -> dict[str, int]:
+        pipe = self.client.pipeline(transaction=False)
+        for q in self.queues:
+            pipe.zcard(self.keys(q).dead)
+        return dict(zip(self.queues, pipe.execute(), strict=True))
+
+    def facets(self, queue: str, sample: int = FACET_SAMPLE) -> tuple[Counter[str], Counter[str]]:
+        """Task and exception counts among the newest ``sample`` dead letters (for filter links)."""
+        k = self.keys(queue)
+        ids: list[str] = self.client.zrevrange(k.dead, 0, sample - 1)  # type: ignore[assignment]
+        pipe = self.client.pipeline(transaction=False)
+        for i in ids:
+            pipe.hmget(k.task(i), "task", "exc")
+        tasks: Counter[str] = Counter()
+        excs: Counter[str] = Counter()
+        for task, exc in pipe.execute():
+            tasks[task or ""] += 1
+            excs[exc or ""] += 1
+        return tasks, excs
+
+    def present_dead(self, queue: str, ids: list[str]) -> list[str]:
+        """The ids that are in ``queue``'s dead-letter set, in the order given (one round trip)."""
+        k = self.keys(queue)
+        pipe = self.client.pipeline(transaction=False)
+        for i in ids:
+            pipe.zscore(k.dead, i)
+        return [i for i, score in zip(ids, pipe.execute(), strict=True) if score is not None]
+
+    def dead_queue_of(self, ids: list[str]) -> dict[str, str]:
+        """Which configured queue's dead-letter set holds each id (ids found nowhere are left out)."""
+        pipe = self.client.pipeline(transaction=False)
+        for q in self.queues:
+            for i in ids:
+                pipe.zscore(self.keys(q).dead, i)
+        scores = iter(pipe.execute())
+        found: dict[str, str] = {}
+        for q in self.queues:
+            for i in ids:
+                if next(scores) is not None:
+                    found.setdefault(i, q)
+        return found
+
+    # -- tasks -----------------------------------------------------------
+
+    def task_queues(self, ids: list[str]) -> dict[str, str]:
+        """Which configured queue holds a task hash for each id (ids found nowhere are left out); one round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        for q in self.queues:
+            for i in ids:
+                pipe.exists(self.keys(q).task(i))
+        found = iter(pipe.execute())
+        out: dict[str, str] = {}
+        for q in self.queues:
+            for i in ids:
+                if next(found):
+                    out.setdefault(i, q)
+        return out
+
+    def rows(self, queue: str, ids: list[str], extra: dict[str, tuple[Any, str]] | None = None) -> list[TaskRow]:
+        """Rows for ``ids`` in one round trip; ids whose hash is gone are dropped."""
+        k = self.keys(queue)
+        pipe = self.client.pipeline(transaction=False)
+        for i in ids:
+            pipe.hmget(k.task(i), ROW_FIELDS)
+        rows = []
+        for i, values in zip(ids, pipe.execute(), strict=True):
+            if not any(values):
+                continue
+            row = self._row(i, queue, dict(zip(ROW_FIELDS, values, strict=True)))
+            if extra and i in extra:
+                score, worker = extra[i]
+                row.due_at, row.worker = to_datetime(score), worker
+            rows.append(row)
+        return rows
+
+    @staticmethod
+    def _row(task_id: str, queue: str, f: dict[str, Any]) -> TaskRow:
+        def number(name: str) -> int:
+            try:
+                return int(f.get(name) or 0)
+            except ValueError:
+                return 0
+
+        return TaskRow(
+            id=task_id, queue=queue, task=f.get("task") or "", state=f.get("state") or "", exc=f.get("exc") or "",
+            error=f.get("error") or "", failures=number("failures"), deliveries=number("deliveries"),
+            enqueued_at=to_datetime(f.get("enqueued_at")), last_attempted_at=to_datetime(f.get("last_attempted_at")),
+            died_at=to_datetime(f.get("died_at")), reason=f.get("reason") or "", priority=stored_priority(f.get("prio")),
+        )
+
+    def scheduled_page(self, queue: str, page: int = 1, per_page: int = 50) -> Pagination:
+        """Soonest due first (ZRANGE by rank: O(log n + page))."""
+        k = self.keys(queue)
+        start = (max(1, page) - 1) * per_page
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zcard(k.scheduled)
+        pipe.zrange(k.scheduled, start, start + per_page - 1, withscores=True)
+        total, entries = pipe.execute()
+        rows = self.rows(queue, [i for i, _ in entries], {i: (s, "") for i, s in entries})
+        return Pagination(rows, per_page, start, total, start + per_page if start + per_page < total else None)
+
+    def pending_page(self, queue: str, page: int = 1, per_page: int = 50) -> Pagination:
+        """Next to run first (the right end of the list)."""
+        start = (max(1, page) - 1) * per_page
+        total, ready = ready_page(self.client, self.keys(queue), start, per_page)
+        rows = self.rows(queue, [i for i, _ in ready])
+        return Pagination(rows, per_page, start, total, start + per_page if start + per_page < total else None)
+
+    def running_page(self, queue: str, page: int = 1, per_page: int = 50) -> Pagination:
+        """Ids in the processing lists of the queue's registered workers (bounded by their prefetch)."""
+        k = self.keys(queue)
+        workers: list[str] = self.client.zrange(k.workers, 0, -1)  # type: ignore[assignment]
+        pipe = self.client.pipeline(transaction=False)
+        for w in workers:
+            pipe.lrange(k.processing(w), 0, -1)
+        held = [(i, w) for w, ids in zip(workers, pipe.execute(), strict=True) for i in reversed(ids)]
+        start = (max(1, page) - 1) * per_page
+        chosen = held[start : start + per_page]
+        rows = self.rows(queue, [i for i, _ in chosen], {i: (None, w) for i, w in chosen})
+        return Pagination(rows, per_page, start, len(held), start + per_page if start + per_page < len(held) else None)
+
+    def task(self, queue: str, task_id: str) -> TaskDetail | None:
+        """Everything stored about one task, or None. A message that does not decode is reported, not raised."""
+        k = self.keys(queue)
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hgetall(k.task(task_id))
+        pipe.zscore(k.dead, task_id)
+        data, dead_score = pipe.execute()
+        if not data:
+            return None
+        detail = TaskDetail(row=self._row(task_id, queue, data), raw_message=data.get("msg", ""), idempotency_key=data.get("idem", ""),
+                            workers=[w for w in data.get("workers", "").split(",") if w],
+                            started_at=to_datetime(data.get("started_at")), finished_at=to_datetime(data.get("finished_at")),
+                            result=data.get("result"), replayed=data.get("replayed", "0") not in ("", "0"),
+                            dead_score=to_datetime(dead_score))
+        try:
+            msg = json.loads(detail.raw_message)
+            if not isinstance(msg, dict):
+                raise ValueError(f"a JSON {type(msg).__name__}, not an object")
+            detail.args, detail.kwargs = msg.get("args", []), msg.get("kwargs", {})
+        except ValueError as exc:
+            detail.message_error = f"the stored message does not decode: {exc}" if detail.raw_message else "no message stored"
+        for e in stored_errors(data.get("errors"), data.get("errors_dropped")):
+            detail.attempts.append(Attempt(e["exc"], e["msg"], e["tb"], to_datetime(e["at"])))
+        return detail
