@@ -121,6 +121,14 @@ class QueueKeys:
         """The marker of periodic schedule ``name`` (kept in its target queue's slot)."""
         return f"{self.prefix}sched:{name}"
 
+    def task_slots(self, path: str) -> str:
+        """The fleet-wide slots of task ``path``'s ``max_running`` (built the same way by lib/limits.lua)."""
+        return f"{self.prefix}slots:{path}"
+
+    def task_blocked(self, path: str) -> str:
+        """The tasks of ``path`` waiting for one of those slots."""
+        return f"{self.prefix}blocked:{path}"
+
     def idem(self, key: str) -> str:
         return f"{self.prefix}idem:{key}"
 

@@ -101,8 +101,8 @@ def ask(pipe: Any, k: QueueKeys) -> None:
 def ask_named(pipe: Any, k: QueueKeys, named: dict[str, str]) -> None:
     """Add, to the second round trip, the reads of the task limits P:limits named (2 replies each)."""
     for name in sorted(named):
-        pipe.zcard(f"{k.prefix}slots:{name}")
-        pipe.llen(f"{k.prefix}blocked:{name}")
+        pipe.zcard(k.task_slots(name))
+        pipe.llen(k.task_blocked(name))
 
 
 def states(queue_max: int, asked: list[Any], named_replies: list[Any]) -> tuple[int, list[LimitState]]:

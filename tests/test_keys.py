@@ -16,7 +16,9 @@ def hash_slot_tag(key: str) -> str:
 def test_every_key_of_a_queue_shares_its_hash_tag():
     k = QueueKeys("emails")
     names = [k.pending, k.scheduled, k.dead, k.workers, k.cancels, k.processing("w"), k.worker_info("w"),
-             k.task("id"), k.status("id"), k.idem("order-{1}"), k.counter("processed"), k.counter("failed", 5)]
+             k.task("id"), k.status("id"), k.idem("order-{1}"), k.counter("processed"), k.counter("failed", 5),
+             k.paused, k.prioritized, k.prioseq, k.slots, k.blocked, k.rate, k.limits,
+             k.task_slots("shop.tasks.report"), k.task_blocked("shop.tasks.report")]
     assert {hash_slot_tag(n) for n in names} == {"emails"}
     assert all(n.startswith(k.prefix) for n in names)
 
@@ -37,4 +39,5 @@ def test_no_key_literal_outside_keys_py():
 def test_only_the_storage_modules_run_scripts():
     pattern = r"from \.+ import scripts|from \.?scripts import|django_redisq\.scripts"
     importers = {p.name for p in PKG.rglob("*.py") if re.search(pattern, p.read_text())}
-    assert "broker.py" in importers and importers <= {"broker.py", "abroker.py", "inspect.py", "operations.py"}  # abroker: its async twin
+    # abroker.py: broker's async twin; inspect_tasks.py: the scan of inspect.py's Inspector
+    assert "broker.py" in importers and importers <= {"broker.py", "abroker.py", "inspect.py", "inspect_tasks.py", "operations.py"}

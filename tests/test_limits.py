@@ -64,7 +64,7 @@ def test_a_limit_of_3_across_three_workers_never_sees_a_fourth(r, run_worker_pro
         w.proc.send_signal(signal.SIGTERM)
     peak = most_at_once(r)
     assert peak == 3, f"{peak} ran at once (limit 3, 9 threads)"
-    assert r.zcard(keys().prefix + "slots:" + PATH) == 0 and r.llen(keys().prefix + "blocked:" + PATH) == 0
+    assert r.zcard(keys().task_slots(PATH)) == 0 and r.llen(keys().task_blocked(PATH)) == 0
     assert all(int(tasks.limited.get_result(x.id).attempts) == 1 for x in results)  # waiting is not an attempt
 
 
@@ -72,7 +72,7 @@ def test_a_limit_of_3_across_three_workers_never_sees_a_fourth(r, run_worker_pro
 def test_a_sigkilled_worker_frees_its_slots_after_the_reap(r, run_worker_process):
     results = tasks.limited.enqueue_many([([f"k{i}"], {"seconds": 1.5}) for i in range(9)])
     victim = run_worker_process("default", "--concurrency", "3", "--name", "victim")
-    slots = keys().prefix + "slots:" + PATH
+    slots = keys().task_slots(PATH)
     assert wait_for(lambda: r.zcard(slots) == 3, timeout=20)
     held = set(r.zrange(slots, 0, -1))
     victim.proc.send_signal(signal.SIGKILL)
@@ -86,7 +86,7 @@ def test_a_sigkilled_worker_frees_its_slots_after_the_reap(r, run_worker_process
         assert where_is(r, x.id) == ["finished"]
     killed = {tasks.limited.get_result(i).args[0] for i in held}
     assert most_at_once(r, dict.fromkeys(killed, killed_at)) <= 3
-    assert r.zcard(slots) == 0 and r.llen(keys().prefix + "blocked:" + PATH) == 0  # no slot leaked
+    assert r.zcard(slots) == 0 and r.llen(keys().task_blocked(PATH)) == 0  # no slot leaked
 
 
 @pytest.mark.slow

@@ -29,11 +29,11 @@ def codes(broker, n=10, worker="w1"):
 
 
 def slots(r):
-    return set(r.zrange(keys().prefix + "slots:" + PATH, 0, -1))
+    return set(r.zrange(keys().task_slots(PATH), 0, -1))
 
 
 def blocked(r):
-    return r.lrange(keys().prefix + "blocked:" + PATH, 0, -1)
+    return r.lrange(keys().task_blocked(PATH), 0, -1)
 
 
 def test_over_the_limit_waits_in_redis_unclaimed(r, broker):
