@@ -172,6 +172,7 @@ class Config:
     })
     sequence: list[str] = field(default_factory=list)  # faults in this order (cycled) instead of at random
     kinds: dict[str, float] = field(default_factory=lambda: dict(KINDS))  # the task mix
+    priorities: tuple[int, ...] = PRIORITIES  # drawn for the quick, flaky and limited tasks
     workdir: str = ""
     keep: bool = False  # keep the run directory (logs, AOF) after a passing run
 
@@ -723,7 +724,7 @@ def produce(argv: list[str]) -> None:
         n = args.index * 10_000_000 + i
         kind = rng.choices(kinds, weights)[0]
         extra = ""
-        prio = rng.choice(PRIORITIES)  # a mix: most at the default, some above and below it
+        prio = rng.choice(cfg.priorities)  # a mix: most at the default, some below it
         if kind == "quick":
             result = enqueue(lambda n=n, p=prio: ct.chaos_quick.using(priority=p).enqueue(n))
         elif kind == "slow":
