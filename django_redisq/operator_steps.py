@@ -26,7 +26,9 @@ CANCEL_SCAN = 200_000
 """Pending entries one cancel.lua call may walk to find the ids it removes (a few ms of Redis time)."""
 
 
-class OperatorSteps:
+class BrokerPart:
+    """What a part of ``Broker`` (these steps, schedule_steps.py's) uses of the whole; for the type checker only."""
+
     if TYPE_CHECKING:  # provided by Broker, which these steps are part of
         options: Options
 
@@ -37,6 +39,9 @@ class OperatorSteps:
 
         def _script(self, name: str) -> Callable[..., Any]: ...
 
+
+
+class OperatorSteps(BrokerPart):
     # -- operator actions -----------------------------------------------
 
     def replay(self, queue: str, ids: Sequence[str]) -> int:

@@ -6,28 +6,14 @@ Part of ``Broker`` (``class Broker(OperatorSteps, ScheduleSteps)``); the schedul
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
-if TYPE_CHECKING:
-    import redis
-
-    from .conf import Options
-    from .keys import QueueKeys
+from .operator_steps import BrokerPart
 
 
-class ScheduleSteps:
-    if TYPE_CHECKING:  # provided by Broker, which these steps are part of
-        options: Options
-
-        @property
-        def client(self) -> redis.Redis: ...
-
-        def keys(self, queue: str) -> QueueKeys: ...
-
-        def _script(self, name: str) -> Callable[..., Any]: ...
-
+class ScheduleSteps(BrokerPart):
     # -- periodic schedules ---------------------------------------------
 
     def schedule_markers(self, schedules: Sequence[tuple[str, str]]) -> list[dict[str, str]]:

@@ -124,7 +124,8 @@ local function admit(prefix, q, now, id, tkey, path, maxr, rate, reserved, qmax,
   if tm and full(prefix, tslots, tm) then wait = prefix .. 'blocked:' .. path
   elseif qm and full(prefix, q.slots, qm) then wait = q.blocked end
   if wait then
-    if redis.call('TYPE', wait)['ok'] ~= 'list' and redis.call('TYPE', wait)['ok'] ~= 'none' then redis.call('DEL', wait) end
+    local kind = redis.call('TYPE', wait)['ok']
+    if kind ~= 'list' and kind ~= 'none' then redis.call('DEL', wait) end  -- not ours: nothing waits in it
     redis.call('LPUSH', wait, id)
     redis.call('HSET', tkey, 'state', 'pending')
     redis.call('HDEL', tkey, 'rl')  -- it asks the rate limit again once a slot frees
