@@ -3,7 +3,7 @@
 Django's ``BaseTaskBackend`` makes the ``a``-methods ``sync_to_async`` wrappers:
 every call from an ASGI view hops to the one thread-sensitive executor thread and
 back, so concurrent views queue behind each other there. Here they speak
-``redis.asyncio`` on the caller's own loop (``aconnection.py``) and send what the
+Redis on the caller's own loop (``aconnection.py``, ``achannel.py``) and send what the
 sync path sends: the KEYS and ARGV of enqueue.lua and the HGETALLs of
 ``get_task`` come from ``Broker.enqueue_call`` / ``Broker.task_hashes``, their
 replies are read by ``Broker.enqueued`` / ``Broker.found_task`` (and the result
@@ -31,7 +31,7 @@ from typing import Any
 from redis.exceptions import NoScriptError
 
 from . import scripts
-from .aconnection import LoopPools, get_client
+from .aconnection import LoopPools, get_link
 from .broker import Broker, Enqueued, NewTask, _wire
 from .compat import LOOP_SAFE_RECEIVERS, TaskResult, task_enqueued
 
@@ -71,14 +71,14 @@ class AsyncBroker:
         self.options = broker.options
 
     async def _script(self, name: str, keys: Sequence[Any], args: Sequence[Any]) -> Any:
-        """EVALSHA on the running loop's pool; after NOSCRIPT (a restart, SCRIPT FLUSH) load it and run it again."""
-        client, _ = await get_client(self.options)
+        """EVALSHA on the running loop's link; after NOSCRIPT (a restart, SCRIPT FLUSH) load it and run it again."""
+        link, _ = await get_link(self.options)
         wire = [_wire(k) for k in keys] + [_wire(a) for a in args]
         try:
-            return await client.execute_command("EVALSHA", _sha(name), len(keys), *wire)
+            return await link.execute("EVALSHA", _sha(name), len(keys), *wire)
         except NoScriptError:
-            await client.script_load(scripts.source(name))
-            return await client.execute_command("EVALSHA", _sha(name), len(keys), *wire)
+            await link.execute("SCRIPT", "LOAD", scripts.source(name))
+            return await link.execute("EVALSHA", _sha(name), len(keys), *wire)
 
     async def _enqueue_now(self, queue: str, items: Sequence[Item]) -> list[Enqueued]:
         keys, argv = self.broker.enqueue_call(queue, items)
@@ -86,7 +86,7 @@ class AsyncBroker:
 
     async def enqueue(self, queue: str, items: Sequence[Item]) -> list[Enqueued]:
         """``Broker.enqueue``, awaited: the same script, arguments and reading of its reply (see Group commit)."""
-        _, pools = await get_client(self.options)
+        _, pools = await get_link(self.options)
         batch = self._batch(pools, queue)
         if batch.busy:
             waiter: asyncio.Future[list[Enqueued]] = asyncio.get_running_loop().create_future()
@@ -144,17 +144,14 @@ class AsyncBroker:
             self._next(batch, queue)
 
     async def get_task(self, task_id: str, queues: Sequence[str]) -> tuple[str, dict[str, str]] | None:
-        """``Broker.get_task``, awaited: one HGETALL per queue in one round trip."""
-        client, _ = await get_client(self.options)
+        """``Broker.get_task``, awaited: one HGETALL per queue, all in one round trip."""
+        link, _ = await get_link(self.options)
         hashes = self.broker.task_hashes(task_id, queues)
         if len(hashes) == 1:
-            replies = [await client.hgetall(hashes[0])]
-        else:
-            pipe = client.pipeline(transaction=False)
-            for key in hashes:
-                pipe.hgetall(key)
-            replies = await pipe.execute()
-        return self.broker.found_task(queues, replies)
+            flat = [await link.execute("HGETALL", _wire(hashes[0]))]
+        else:  # sent back to back on the one socket: pipelined
+            flat = await asyncio.gather(*(link.execute("HGETALL", _wire(key)) for key in hashes))
+        return self.broker.found_task(queues, [dict(zip(f[::2], f[1::2], strict=True)) for f in flat])
 
 
 async def send_enqueued(sender: type[Any], result: TaskResult) -> None:

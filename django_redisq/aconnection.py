@@ -1,14 +1,15 @@
-"""asyncio Redis clients: one pool per event loop, connected as ``connection.py``'s.
+"""asyncio Redis connections: one link per event loop and Redis, connected as ``connection.py``'s pools are.
 
 An asyncio connection belongs to the loop that opened it, so each event loop
-has its own pool per Redis target, built from the same settings as the sync
+has its own link (achannel.py: one pipelined socket) per Redis target, opened
+by a ``redis.asyncio`` pool built from the same settings as the sync
 pools (``connection.pool_kwargs``: URL, cache alias or embedded unix socket,
-TLS, password, timeouts, retries, RESP2, ``str`` replies). A loop's pools are
+TLS, password, timeouts, retries, RESP2, ``str`` replies). A loop's links are
 closed when it shuts its async generators down, which ``asyncio.run``, asgiref's
 ``async_to_sync`` and the ASGI servers do before closing a loop; one closed
-without that is forgotten the next time a pool is made (its sockets close when
-collected). Nothing here starts a thread, and ``get_client`` on a loop that has
-its pool is a dictionary lookup.
+without that is forgotten the next time a link is made (its sockets close when
+collected). Nothing here starts a thread, and ``get_link`` on a loop that has
+its link is a dictionary lookup.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from django.core.exceptions import ImproperlyConfigured
 from redis.asyncio.retry import Retry as AsyncRetry
 
 from . import connection
+from .achannel import Link
 from .conf import Options
 
 try:
@@ -104,9 +106,9 @@ def async_pool_kwargs(options: Options) -> dict[str, Any]:
 
 @dataclass
 class LoopPools:
-    """What one event loop holds: its clients, per-loop state of their users, the generator that closes them."""
+    """What one event loop holds: its links (achannel.py) per Redis, per-loop state of their users, the generator that closes them."""
 
-    clients: dict[tuple[Any, ...], aioredis.Redis] = field(default_factory=dict)
+    links: dict[tuple[Any, ...], Link] = field(default_factory=dict)
     state: dict[Any, Any] = field(default_factory=dict)  # e.g. abroker's enqueue batches, per queue
     keeper: AsyncIterator[None] | None = None
 
@@ -116,26 +118,26 @@ _loops: dict[asyncio.AbstractEventLoop, LoopPools] = {}
 
 
 async def _close_with_loop(loop: asyncio.AbstractEventLoop, pools: LoopPools) -> AsyncIterator[None]:
-    """Suspended for the loop's life; ``loop.shutdown_asyncgens()`` resumes it to close the loop's pools."""
+    """Suspended for the loop's life; ``loop.shutdown_asyncgens()`` resumes it to close the loop's links."""
     try:
         yield
     finally:
         with _lock:
             if _loops.get(loop) is pools:
                 del _loops[loop]
-        for client in list(pools.clients.values()):
-            await client.connection_pool.disconnect()
+        for link in list(pools.links.values()):
+            await link.aclose()
 
 
-async def get_client(options: Options) -> tuple[aioredis.Redis, LoopPools]:
-    """The running loop's client for the options' Redis (its own pool, made on first use), and the loop's holdings."""
+async def get_link(options: Options) -> tuple[Link, LoopPools]:
+    """The running loop's link to the options' Redis (made on first use), and the loop's holdings."""
     loop = asyncio.get_running_loop()
     key = connection.target(options)
     pools = _loops.get(loop)
     if pools is not None:
-        client = pools.clients.get(key)
-        if client is not None:
-            return client, pools
+        link = pools.links.get(key)
+        if link is not None:
+            return link, pools
     kwargs = async_pool_kwargs(options)  # may start the embedded server (once per process)
     with _lock:
         for old in [lp for lp in _loops if lp.is_closed()]:  # closed without shutting its generators down
@@ -143,32 +145,32 @@ async def get_client(options: Options) -> tuple[aioredis.Redis, LoopPools]:
         pools = _loops.get(loop)
         if pools is None:
             pools = _loops[loop] = LoopPools()
-        client = pools.clients.get(key)
-        if client is None:
-            client = pools.clients[key] = aioredis.Redis(connection_pool=aioredis.ConnectionPool(**kwargs))
+        link = pools.links.get(key)
+        if link is None:
+            link = pools.links[key] = Link(aioredis.ConnectionPool(**kwargs))
     if pools.keeper is None:
         pools.keeper = _close_with_loop(loop, pools)
         await pools.keeper.__anext__()  # its first step registers it with the loop (sys.set_asyncgen_hooks)
-    return client, pools
+    return link, pools
 
 
-def pools_of(loop: asyncio.AbstractEventLoop) -> list[aioredis.ConnectionPool]:
-    """The pools made for ``loop`` (tests and introspection)."""
+def links_of(loop: asyncio.AbstractEventLoop) -> list[Link]:
+    """The links made for ``loop`` (tests and introspection)."""
     pools = _loops.get(loop)
-    return [c.connection_pool for c in pools.clients.values()] if pools else []
+    return list(pools.links.values()) if pools else []
 
 
 async def aclose() -> None:
-    """Close the running loop's pools now (an ASGI lifespan shutdown may call it); the next call opens new ones."""
+    """Close the running loop's links now (an ASGI lifespan shutdown may call it); the next call opens new ones."""
     loop = asyncio.get_running_loop()
     with _lock:
         pools = _loops.pop(loop, None)
     if pools is not None:
-        for client in pools.clients.values():
-            await client.connection_pool.disconnect()
+        for link in pools.links.values():
+            await link.aclose()
 
 
 def forget() -> None:
-    """Drop every loop's pools without touching their sockets (``connection.reset``; a loop may be gone)."""
+    """Drop every loop's links without touching their sockets (``connection.reset``; a loop may be gone)."""
     with _lock:
         _loops.clear()

@@ -15,7 +15,7 @@ from asgiref.sync import async_to_sync
 from django.test import override_settings
 from django.utils import timezone
 
-from django_redisq import aconnection, connection
+from django_redisq import achannel, aconnection, connection
 from django_redisq.compat import BaseTaskBackend, TaskResult, TaskResultDoesNotExist, TaskResultStatus, task_backends, task_enqueued
 from django_redisq.conf import get_options
 from django_redisq.testing import RedisServer
@@ -146,22 +146,18 @@ def test_aenqueue_many(r):
 # -- the event loop: no thread, one pool per loop ------------------------------------------
 
 
-class Recording(aconnection.Connection):
-    """An asyncio connection that notes the thread and the running loop of every command it sends."""
-
-    seen: list[tuple[int, asyncio.AbstractEventLoop, bytes]] = []
-
-    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
-        first = command[0] if isinstance(command, (list, tuple)) else command
-        Recording.seen.append((threading.get_ident(), asyncio.get_running_loop(), bytes(first)[:40]))
-        await super().send_packed_command(command, check_health)
-
-
 @pytest.fixture
 def recording(monkeypatch, fresh_pools):
-    Recording.seen = []
-    monkeypatch.setitem(aconnection.ASYNC_CONNECTIONS, redis.Connection, Recording)
-    return Recording.seen
+    """Every command the loop's channel sends, with the thread and the running loop it was sent from."""
+    seen: list[tuple[int, asyncio.AbstractEventLoop, bytes]] = []
+    send = achannel.Channel.call
+
+    async def call(self: achannel.Channel, args: Any) -> Any:
+        seen.append((threading.get_ident(), asyncio.get_running_loop(), str(args[0]).encode()))
+        return await send(self, args)
+
+    monkeypatch.setattr(achannel.Channel, "call", call)
+    return seen
 
 
 def test_aenqueue_and_aget_result_run_on_the_callers_loop_and_thread(r, recording):
@@ -205,12 +201,13 @@ def test_only_the_frameworks_log_receiver_stays_on_the_loop(r):
         task_enqueued.disconnect(sync_receiver)
 
 
-def test_each_loop_has_its_own_pool_and_a_closed_loops_pool_is_closed_and_never_reused(r, fresh_pools):
+def test_each_loop_has_its_own_link_and_a_closed_loops_link_is_closed_and_never_reused(r, fresh_pools):
     async def use() -> tuple[asyncio.AbstractEventLoop, Any]:
         await tasks.noop.aenqueue(1)
         loop = asyncio.get_running_loop()
-        (pool,) = aconnection.pools_of(loop)
-        return loop, pool
+        (link,) = aconnection.links_of(loop)
+        assert link.connected
+        return loop, link
 
     found: dict[str, Any] = {}
 
@@ -222,13 +219,13 @@ def test_each_loop_has_its_own_pool_and_a_closed_loops_pool_is_closed_and_never_
         t.start()
     for t in threads:
         t.join(30)
-    loop_c, pool_c = asyncio.run(use())
-    pools = [found["a"][1], found["b"][1], pool_c]
-    assert len({id(p) for p in pools}) == 3 and r.llen(keys().pending) == 3
-    for loop, pool in (found["a"], found["b"], (loop_c, pool_c)):
-        assert loop.is_closed() and aconnection.pools_of(loop) == []
-        assert not any(c.is_connected for c in pool._available_connections)  # closed with its loop
-    assert async_to_sync(use)()[1] not in pools  # asgiref's loop per call (an async view under WSGI) too
+    loop_c, link_c = asyncio.run(use())
+    links = [found["a"][1], found["b"][1], link_c]
+    assert len({id(p) for p in links}) == 3 and r.llen(keys().pending) == 3
+    for loop, link in (found["a"], found["b"], (loop_c, link_c)):
+        assert loop.is_closed() and aconnection.links_of(loop) == []
+        assert not link.connected  # closed with its loop
+    assert async_to_sync(use)()[1] not in links  # asgiref's loop per call (an async view under WSGI) too
 
 
 def test_a_loop_closed_without_shutting_down_is_forgotten(r, fresh_pools):
@@ -236,7 +233,7 @@ def test_a_loop_closed_without_shutting_down_is_forgotten(r, fresh_pools):
     loop.run_until_complete(tasks.noop.aenqueue(1))
     loop.close()  # no shutdown_asyncgens: its pools were not closed
     asyncio.run(tasks.noop.aenqueue(2))
-    assert aconnection.pools_of(loop) == [] and r.llen(keys().pending) == 2
+    assert aconnection.links_of(loop) == [] and r.llen(keys().pending) == 2
 
 
 # -- failures --------------------------------------------------------------------------------
@@ -320,18 +317,19 @@ def test_embedded(tmp_path, make_worker, fresh_pools):
             connection.reset()
 
 
-def test_aclose_closes_the_running_loops_pools_and_the_next_call_opens_new_ones(r, fresh_pools):
+def test_aclose_closes_the_running_loops_links_and_the_next_call_opens_new_ones(r, fresh_pools):
     async def run() -> tuple[Any, Any]:
         await tasks.noop.aenqueue(1)
-        (before,) = aconnection.pools_of(asyncio.get_running_loop())
+        (before,) = aconnection.links_of(asyncio.get_running_loop())
         await aconnection.aclose()
-        assert aconnection.pools_of(asyncio.get_running_loop()) == []
+        assert aconnection.links_of(asyncio.get_running_loop()) == []
         await tasks.noop.aenqueue(2)
-        (after,) = aconnection.pools_of(asyncio.get_running_loop())
+        (after,) = aconnection.links_of(asyncio.get_running_loop())
+        assert after.connected and not before.connected
         return before, after
 
     before, after = asyncio.run(run())
-    assert before is not after and not any(c.is_connected for c in before._available_connections)
+    assert before is not after and not after.connected  # closed with the loop
     assert r.llen(keys().pending) == 2
 
 

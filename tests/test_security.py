@@ -276,6 +276,28 @@ def test_rediss_with_password_works(tls_server, use_url, make_worker):
     round_trip(make_worker)
 
 
+def test_aenqueue_and_aget_result_over_tls_with_an_acl_user(tls_server, use_url, make_worker):
+    """The event loop's channel takes over a socket redis.asyncio opened: TLS handshake and AUTH included."""
+    import asyncio
+
+    server, tls_port, d = tls_server
+    flush(server)
+    use_url(url_for(server, f"alice:{ALICE_PW}", "rediss", tls_port, f"?ssl_ca_certs={d / 'ca.crt'}"))
+
+    async def enqueue() -> str:
+        results = await asyncio.gather(*(tasks.add.aenqueue(i, i) for i in range(20)))
+        return results[-1].id
+
+    last = asyncio.run(enqueue())
+    assert make_worker().run() == 20
+
+    async def read() -> tuple[object, object]:
+        result = await tasks.add.aget_result(last)
+        return result.status, result.return_value
+
+    assert asyncio.run(read()) == (TaskResultStatus.SUCCESSFUL, 38)
+
+
 def test_runworker_over_tls_with_an_acl_user(tls_server, r):
     server, tls_port, d = tls_server
     flush(server)
