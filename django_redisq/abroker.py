@@ -31,6 +31,7 @@ from typing import Any
 from redis.exceptions import NoScriptError
 
 from . import scripts
+from .achannel import Link
 from .aconnection import LoopPools, get_link
 from .broker import Broker, Enqueued, NewTask, _wire
 from .compat import LOOP_SAFE_RECEIVERS, TaskResult, task_enqueued
@@ -69,10 +70,12 @@ class AsyncBroker:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.options = broker.options
+        self._batch_keys: dict[str, tuple[str, ...]] = {}
 
-    async def _script(self, name: str, keys: Sequence[Any], args: Sequence[Any]) -> Any:
+    async def _script(self, name: str, keys: Sequence[Any], args: Sequence[Any], link: Link | None = None) -> Any:
         """EVALSHA on the running loop's link; after NOSCRIPT (a restart, SCRIPT FLUSH) load it and run it again."""
-        link, _ = await get_link(self.options)
+        if link is None:
+            link, _ = await get_link(self.options)
         wire = [_wire(k) for k in keys] + [_wire(a) for a in args]
         try:
             return await link.execute("EVALSHA", _sha(name), len(keys), *wire)
@@ -80,13 +83,13 @@ class AsyncBroker:
             await link.execute("SCRIPT", "LOAD", scripts.source(name))
             return await link.execute("EVALSHA", _sha(name), len(keys), *wire)
 
-    async def _enqueue_now(self, queue: str, items: Sequence[Item]) -> list[Enqueued]:
+    async def _enqueue_now(self, queue: str, items: Sequence[Item], link: Link) -> list[Enqueued]:
         keys, argv = self.broker.enqueue_call(queue, items)
-        return self.broker.enqueued(items, await self._script("enqueue", keys, argv))
+        return self.broker.enqueued(items, await self._script("enqueue", keys, argv, link))
 
     async def enqueue(self, queue: str, items: Sequence[Item]) -> list[Enqueued]:
         """``Broker.enqueue``, awaited: the same script, arguments and reading of its reply (see Group commit)."""
-        _, pools = await get_link(self.options)
+        link, pools = await get_link(self.options)
         batch = self._batch(pools, queue)
         if batch.busy:
             waiter: asyncio.Future[list[Enqueued]] = asyncio.get_running_loop().create_future()
@@ -94,20 +97,25 @@ class AsyncBroker:
             return await waiter
         batch.busy = True
         try:
-            return await self._enqueue_now(queue, items)
+            return await self._enqueue_now(queue, items, link)
         finally:
-            self._next(batch, queue)
+            self._next(batch, queue, link)
 
     def _batch(self, pools: LoopPools, queue: str) -> _Batch:
-        k = self.broker.keys(queue)
-        key = ("enqueue", k.pending, k.scheduled, k.prefix)  # one script call can serve exactly these
+        key = self._batch_keys.get(queue)
+        if key is None:
+            k = self.broker.keys(queue)
+            key = self._batch_keys[queue] = ("enqueue", k.pending, k.scheduled, k.prefix)  # one script call serves exactly these
         found = pools.state.get(key)
         if found is None:
             found = pools.state[key] = _Batch()
         return found
 
-    def _next(self, batch: _Batch, queue: str) -> None:
+    def _next(self, batch: _Batch, queue: str, link: Link) -> None:
         """After a round trip: send everything that waited meanwhile (up to the limits) as one, or go idle."""
+        if not batch.waiting:
+            batch.busy = False
+            return
         live = [(items, w) for items, w in batch.waiting if not w.done()]  # a cancelled caller's tasks are not sent
         if not live:
             batch.waiting.clear()
@@ -119,13 +127,13 @@ class AsyncBroker:
                 break
             take, count, size = take + 1, count + len(items), size + sum(len(i[1]) for i in items)
         group, batch.waiting = live[:take], live[take:]
-        flush = asyncio.get_running_loop().create_task(self._flush(batch, queue, group))
+        flush = asyncio.get_running_loop().create_task(self._flush(batch, queue, group, link))
         batch.flushes.add(flush)
         flush.add_done_callback(batch.flushes.discard)
 
-    async def _flush(self, batch: _Batch, queue: str, group: list[tuple[Sequence[Item], asyncio.Future[list[Enqueued]]]]) -> None:
+    async def _flush(self, batch: _Batch, queue: str, group: list[tuple[Sequence[Item], asyncio.Future[list[Enqueued]]]], link: Link) -> None:
         try:
-            out = await self._enqueue_now(queue, [item for items, _ in group for item in items])
+            out = await self._enqueue_now(queue, [item for items, _ in group for item in items], link)
         except asyncio.CancelledError:
             for _, waiter in group:
                 waiter.cancel()
@@ -141,7 +149,7 @@ class AsyncBroker:
                     waiter.set_result(out[at : at + len(items)])
                 at += len(items)
         finally:
-            self._next(batch, queue)
+            self._next(batch, queue, link)
 
     async def get_task(self, task_id: str, queues: Sequence[str]) -> tuple[str, dict[str, str]] | None:
         """``Broker.get_task``, awaited: one HGETALL per queue, all in one round trip."""

@@ -66,8 +66,7 @@ class Channel(asyncio.Protocol):
     # -- the protocol ------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        self._transport = transport  # type: ignore[assignment]  # uvloop's transports are not asyncio.Transport subclasses
 
     def data_received(self, data: bytes) -> None:
         reader, waiting = self._reader, self._waiting

@@ -28,6 +28,7 @@ from .durations import MAX_NAMES, TTL_MS, triples
 from .exceptions import Fenced, LeaseLost, QueuePaused, TaskCancelled
 from .keys import QueueKeys
 from .limits import rate_spec
+from .line import line_for
 from .operator_steps import OperatorSteps
 from .schedule_steps import ScheduleSteps
 
@@ -158,7 +159,7 @@ class Broker(OperatorSteps, ScheduleSteps):
         call = self._scripts.get(name)
         if call is None:
             script = self.client.register_script(scripts.source(name))
-            execute = self.client.execute_command
+            execute = line_for(self.client)  # line.py: without execute_command's per-call wrappers
 
             def call(keys: Sequence[Any], args: Sequence[Any], client: Any = None, _script: Script = script) -> Any:
                 keys, args = [_wire(k) for k in keys], [_wire(a) for a in args]

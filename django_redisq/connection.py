@@ -206,10 +206,11 @@ def _scrub(text: str) -> str:
 
 def reset() -> None:
     """Forget cached clients, the asyncio ones included (tests, and after settings change)."""
-    from . import aconnection
+    from . import aconnection, line
 
     with _lock:
         for client in _clients.values():
             client.connection_pool.disconnect()
         _clients.clear()
+    line.close_all()
     aconnection.forget()

@@ -38,12 +38,17 @@ def link_to(url: str, **kwargs: object) -> Link:
     return Link(aioredis.ConnectionPool.from_url(url, decode_responses=True, encoding_errors="surrogateescape", protocol=2, **kwargs))
 
 
-def run(coro):  # type: ignore[no-untyped-def]
-    return asyncio.run(coro)
+@pytest.fixture(params=["asyncio", "uvloop"])
+def run(request):  # type: ignore[no-untyped-def]
+    """Run a coroutine on the stock event loop, and on uvloop (uvicorn's when installed): its transports differ."""
+    if request.param == "uvloop":
+        uvloop = pytest.importorskip("uvloop")
+        return uvloop.run
+    return asyncio.run
 
 
 @pytest.mark.parametrize("takes_socket", [True, False], ids=["channel", "client-fallback"])
-def test_concurrent_calls_share_one_socket_and_each_gets_its_own_reply(r, redis_url, takes_socket):
+def test_concurrent_calls_share_one_socket_and_each_gets_its_own_reply(r, redis_url, takes_socket, run):
     async def calls() -> tuple[list[object], int, object, object]:
         link = link_to(redis_url)
         link.takes_socket = takes_socket
@@ -61,7 +66,7 @@ def test_concurrent_calls_share_one_socket_and_each_gets_its_own_reply(r, redis_
         assert clients == 1
 
 
-def test_error_replies_raise_redis_pys_classes_and_the_next_call_is_in_step(r, redis_url):
+def test_error_replies_raise_redis_pys_classes_and_the_next_call_is_in_step(r, redis_url, run):
     async def calls() -> str:
         link = link_to(redis_url)
         with pytest.raises(NoScriptError):
@@ -76,7 +81,7 @@ def test_error_replies_raise_redis_pys_classes_and_the_next_call_is_in_step(r, r
     assert run(calls()) == "x"
 
 
-def test_a_cancelled_caller_leaves_the_replies_in_step(r, redis_url):
+def test_a_cancelled_caller_leaves_the_replies_in_step(r, redis_url, run):
     async def calls() -> list[object]:
         link = link_to(redis_url)
         slow = asyncio.ensure_future(link.execute("BLPOP", "nothing", "0.3"))
@@ -89,7 +94,7 @@ def test_a_cancelled_caller_leaves_the_replies_in_step(r, redis_url):
     assert run(calls()) == ["mine", 1]  # not the BLPOP's nil, which came first
 
 
-def test_a_killed_connection_is_reopened_and_the_call_sent_again(own_server):
+def test_a_killed_connection_is_reopened_and_the_call_sent_again(own_server, run):
     plain = redis.Redis.from_url(own_server.url, decode_responses=True)
 
     async def calls() -> tuple[object, object]:
@@ -112,7 +117,7 @@ def test_a_killed_connection_is_reopened_and_the_call_sent_again(own_server):
     plain.close()
 
 
-def test_a_frozen_server_fails_the_wait_after_socket_timeout_then_serves_again(own_server):
+def test_a_frozen_server_fails_the_wait_after_socket_timeout_then_serves_again(own_server, run):
     pid = own_server.proc.pid
 
     async def calls() -> tuple[float, object]:
@@ -135,7 +140,7 @@ def test_a_frozen_server_fails_the_wait_after_socket_timeout_then_serves_again(o
     assert 0.25 <= waited < 1.5 and back == "PONG"
 
 
-def test_big_writes_go_whole_under_flow_control(r, redis_url):
+def test_big_writes_go_whole_under_flow_control(r, redis_url, run):
     big = "x" * (8 << 20)
 
     async def calls() -> list[object]:
@@ -148,7 +153,7 @@ def test_big_writes_go_whole_under_flow_control(r, redis_url):
     assert run(calls()) == [8 << 20] * 4
 
 
-def test_a_closed_link_fails_its_waiting_calls_with_connection_error(r, redis_url):
+def test_a_closed_link_fails_its_waiting_calls_with_connection_error(r, redis_url, run):
     async def calls() -> None:
         link = link_to(redis_url)
         waiting = asyncio.ensure_future(link.execute("BLPOP", "nothing", "5"))

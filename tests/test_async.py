@@ -351,3 +351,19 @@ def test_a_call_cancelled_before_its_batch_is_sent_is_not_enqueued(r):
     asyncio.run(run())
     stored = [json.loads(r.hget(keys().task(i), "msg"))["args"] for i in reversed(r.lrange(keys().pending, 0, -1))]
     assert stored == [[0], [1], [3]]
+
+
+def test_aenqueue_and_aget_result_on_uvloop(r, make_worker):
+    """uvicorn runs on uvloop when it is installed: its transports are not asyncio's classes."""
+    uvloop = pytest.importorskip("uvloop")
+
+    async def enqueue() -> list[TaskResult]:
+        return list(await asyncio.gather(*(tasks.add.aenqueue(i, 1) for i in range(30))))
+
+    results = uvloop.run(enqueue())
+    assert make_worker().run() == 30
+
+    async def read() -> list[Any]:
+        return [(await tasks.add.aget_result(x.id)).return_value for x in results]
+
+    assert uvloop.run(read()) == [i + 1 for i in range(30)]
