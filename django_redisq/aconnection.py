@@ -25,7 +25,7 @@ import redis.asyncio as aioredis
 from django.core.exceptions import ImproperlyConfigured
 from redis.asyncio.retry import Retry as AsyncRetry
 
-from . import connection
+from . import connection, topology
 from .conf import Options
 
 try:
@@ -124,7 +124,7 @@ async def _close_with_loop(loop: asyncio.AbstractEventLoop, pools: LoopPools) ->
             if _loops.get(loop) is pools:
                 del _loops[loop]
         for client in list(pools.clients.values()):
-            await client.connection_pool.disconnect()
+            await topology.aclose(client)
 
 
 async def get_client(options: Options) -> tuple[aioredis.Redis, LoopPools]:
@@ -136,7 +136,10 @@ async def get_client(options: Options) -> tuple[aioredis.Redis, LoopPools]:
         client = pools.clients.get(key)
         if client is not None:
             return client, pools
-    kwargs = async_pool_kwargs(options)  # may start the embedded server (once per process)
+    if topology.kind(options) == "single":  # one server's pool: connection classes twinned, settings checked
+        kwargs, settings = async_pool_kwargs(options), {}  # may start the embedded server (once per process)
+    else:  # a cluster or sentinel client builds its own pools from the same settings
+        kwargs, settings = {}, {**connection.pool_kwargs(options), "retry": AsyncRetry(*connection.retry_policy())}
     with _lock:
         for old in [lp for lp in _loops if lp.is_closed()]:  # closed without shutting its generators down
             del _loops[old]
@@ -145,7 +148,7 @@ async def get_client(options: Options) -> tuple[aioredis.Redis, LoopPools]:
             pools = _loops[loop] = LoopPools()
         client = pools.clients.get(key)
         if client is None:
-            client = pools.clients[key] = aioredis.Redis(connection_pool=aioredis.ConnectionPool(**kwargs))
+            client = pools.clients[key] = topology.async_client(options, settings, kwargs)
     if pools.keeper is None:
         pools.keeper = _close_with_loop(loop, pools)
         await pools.keeper.__anext__()  # its first step registers it with the loop (sys.set_asyncgen_hooks)
@@ -153,9 +156,9 @@ async def get_client(options: Options) -> tuple[aioredis.Redis, LoopPools]:
 
 
 def pools_of(loop: asyncio.AbstractEventLoop) -> list[aioredis.ConnectionPool]:
-    """The pools made for ``loop`` (tests and introspection)."""
+    """The pools made for ``loop`` (tests and introspection; a cluster client has one per node, not listed)."""
     pools = _loops.get(loop)
-    return [c.connection_pool for c in pools.clients.values()] if pools else []
+    return [c.connection_pool for c in pools.clients.values() if hasattr(c, "connection_pool")] if pools else []
 
 
 async def aclose() -> None:
@@ -165,7 +168,7 @@ async def aclose() -> None:
         pools = _loops.pop(loop, None)
     if pools is not None:
         for client in pools.clients.values():
-            await client.connection_pool.disconnect()
+            await topology.aclose(client)
 
 
 def forget() -> None:
