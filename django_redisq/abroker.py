@@ -80,7 +80,7 @@ class AsyncBroker:
         try:
             return await link.execute("EVALSHA", _sha(name), len(keys), *wire)
         except NoScriptError:
-            await link.execute("SCRIPT", "LOAD", scripts.source(name))
+            await link.script_load(scripts.source(name))
             return await link.execute("EVALSHA", _sha(name), len(keys), *wire)
 
     async def _enqueue_now(self, queue: str, items: Sequence[Item], link: Link) -> list[Enqueued]:
@@ -155,11 +155,7 @@ class AsyncBroker:
         """``Broker.get_task``, awaited: one HGETALL per queue, all in one round trip."""
         link, _ = await get_link(self.options)
         hashes = self.broker.task_hashes(task_id, queues)
-        if len(hashes) == 1:
-            flat = [await link.execute("HGETALL", _wire(hashes[0]))]
-        else:  # sent back to back on the one socket: pipelined
-            flat = await asyncio.gather(*(link.execute("HGETALL", _wire(key)) for key in hashes))
-        return self.broker.found_task(queues, [dict(zip(f[::2], f[1::2], strict=True)) for f in flat])
+        return self.broker.found_task(queues, await link.hgetall_many([_wire(key) for key in hashes]))
 
 
 async def send_enqueued(sender: type[Any], result: TaskResult) -> None:

@@ -16,8 +16,10 @@ Kept from the pool's settings: ``socket_timeout`` for every reply (one timer per
 connection, not one per call), the sync pools' retry policy after a lost
 connection or a timeout (``connection.retry_policy``), and error replies as
 redis-py's exception classes (``NOSCRIPT`` is ``NoScriptError``, ``READONLY``
-``ReadOnlyError``...). Were the socket not reachable (another redis-py), calls
-go through the ``redis.asyncio`` client instead: slower, the same results.
+``ReadOnlyError``...). A Redis Cluster's or Sentinel's client routes each call
+itself (to the queue's node; to the master after a failover), so there the link
+is that client's ``execute_command``; so it is where the socket cannot be taken
+(another redis-py): slower, the same results.
 """
 
 from __future__ import annotations
@@ -161,14 +163,17 @@ class Link:
     sending, so an enqueue may be stored twice only where the sync path's would be.
     """
 
-    def __init__(self, pool: aioredis.ConnectionPool) -> None:
-        self.pool = pool
+    def __init__(self, pool: aioredis.ConnectionPool | None = None, *, client: aioredis.Redis | None = None) -> None:
+        """A link over ``pool``'s connections (one server), or over ``client`` (a cluster's or sentinel's, which route)."""
+        if pool is None and client is None:
+            raise TypeError("Link needs a pool or a client")
+        self.pool = pool if pool is not None else getattr(client, "connection_pool", None)
         self.backoff, self.retries = connection.retry_policy()
         self._channel: Channel | None = None
         self._conn: Any = None  # redis.asyncio's connection whose socket the channel took: kept, closed with it
         self._lock: asyncio.Lock | None = None
-        self._client: aioredis.Redis | None = None  # the slower way, when the socket cannot be taken
-        self.takes_socket = hiredis is not None
+        self._client: aioredis.Redis | None = client  # the client's own way: routing, or when the socket cannot be taken
+        self.takes_socket = hiredis is not None and client is None
 
     async def execute(self, *args: Any) -> Any:
         """The raw reply of one command (``HGETALL`` a flat list), sent again after a lost connection."""
@@ -187,8 +192,27 @@ class Link:
                     raise
                 await asyncio.sleep(self.backoff.compute(failures))
 
+    async def script_load(self, source: str) -> None:
+        """Load a script where its calls go: this server, or every primary of a cluster (its client knows them)."""
+        if self._client is not None and self._channel is None and not self.takes_socket:
+            await self._client.script_load(source)
+        else:
+            await self.execute("SCRIPT", "LOAD", source)
+
+    async def hgetall_many(self, keys: Sequence[Any]) -> list[dict[str, str]]:
+        """HGETALL of each key in one round trip: back to back on the socket, else in the client's pipeline."""
+        if self._client is not None and self._channel is None and not self.takes_socket:
+            pipe = self._client.pipeline(transaction=False)
+            for key in keys:
+                pipe.hgetall(key)
+            return list(await pipe.execute())
+        flat = await asyncio.gather(*(self.execute("HGETALL", key) for key in keys))
+        return [dict(zip(f[::2], f[1::2], strict=True)) for f in flat]
+
     async def _client_call(self, args: Sequence[Any]) -> Any:
-        assert self._client is not None
+        if self._client is None:
+            assert self.pool is not None
+            self._client = aioredis.Redis(connection_pool=self.pool)
         reply = await self._client.execute_command(*args)
         if args[0] == "HGETALL" and isinstance(reply, dict):  # its response callback made a dict: flatten it back
             return [x for kv in reply.items() for x in kv]
@@ -202,8 +226,7 @@ class Link:
             if self._channel is not None and self._channel.lost is None:
                 return self._channel
             await self._drop()
-            if not self.takes_socket:
-                self._client = self._client or aioredis.Redis(connection_pool=self.pool)
+            if not self.takes_socket or self.pool is None:
                 return None
             conn = self.pool.make_connection()
             await conn.connect()
@@ -211,7 +234,6 @@ class Link:
             if transport is None:  # a redis-py whose connection keeps its socket elsewhere
                 await conn.disconnect(nowait=True)
                 self.takes_socket = False
-                self._client = aioredis.Redis(connection_pool=self.pool)
                 return None
             where = self.pool.connection_kwargs.get("path") or "{}:{}".format(
                 self.pool.connection_kwargs.get("host", "localhost"), self.pool.connection_kwargs.get("port", 6379))
@@ -227,10 +249,16 @@ class Link:
             await conn.disconnect(nowait=True)
 
     async def aclose(self) -> None:
-        """Close the socket (waiting calls fail with ConnectionError) and the fallback client's pool."""
+        """Close the socket (waiting calls fail with ConnectionError) and the client's or pool's connections."""
+        from . import topology
+
         await self._drop()
-        await self.pool.disconnect()
+        if self._client is not None:
+            await topology.aclose(self._client)
+        elif self.pool is not None:
+            await self.pool.disconnect()
 
     @property
     def connected(self) -> bool:
+        """Whether the link's own socket is open (a link over a routing client has none)."""
         return self._channel is not None and self._channel.lost is None

@@ -26,7 +26,7 @@ import redis.asyncio as aioredis
 from django.core.exceptions import ImproperlyConfigured
 from redis.asyncio.retry import Retry as AsyncRetry
 
-from . import connection
+from . import connection, topology
 from .achannel import Link
 from .conf import Options
 
@@ -138,7 +138,10 @@ async def get_link(options: Options) -> tuple[Link, LoopPools]:
         link = pools.links.get(key)
         if link is not None:
             return link, pools
-    kwargs = async_pool_kwargs(options)  # may start the embedded server (once per process)
+    if topology.kind(options) == "single":  # one server: the link takes a socket its pool opened
+        kwargs, settings = async_pool_kwargs(options), {}  # may start the embedded server (once per process)
+    else:  # a cluster or sentinel client routes each call (to a queue's node; to the master after a failover)
+        kwargs, settings = {}, {**connection.pool_kwargs(options), "retry": AsyncRetry(*connection.retry_policy())}
     with _lock:
         for old in [lp for lp in _loops if lp.is_closed()]:  # closed without shutting its generators down
             del _loops[old]
@@ -147,7 +150,8 @@ async def get_link(options: Options) -> tuple[Link, LoopPools]:
             pools = _loops[loop] = LoopPools()
         link = pools.links.get(key)
         if link is None:
-            link = pools.links[key] = Link(aioredis.ConnectionPool(**kwargs))
+            link = pools.links[key] = (Link(aioredis.ConnectionPool(**kwargs)) if kwargs
+                                       else Link(client=topology.async_client(options, settings, {})))
     if pools.keeper is None:
         pools.keeper = _close_with_loop(loop, pools)
         await pools.keeper.__anext__()  # its first step registers it with the loop (sys.set_asyncgen_hooks)

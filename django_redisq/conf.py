@@ -17,6 +17,7 @@ from django.conf import settings
 from django.core.checks import Error
 from django.core.exceptions import ImproperlyConfigured
 
+from . import topology
 from .keys import DEFAULT_PREFIX, NAME_RE
 from .limits import check_max_running, check_rate
 
@@ -43,7 +44,7 @@ GLOBALS: dict[str, tuple[str, type, float]] = {
 }
 QUEUE_LIMITS = {"MAX_RUNNING": "max_running", "RATE_LIMIT": "rate_limit"}
 """Fleet-wide limits of one queue (limits.py): only in QUEUE_OPTIONS, never for every queue at once."""
-CONNECTION_KEYS = ("REDIS_URL", "CACHE_ALIAS", "EMBEDDED", "EMBEDDED_PATH")
+CONNECTION_KEYS = ("REDIS_URL", "CACHE_ALIAS", "EMBEDDED", "EMBEDDED_PATH", "CLUSTER", "SENTINELS", "SENTINEL_MASTER", "SENTINEL_KWARGS")
 KNOWN = set(TUNABLES) | set(GLOBALS) | set(CONNECTION_KEYS) | set(QUEUE_LIMITS) | {"KEY_PREFIX", "QUEUE_OPTIONS", "SCHEDULES", "HEALTH"}
 KNOWN |= {"WORKERS"}  # named worker profiles (profiles.py)
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
@@ -61,6 +62,10 @@ class Options:
     cache_alias: str | None = None
     embedded: bool = False
     embedded_path: str = ""
+    cluster: bool = False  # CLUSTER: REDIS_URL / CACHE_ALIAS names a node of a Redis Cluster (topology.py)
+    sentinels: tuple[tuple[str, int], ...] = ()  # SENTINELS: where the sentinels are; they say where the master is
+    sentinel_master: str = ""  # SENTINEL_MASTER: the name they monitor it by
+    sentinel_kwargs: dict[str, Any] = field(default_factory=dict, hash=False)  # SENTINEL_KWARGS: how to reach the sentinels
     key_prefix: str = DEFAULT_PREFIX
     max_retries: int = 3
     backoff_base: float = 1.0
@@ -131,6 +136,7 @@ def validate(alias: str, params: Any) -> list[tuple[str, str, str]]:
     if len(chosen) > 1:
         problems.append(("E005", f"{w} sets {' and '.join(chosen)}; choose one connection.",
                          "Give REDIS_URL, or CACHE_ALIAS (a django-redis cache), or EMBEDDED: True."))
+    problems += topology.validate(w, opts)
     url = opts.get("REDIS_URL")
     if url is not None:
         try:
@@ -237,6 +243,10 @@ def build_options(alias: str, params: dict[str, Any]) -> Options:
         redis_url=opts.get("REDIS_URL") or values.pop("redis_url", None),
         cache_alias=opts.get("CACHE_ALIAS"),
         embedded=bool(opts.get("EMBEDDED")),
+        cluster=bool(opts.get("CLUSTER", False)),
+        sentinels=tuple(topology.addresses(opts.get("SENTINELS"))),
+        sentinel_master=opts.get("SENTINEL_MASTER", ""),
+        sentinel_kwargs=dict(opts.get("SENTINEL_KWARGS", {})),
         embedded_path=str(opts.get("EMBEDDED_PATH") or Path(tempfile.gettempdir()) / "django-redisq.rdb"),
         key_prefix=opts.get("KEY_PREFIX", DEFAULT_PREFIX),
         queue_overrides=dict(opts.get("QUEUE_OPTIONS", {})),

@@ -16,6 +16,7 @@ import redis
 from redis.backoff import AbstractBackoff, ExponentialWithJitterBackoff, NoBackoff
 from redis.retry import Retry
 
+from . import topology
 from .conf import Options
 from .exceptions import RedisUnavailable
 
@@ -66,6 +67,8 @@ def heartbeat_budget(options: Options) -> float:
 def target(options: Options, purpose: str = "") -> tuple[Any, ...]:
     """What a pool is keyed by: where the options point (and the purpose of a special pool)."""
     tail = (purpose, heartbeat_budget(options)) if purpose else ()
+    if options.cluster or options.sentinels:
+        tail = (options.cluster, options.sentinels, options.sentinel_master, *tail)
     if options.embedded:
         return ("embedded", options.embedded_path, *tail)
     if options.cache_alias:
@@ -138,7 +141,7 @@ def get_client(options: Options, purpose: str = "") -> redis.Redis:
                     budget = heartbeat_budget(options)
                     kwargs.update(socket_timeout=budget, socket_connect_timeout=budget, retry=Retry(NoBackoff(), 0), max_connections=10)
                     kwargs.pop("retry_on_error", None)
-                client = _clients[key] = redis.Redis(connection_pool=redis.ConnectionPool(**kwargs))
+                client = _clients[key] = topology.sync_client(options, kwargs)
     return client
 
 
@@ -147,27 +150,31 @@ def describe(options: Options) -> str:
     if options.embedded:
         return f"embedded Redis at {options.embedded_path}"
     if options.cache_alias:
-        return f"the Redis of cache {options.cache_alias!r}"
+        return topology.describe(options, f"the Redis of cache {options.cache_alias!r}")
     from urllib.parse import urlsplit
 
     parts = urlsplit(options.redis_url or "")
     host = parts.hostname or parts.path or "?"
     port = f":{parts.port}" if parts.port else ""
-    return f"{parts.scheme}://{host}{port}{parts.path if parts.hostname else ''}"
+    return topology.describe(options, f"{parts.scheme}://{host}{port}{parts.path if parts.hostname else ''}")
 
 
 def check_server(options: Options) -> dict[str, Any]:
-    """Ping Redis and check its version; ``RedisUnavailable`` with a one-line reason."""
+    """Ping Redis (every primary of a cluster) and check its version; ``RedisUnavailable`` with a one-line reason.
+
+    Returns the INFO server section of the oldest node.
+    """
     where = describe(options)
     try:
-        info = get_client(options).info("server")
+        infos = topology.node_infos(get_client(options), "server")
     except redis.AuthenticationError:
         raise RedisUnavailable(f"Redis at {where} refused our credentials (check the password/username).") from None
     except redis.RedisError as exc:
         raise RedisUnavailable(f"cannot reach Redis at {where}: {type(exc).__name__}: {_scrub(str(exc))}") from None
     except OSError as exc:
         raise RedisUnavailable(f"cannot reach Redis at {where}: {exc}") from None
-    version = tuple(int(p) for p in str(info.get("redis_version", "0.0.0")).split(".")[:3])
+    info = min(infos, key=_version)
+    version = _version(info)
     if version < MIN_REDIS:
         raise RedisUnavailable(
             f"Redis at {where} is version {info.get('redis_version')}; django_redisq needs 6.2 or newer (for LMOVE/BLMOVE)."
@@ -175,25 +182,28 @@ def check_server(options: Options) -> dict[str, Any]:
     return info
 
 
+def _version(info: dict[str, Any]) -> tuple[int, ...]:
+    return tuple(int(p) for p in str(info.get("redis_version", "0.0.0")).split(".")[:3])
+
+
 def durability_warnings(options: Options) -> list[str]:
-    """Redis settings that can lose tasks: an evicting memory policy, no persistence."""
+    """Redis settings that can lose tasks: an evicting memory policy, no persistence (on any primary of a cluster)."""
+    client = get_client(options)
     try:
-        info = get_client(options).info()
+        infos = topology.node_infos(client)
     except redis.RedisError:
         return []
-    warnings = []
-    policy = info.get("maxmemory_policy", "noeviction")
-    if policy != "noeviction":
-        warnings.append(
-            f"Redis maxmemory-policy is {policy!r}: under memory pressure Redis deletes keys, including queued tasks. "
-            "Set maxmemory-policy noeviction."
-        )
-    try:
-        snapshots = get_client(options).config_get("save").get("save")
-    except redis.RedisError:  # CONFIG is often disabled on managed Redis
-        snapshots = None
-    if not info.get("aof_enabled") and snapshots == "":
-        warnings.append("Redis persistence is off: a Redis restart loses every queued task. Set appendonly yes.")
+    snapshots = topology.node_configs(client, "save")
+    warnings: list[str] = []
+    for info, saves in zip(infos, snapshots, strict=False):
+        policy = info.get("maxmemory_policy", "noeviction")
+        text = (f"Redis maxmemory-policy is {policy!r}: under memory pressure Redis deletes keys, including queued tasks. "
+                "Set maxmemory-policy noeviction.")
+        if policy != "noeviction" and text not in warnings:
+            warnings.append(text)
+        text = "Redis persistence is off: a Redis restart loses every queued task. Set appendonly yes."
+        if not info.get("aof_enabled") and saves == "" and text not in warnings:
+            warnings.append(text)
     return warnings
 
 
@@ -210,7 +220,7 @@ def reset() -> None:
 
     with _lock:
         for client in _clients.values():
-            client.connection_pool.disconnect()
+            topology.close(client)
         _clients.clear()
     line.close_all()
     aconnection.forget()

@@ -130,7 +130,7 @@ class Inspector(TaskReads):
             pipe.zrange(k.prioritized, 0, 0)
             limits.ask(pipe, k)
             for name in ("processed", "failed", "dead_count"):
-                pipe.mget([k.counter(name, m) for m in minutes])
+                pipe.execute_command("MGET", *[k.counter(name, m) for m in minutes])  # not pipe.mget: a cluster pipeline refuses it (the keys share a slot)
             for m in minutes:  # bounded: at most (MAX_NAMES + 1) x BUCKETS fields each (durations.py)
                 pipe.hgetall(k.durations(m))
         self._pipe_paused(pipe)
@@ -151,7 +151,7 @@ class Inspector(TaskReads):
             if oldest:
                 pipe.hget(k.task(oldest), "enqueued_at")
             else:
-                pipe.echo("")
+                pipe.execute_command("ECHO", "")
             for w, _ in workers:
                 pipe.llen(k.processing(w))
                 pipe.get(k.worker_info(w))
@@ -211,7 +211,7 @@ class Inspector(TaskReads):
         unlike ``stats`` no per-minute series and no worker details are read.
         """
         pipe = self.client.pipeline(transaction=False)
-        pipe.time()
+        pipe.execute_command("TIME")  # not pipe.time() nor pipe.echo(): a cluster pipeline refuses those methods
         for q in self.queues:
             k = self.keys(q)
             pipe.llen(k.pending)
@@ -219,7 +219,7 @@ class Inspector(TaskReads):
             pipe.zcard(k.dead)
             pipe.lindex(k.pending, -1)  # the oldest: O(1) from the tail
             pipe.zrange(k.workers, 0, -1, withscores=True)
-            pipe.mget([k.counter(name) for name in TOTALS])
+            pipe.execute_command("MGET", *[k.counter(name) for name in TOTALS])  # not pipe.mget: a cluster pipeline refuses it (the keys share a slot)
             pipe.zcard(k.prioritized)
             pipe.zrange(k.prioritized, 0, 0)  # with no plain task pending, the next prioritized one is the oldest shown
             limits.ask(pipe, k)
@@ -235,7 +235,7 @@ class Inspector(TaskReads):
             row = first[1 + i * stride : 1 + (i + 1) * stride]
             oldest, workers, head = row[3], row[4], row[7]
             oldest = oldest if oldest and oldest != MARKER else (head[0] if head else None)
-            pipe.hget(k.task(oldest), "enqueued_at") if oldest else pipe.echo("")
+            pipe.hget(k.task(oldest), "enqueued_at") if oldest else pipe.execute_command("ECHO", "")
             for w, _ in workers:
                 pipe.llen(k.processing(w))
             limits.ask_named(pipe, k, row[8])
@@ -350,7 +350,7 @@ def schedule_rows(ins: Inspector) -> list[ScheduleRow]:
         if task_id:
             pipe.hget(ins.keys(s.queue).task(task_id), "state")
         else:
-            pipe.echo("")
+            pipe.execute_command("ECHO", "")
     states = pipe.execute() if good else []
 
     rows = [

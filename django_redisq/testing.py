@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -108,6 +109,153 @@ class RedisServer:
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self) -> RedisServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.cleanup()
+
+
+def _call(port: int, *command: str, timeout: float = 2.0) -> str:
+    """One command to a loopback server by redis-cli (no client library: these helpers start what the client will test)."""
+    cli = shutil.which("redis-cli")
+    if not cli:
+        raise RuntimeError("redis-cli not found: install Redis (apt-get install redis-tools)")
+    out = subprocess.run([cli, "-p", str(port), *command], capture_output=True, text=True, timeout=timeout, check=False)
+    return out.stdout
+
+
+def _wait_for(what: str, ready: Callable[[], bool], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if ready():
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"timed out after {timeout:g} s waiting for {what}")
+
+
+class RedisClusterServer:
+    """``with RedisClusterServer() as c: c.url`` — a private 3-master, 3-replica Redis Cluster on loopback ports.
+
+    Each node is a ``RedisServer`` with its own bus port (``cluster-port``, so no
+    port + 10000 arithmetic can leave the port range), joined by
+    ``redis-cli --cluster create``; ready once every node says ``cluster_state:ok``.
+    """
+
+    def __init__(self, binary: str | None = None, masters: int = 3, replicas: int = 1) -> None:
+        self.nodes: list[RedisServer] = []
+        for _ in range(masters * (1 + replicas)):
+            node = RedisServer(binary, None, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                               "--cluster-node-timeout", "2000", "--cluster-port", str(free_port()))
+            self.nodes.append(node)
+        self.replicas = replicas
+
+    @property
+    def url(self) -> str:
+        """Any node will do: a cluster client learns the others from it."""
+        return self.nodes[0].url
+
+    def start(self) -> RedisClusterServer:
+        try:
+            for node in self.nodes:
+                node.start()
+            cli = shutil.which("redis-cli") or "redis-cli"
+            subprocess.run([cli, "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in self.nodes),
+                            "--cluster-replicas", str(self.replicas), "--cluster-yes"],
+                           check=True, capture_output=True, timeout=60)
+            _wait_for("cluster_state:ok on every node", lambda: all(
+                "cluster_state:ok" in _call(n.port, "cluster", "info") for n in self.nodes), 30)
+        except BaseException:
+            self.cleanup()
+            raise
+        return self
+
+    def cleanup(self) -> None:
+        for node in self.nodes:
+            node.cleanup()
+
+    def __enter__(self) -> RedisClusterServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.cleanup()
+
+
+class SentinelSetup:
+    """``with SentinelSetup() as s: s.sentinels`` — a master, its replica and three sentinels watching them.
+
+    Small ``down-after-milliseconds`` and ``failover-timeout`` so that a test can
+    kill the master and see the replica promoted within a few seconds. Every
+    process is stopped by its PID.
+    """
+
+    def __init__(self, binary: str | None = None, master_name: str = "mymaster", down_after_ms: int = 1000,
+                 failover_timeout_ms: int = 3000) -> None:
+        self.binary = binary or find_redis_server() or ""
+        if not self.binary:
+            raise RuntimeError("no redis-server found: install Redis (apt-get install redis-server)")
+        self.master_name = master_name
+        self.master = RedisServer(self.binary)
+        self.replica = RedisServer(self.binary, None, "--replicaof", "127.0.0.1", str(self.master.port))
+        self.sentinel_ports = [free_port() for _ in range(3)]
+        self.down_after_ms, self.failover_timeout_ms = down_after_ms, failover_timeout_ms
+        self.dir = tempfile.mkdtemp(prefix="redisq-sentinel-")
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    @property
+    def sentinels(self) -> list[tuple[str, int]]:
+        return [("127.0.0.1", p) for p in self.sentinel_ports]
+
+    def _start_sentinel(self, port: int) -> None:
+        conf = Path(self.dir, f"sentinel-{port}.conf")  # a sentinel rewrites its config: one file each
+        conf.write_text("\n".join([
+            f"port {port}", "bind 127.0.0.1", f"dir {self.dir}", f"logfile sentinel-{port}.log",
+            f"sentinel monitor {self.master_name} 127.0.0.1 {self.master.port} 2",
+            f"sentinel down-after-milliseconds {self.master_name} {self.down_after_ms}",
+            f"sentinel failover-timeout {self.master_name} {self.failover_timeout_ms}",
+            f"sentinel parallel-syncs {self.master_name} 1", "",
+        ]))
+        self.procs.append(subprocess.Popen([self.binary, str(conf), "--sentinel"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+
+    def master_port(self) -> int | None:
+        """The master's port as the first answering sentinel reports it."""
+        for port in self.sentinel_ports:
+            lines = _call(port, "sentinel", "get-master-addr-by-name", self.master_name).split()
+            if len(lines) == 2:
+                return int(lines[1])
+        return None
+
+    def _settled(self) -> bool:
+        """Every sentinel knows the other two and sees the replica up."""
+        for port in self.sentinel_ports:
+            others = _call(port, "sentinel", "sentinels", self.master_name).split().count("runid")
+            replicas = _call(port, "sentinel", "replicas", self.master_name)
+            if others < 2 or f"\n{self.replica.port}\n" not in replicas or "s_down" in replicas:
+                return False
+        return True
+
+    def start(self) -> SentinelSetup:
+        try:
+            self.master.start()
+            self.replica.start()
+            _wait_for("the replica in sync", lambda: "master_link_status:up" in _call(self.replica.port, "info", "replication"), 20)
+            for port in self.sentinel_ports:
+                self._start_sentinel(port)
+            _wait_for("sentinels that know each other and the replica", self._settled, 30)
+        except BaseException:
+            self.cleanup()
+            raise
+        return self
+
+    def cleanup(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+        self.master.cleanup()
+        self.replica.cleanup()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> SentinelSetup:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

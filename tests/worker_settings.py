@@ -9,6 +9,8 @@ TASKS["default"]["OPTIONS"]["REDIS_URL"] = os.environ["REDISQ_TEST_REDIS_URL"]
 TASKS["default"]["OPTIONS"].update(
     {k[len("REDISQ_OPT_"):]: float(v) for k, v in os.environ.items() if k.startswith("REDISQ_OPT_")}
 )
+if os.environ.get("REDISQ_TEST_CLUSTER"):  # REDISQ_TEST_REDIS_URL names a node of a Redis Cluster (tests/test_cluster.py)
+    TASKS["default"]["OPTIONS"]["CLUSTER"] = True
 if os.environ.get("REDISQ_SCHEDULES"):
     import json
 

@@ -6,6 +6,7 @@ from importlib import resources
 
 import pytest
 import redis
+from redis.cluster import RedisCluster
 
 from django_redisq.broker import CANCELLED, CANCELLED_EXC, cancelled_error
 from django_redisq.compat import TaskResultStatus, task_backends
@@ -138,6 +139,11 @@ def test_a_large_batch_goes_in_several_atomic_calls(r, broker):
     assert r.llen(K.pending) == 0 and r.zcard(K.dead) == 250
 
 
+def _queue_node(r) -> dict:
+    """On a cluster, statistics are per node: those of the queue's."""
+    return {"target_nodes": r.get_node_from_key(K.pending)} if isinstance(r, RedisCluster) else {}
+
+
 def test_a_call_walks_pending_within_its_budget_and_the_rest_is_sent_again(r, broker, monkeypatch):
     from django_redisq import operator_steps as broker_module
 
@@ -145,15 +151,15 @@ def test_a_call_walks_pending_within_its_budget_and_the_rest_is_sent_again(r, br
     for i in range(30):
         seed_pending(r, f"t{i}")  # t29 is at the head: the farthest from the tail, where the walk starts
     seed_scheduled(r, "s", 5_000)
-    r.config_resetstat()
+    r.config_resetstat(**_queue_node(r))
     ids = ["t29", "t28", "s", "t0", "nope", "t27"]
     assert broker.cancel("default", ids, "cli") == ["cancelled", "cancelled", "cancelled", "cancelled", "missing", "cancelled"]
-    stats = r.info("commandstats")["cmdstat_evalsha"]
+    stats = r.info("commandstats", **_queue_node(r))["cmdstat_evalsha"]
     assert stats["calls"] - stats["failed_calls"] == 4  # t29, then t28 and s, then t0 and nope, then t27: each far one waits for a call
     assert r.llen(K.pending) == 26 and r.zcard(K.dead) == 5
-    r.config_resetstat()
+    r.config_resetstat(**_queue_node(r))
     assert broker.cancel("default", ["t1", "t2", "t3"], "cli") == ["cancelled"] * 3  # next to run: within one budget
-    stats = r.info("commandstats")["cmdstat_evalsha"]
+    stats = r.info("commandstats", **_queue_node(r))["cmdstat_evalsha"]
     assert stats["calls"] - stats["failed_calls"] == 1
 
 

@@ -105,6 +105,7 @@ def work(key: str) -> str:
     return key
 
 from tests.testapp import chaos_tasks as chaos_tasks  # noqa: E402  (fault-injection tasks, registered in every worker)
+from tests.testapp import topology_tasks as topology_tasks  # noqa: E402  (Cluster and Sentinel tests)
 
 
 @task(queue_name="emails", max_retries=5)

@@ -1,0 +1,142 @@
+"""The whole life of a task on a Redis Cluster whose queues live on different masters.
+
+One cluster per session (tests/conftest.py ``redis_cluster``); the queues of
+tests/settings.py (default, emails, low) hash to three different masters, which
+the first test asserts, so every cross-queue read (stats, the admin's Queues
+page, the CLI) must reach three nodes. The scripts' slot proof is in
+tests/scripts (each script test runs on this cluster too).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from redis.cluster import RedisCluster
+
+from django_redisq import connection
+from django_redisq.compat import TaskResultStatus, task_backends
+from django_redisq.conf import get_options
+from django_redisq.inspect import Inspector
+from django_redisq.keys import QueueKeys
+from django_redisq.worker import Worker
+from tests.conftest import topology_settings
+from tests.helpers import wait_for
+from tests.testapp import topology_tasks
+from tests.testapp.topology_tasks import always_fails, fails_once, mark, runs
+
+pytestmark = pytest.mark.cluster
+QUEUES = ("default", "emails", "low")
+FAST = {"HEARTBEAT_INTERVAL": 0.2, "WORKER_TIMEOUT": 1.5}
+
+
+@pytest.fixture
+def cluster(redis_cluster: Any, r: Any, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[RedisCluster]:
+    """TASKS pointing at the cluster (fast heartbeats), emptied around the test; effects go to the single Redis."""
+    monkeypatch.setattr(topology_tasks, "EFFECTS_URL", redis_url)
+    client = RedisCluster.from_url(redis_cluster.url, decode_responses=True)
+    client.flushall()
+    with topology_settings(REDIS_URL=redis_cluster.url, CLUSTER=True, **FAST):
+        connection.reset()
+        yield client
+    connection.reset()
+    client.flushall()
+    client.close()
+
+
+def test_the_queues_live_on_three_masters(cluster):
+    nodes = {q: cluster.get_node_from_key(QueueKeys(q).pending).name for q in QUEUES}
+    assert len(set(nodes.values())) == 3, nodes
+    assert all(n.server_type == "primary" for n in (cluster.get_node_from_key(QueueKeys(q).pending) for q in QUEUES))
+
+
+def test_enqueue_run_ack_on_every_queue(cluster):
+    results = [mark.using(queue_name=q).enqueue(f"{q}-{i}") for q in QUEUES for i in range(5)]
+    assert Worker(list(QUEUES), burst=True, concurrency=2).run() == 15
+    for res in results:
+        assert task_backends["default"].get_result(res.id).status == TaskResultStatus.SUCCESSFUL
+    assert runs() == {f"{q}-{i}": 1 for q in QUEUES for i in range(5)}
+    figures = {f.queue: f for f in Inspector(get_options()).figures()}
+    assert {q: figures[q].totals["processed"] for q in QUEUES} == dict.fromkeys(QUEUES, 5)
+
+
+def test_a_retry_and_a_dead_letter(cluster):
+    ok = fails_once.using(queue_name="emails").enqueue("once")
+    bad = always_fails.using(queue_name="low").enqueue("never")
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and task_backends["default"].get_result(ok.id).status != TaskResultStatus.SUCCESSFUL:
+        Worker(["emails", "low"], burst=True).run()  # a retry waits out its backoff in scheduled, then is promoted
+        time.sleep(0.05)
+    backend = task_backends["default"]
+    assert backend.get_result(ok.id).status == TaskResultStatus.SUCCESSFUL and runs() == {"once": 1}
+    Worker(["low"], burst=True).run()
+    assert backend.get_result(bad.id).status == TaskResultStatus.FAILED
+    assert Inspector(get_options()).dead_counts() == {"default": 0, "emails": 0, "low": 1}
+
+
+def test_a_sigkilled_workers_tasks_are_reaped_and_nothing_is_lost(cluster, redis_cluster, redis_url, run_worker_process):
+    n = 60
+    ids = [mark.using(queue_name=QUEUES[i % 3]).enqueue(f"k{i}", 0.05).id for i in range(n)]
+    env = {"REDISQ_TEST_CLUSTER": "1", "REDISQ_TEST_EFFECTS_URL": redis_url, **{f"REDISQ_OPT_{k}": str(v) for k, v in FAST.items()}}
+    victim = run_worker_process(*QUEUES, "--concurrency", "4", "--name", "victim", env={**env, "REDISQ_TEST_REDIS_URL": redis_cluster.url})
+    if not wait_for(lambda: 8 <= sum(runs().values()), 30):
+        victim.proc.kill()
+        pytest.fail(f"the victim ran nothing: {victim.output()[-2000:]}")
+    victim.proc.send_signal(signal.SIGKILL)
+    victim.proc.wait(10)
+    held = sum(cluster.llen(key) for q in QUEUES for key in cluster.scan_iter(match=QueueKeys(q).processing("*")))
+    assert held > 0, "the victim held nothing when it died: the test proves nothing"
+    rescuer = Worker(list(QUEUES), concurrency=4)
+    thread = threading.Thread(target=rescuer.run, daemon=True)
+    thread.start()
+    try:
+        backend = task_backends["default"]
+        assert wait_for(lambda: all(backend.get_result(i).status == TaskResultStatus.SUCCESSFUL for i in ids), 30)
+    finally:
+        rescuer.request_stop()
+        thread.join(15)
+    done = runs()
+    assert set(done) == {f"k{i}" for i in range(n)}  # nothing lost; at least once (a task the victim was running may run twice)
+    print(f"\ncluster SIGKILL: the victim held {held} task(s); {sum(v > 1 for v in done.values())} ran twice")
+
+
+def test_stats_cli_and_admin_queues_page_read_every_node(cluster, admin_client):
+    from django.urls import reverse
+
+    for i, q in enumerate(QUEUES):
+        for j in range(i + 1):
+            mark.using(queue_name=q).enqueue(f"{q}{j}")
+    out = io.StringIO()
+    call_command("redisq", "stats", "--json", stdout=out)
+    assert {row["queue"]: row["pending"] for row in json.loads(out.getvalue())} == {"default": 1, "emails": 2, "low": 3}
+    out = io.StringIO()
+    call_command("redisq", "queue", "list", stdout=out)
+    assert all(q in out.getvalue() for q in QUEUES)
+    page = admin_client.get(reverse("admin:django_redisq_deadletter_queues"))  # Inspector.stats() of every queue
+    assert page.status_code == 200
+    ((_, rows, *_),) = page.context["backends"]
+    assert {s.queue: s.pending for s, *_ in rows} == {"default": 1, "emails": 2, "low": 3}
+
+
+def test_aenqueue_and_aget_result(cluster):
+    async def go() -> list[Any]:
+        results = [await mark.using(queue_name=q).aenqueue(f"a-{q}") for q in QUEUES]
+        return [await task_backends["default"].aget_result(res.id) for res in results]
+
+    before = asyncio.run(go())
+    assert [r.status for r in before] == [TaskResultStatus.READY] * 3
+    Worker(list(QUEUES), burst=True).run()
+
+    async def read() -> list[Any]:
+        return list(await asyncio.gather(*(task_backends["default"].aget_result(r.id) for r in before)))
+
+    after = asyncio.run(read())
+    assert [r.status for r in after] == [TaskResultStatus.SUCCESSFUL] * 3 and runs() == {f"a-{q}": 1 for q in QUEUES}

@@ -1,0 +1,109 @@
+"""Redis Sentinel: tasks go through the master the sentinels name, and survive its death by SIGKILL.
+
+One master, one replica and three sentinels per session (tests/conftest.py
+``redis_sentinel``, down after 1 s). The failover test runs last: it leaves
+the replica as the master and the old master dead.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from django_redisq import connection
+from django_redisq.compat import TaskResultStatus, task_backends
+from django_redisq.conf import get_options
+from django_redisq.keys import QueueKeys
+from django_redisq.worker import Worker
+from tests.conftest import topology_settings
+from tests.helpers import wait_for
+from tests.testapp import topology_tasks
+from tests.testapp.topology_tasks import mark, runs
+
+pytestmark = pytest.mark.sentinel
+FAST = {"HEARTBEAT_INTERVAL": 0.5, "WORKER_TIMEOUT": 3.0}
+
+
+def _master(setup: Any) -> redis.Redis:
+    port = setup.master_port()
+    assert port, "no sentinel names a master"
+    return redis.Redis(port=port, decode_responses=True)
+
+
+@pytest.fixture
+def sentinel(redis_sentinel: Any, r: Any, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """TASKS pointing at the sentinels (the master by name, no address), emptied first; effects go to the single Redis."""
+    monkeypatch.setattr(topology_tasks, "EFFECTS_URL", redis_url)
+    _master(redis_sentinel).flushall()
+    with topology_settings(REDIS_URL=f"redis://{redis_sentinel.master_name}/0", SENTINELS=redis_sentinel.sentinels,
+                           SENTINEL_MASTER=redis_sentinel.master_name, **FAST):
+        connection.reset()
+        yield redis_sentinel
+    connection.reset()
+
+
+def test_enqueue_run_ack_through_the_master_the_sentinels_name(sentinel):
+    client = connection.get_client(get_options())
+    assert client.connection_pool.get_master_address() == ("127.0.0.1", sentinel.master.port)  # type: ignore[attr-defined]
+    results = [mark.enqueue(f"s{i}") for i in range(10)]
+    assert Worker(["default"], burst=True, concurrency=2).run() == 10
+    assert all(task_backends["default"].get_result(res.id).status == TaskResultStatus.SUCCESSFUL for res in results)
+    assert runs() == {f"s{i}": 1 for i in range(10)}
+    assert _master(sentinel).exists(QueueKeys("default").task(results[0].id))  # stored on the master ...
+    replica = redis.Redis(port=sentinel.replica.port, decode_responses=True)
+    assert wait_for(lambda: replica.exists(QueueKeys("default").task(results[0].id)), 5)  # ... and replicated
+
+
+def test_sigkilled_master_fails_over_and_producers_and_workers_carry_on(sentinel):
+    """Asynchronous replication may lose what the master acknowledged last: measured and reported, not asserted."""
+    n, kill_at = 300, 100
+    acked: list[tuple[str, str, float]] = []  # (id, key, when) of every enqueue that returned
+    failed: list[float] = []
+    killed_at: list[float] = []
+
+    def produce() -> None:
+        for i in range(n):
+            if i == kill_at:
+                killed_at.append(time.monotonic())
+                sentinel.master.stop(signal.SIGKILL)
+            try:
+                acked.append((mark.enqueue(f"f{i}", 0.002).id, f"f{i}", time.monotonic()))
+            except redis.RedisError:  # the caller sees the outage; its task is not acknowledged
+                failed.append(time.monotonic())
+                time.sleep(0.05)
+            time.sleep(0.005)
+
+    worker = Worker(["default"], concurrency=4)
+    serving = threading.Thread(target=worker.run, daemon=True)
+    serving.start()
+    producer = threading.Thread(target=produce, daemon=True)
+    producer.start()
+    try:
+        producer.join(120)
+        assert not producer.is_alive(), "the producer hung"
+        assert sentinel.master_port() == sentinel.replica.port, "the sentinels did not promote the replica"
+        new_master = redis.Redis(port=sentinel.replica.port, decode_responses=True)
+        present = [(i, k, at) for i, k, at in acked if new_master.exists(QueueKeys("default").task(i))]
+        lost = [k for i, k, _ in acked if (i, k) not in {(p, q) for p, q, _ in present}]
+        backend = task_backends["default"]
+        finished = wait_for(lambda: all(backend.get_result(i).status == TaskResultStatus.SUCCESSFUL for i, _, _ in present), 60)
+    finally:
+        worker.request_stop()
+        serving.join(20)
+    done = runs()
+    first_after = min(at for _, _, at in acked if at > killed_at[0])
+    report = (f"failover: {len(acked)} enqueues acknowledged, {len(failed)} refused during the outage, "
+              f"{len(lost)} acknowledged but lost with the old master (no durable mode), producers back "
+              f"{first_after - killed_at[0]:.1f} s after the kill; {sum(done.get(k, 0) > 1 for _, k, _ in present)} ran twice")
+    print("\n" + report)
+    assert finished, f"not every task on the new master finished; {report}"
+    assert all(done.get(k, 0) >= 1 for _, k, _ in present), f"a present task never ran; {report}"
+    after = [k for _, k, at in present if at > first_after]
+    assert after and all(done[k] == 1 for k in after), f"a task enqueued after the recovery did not run exactly once; {report}"
+    assert first_after - killed_at[0] < 15, report
