@@ -987,7 +987,8 @@ def summary_tables(res: Results, cfg: dict[str, Any], peers: Sequence[str]) -> s
 SHAPE_NOTES = {
     "dramatiq": "--threads N (2 processes: two `dramatiq --processes 1 --threads 1`)",
     "huey": "-k thread -w N", "rq": "not available: SimpleWorker runs one job at a time (2 processes: two workers)",
-    "celery": "-P threads -c N (acks_late=True, no result backend)", "arq": "max_jobs N (async jobs, redis.asyncio RPUSH, asyncio.sleep; its default poll_delay 0.5 s)",
+    "celery": "-P threads -c N (acks_late=True, no result backend)",
+    "arq": "max_jobs N (async jobs, redis.asyncio RPUSH, asyncio.sleep; its default poll_delay 0.5 s)",
     "vtasks": "runworker --concurrency N", "tasks-redis": "not available: one task at a time (2 processes: two workers)",
 }
 
