@@ -36,3 +36,14 @@ if os.environ.get("BENCH_SCHEDULES"):
         f"bench-{i}": {"task": "benchapp.tasks.noop", "every": int(os.environ.get("BENCH_SCHEDULE_EVERY", "1")), "args": [i], "queue_name": "low"}
         for i in range(int(os.environ["BENCH_SCHEDULES"]))
     }
+
+# BENCH_LOGGING=console: a typical console LOGGING (a StreamHandler to stderr for the django_redisq logger at INFO;
+# the harness sends the worker's stderr to a file); unset or "none": no LOGGING setting (runworker's own handler)
+if os.environ.get("BENCH_LOGGING", "none") == "console":
+    LOGGING = {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"plain": {"format": "{asctime} {levelname} {name} {message}", "style": "{"}},
+        "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+        "loggers": {"django_redisq": {"handlers": ["console"], "level": "INFO"}},
+    }

@@ -42,6 +42,49 @@ def record_start(x: int) -> int:
     return x
 
 
+RPUSH_KEY = "bench:rpush"
+SLEEP_S = 0.001
+_rpush_client: redis.Redis | None = None
+_arpush_client: Any = None
+
+
+def rpush_one(x: int) -> int:
+    """The "one Redis round trip" task body of every queue measured: ``RPUSH bench:rpush x`` on the bench's redis-server.
+
+    One client per worker process, created on first use (redis-py's pool is thread-safe).
+    """
+    global _rpush_client
+    if _rpush_client is None:
+        _rpush_client = redis.Redis.from_url(os.environ["BENCH_REDIS_URL"], protocol=2)
+    _rpush_client.rpush(RPUSH_KEY, x)
+    return x
+
+
+async def arpush_one(x: int) -> int:
+    """``rpush_one`` for an asyncio-only queue (arq): the same command with one ``redis.asyncio`` client per process."""
+    global _arpush_client
+    if _arpush_client is None:
+        import redis.asyncio as aredis
+
+        _arpush_client = aredis.Redis.from_url(os.environ["BENCH_REDIS_URL"], protocol=2)
+    await _arpush_client.rpush(RPUSH_KEY, x)
+    return x
+
+
+def sleep_one(x: int) -> int:
+    """The I/O stand-in task body: ``time.sleep(0.001)``."""
+    time.sleep(SLEEP_S)
+    return x
+
+
+async def asleep_one(x: int) -> int:
+    """``sleep_one`` for an asyncio-only queue (arq): ``await asyncio.sleep(0.001)``, as its users would write it."""
+    import asyncio
+
+    await asyncio.sleep(SLEEP_S)
+    return x
+
+
 def percentile(values: Sequence[float], p: float) -> float:
     """Linear-interpolated percentile (p in 0..100) of a non-empty sequence."""
     xs = sorted(values)
@@ -153,13 +196,17 @@ def watch_drain(done: Callable[[], int], n: int, t0: float, cap: float, alive: C
     """Poll ``done()`` until it reaches ``n`` (or ``cap`` seconds after ``t0``).
 
     Returns the wall rate from ``t0`` (worker start) to the last completion, the
-    steady rate after the first 5 % (start-up excluded), and the start-up time.
+    steady rate after the first 5 % (start-up excluded), the rate from the first
+    completion seen to the last (``active_per_s``: the worker's rate under a
+    backlog, start-up excluded), and the start-up time (worker start to the first
+    completion seen, ``startup_s``).
     ``on_mark(k)`` is called once ``done()`` first reaches each of ``marks``.
     ``cpu`` maps names to CPU-seconds counters (e.g. the worker's, Redis's):
     their use per task over the same steady span is returned as ``<name>_cpu_us``,
     a figure that other load on the machine disturbs far less than a rate.
     """
     first_t = None
+    first_d = 0
     warm: tuple[float, int, dict[str, float | None]] | None = None
     pending_marks = sorted(marks)
     warm_at = max(1, n // 20)
@@ -170,7 +217,7 @@ def watch_drain(done: Callable[[], int], n: int, t0: float, cap: float, alive: C
         d = done()
         now = time.perf_counter()
         if d > 0 and first_t is None:
-            first_t = now
+            first_t, first_d = now, d
         if warm is None and d >= warm_at:
             warm = (now, d, {k: f() for k, f in probes.items()})
         while pending_marks and d >= pending_marks[0]:
@@ -190,6 +237,7 @@ def watch_drain(done: Callable[[], int], n: int, t0: float, cap: float, alive: C
     out: dict[str, Any] = {
         "done": d, "n": n, "seconds": wall, "per_s": d / wall if wall else 0.0, "steady_per_s": None,
         "startup_s": (first_t - t0) if first_t else None, "capped": capped,
+        "active_per_s": (d - first_d) / (now - first_t) if first_t is not None and now > first_t and d > first_d else None,
     }
     if warm is not None and now > warm[0] and d > warm[1]:
         out["steady_per_s"] = (d - warm[1]) / (now - warm[0])

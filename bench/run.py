@@ -72,7 +72,14 @@ from common import START_KEY, Procs, enqueue_modes, group_cpu_seconds, rate_loop
 
 PEERS_VENV = BENCH / ".peers-venv"
 PEER_PACKAGES = ["dramatiq[redis]==2.2.1", "huey==3.5.4", "rq==2.12.0", "hiredis"]
-PEER_NAMES = ("dramatiq", "huey", "rq")
+PEER_NAMES = ("dramatiq", "huey", "rq", "celery", "arq", "vtasks", "tasks-redis")
+PEER_LABELS = {"dramatiq": "Dramatiq", "huey": "Huey", "rq": "RQ", "celery": "Celery", "arq": "arq", "vtasks": "django-vtasks",
+               "tasks-redis": "django-tasks-redis"}
+OWN_VENV_PEERS = {
+    # peers whose pins conflict with the others' (arq and Celery want an older redis-py): a virtualenv each
+    "celery": (BENCH / ".celery-venv", ["celery[redis]==5.7.0", "hiredis"]),
+    "arq": (BENCH / ".arq-venv", ["arq==0.28.0", "hiredis"]),
+}
 SECTIONS = ("limits", "enqueue", "aenqueue", "drain", "flow", "latency", "pools", "flatness", "rss", "peers")
 DJANGO_PEERS_VENV = BENCH / ".django-peers-venv"
 DJANGO_PEER_PACKAGES = {"vtasks": "django-vtasks[valkey]==3.2.0", "tasks-redis": "django-tasks-redis==0.4.0"}
@@ -89,6 +96,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         "peer_n": 20_000, "peer_cap": 20.0, "peer_lat": 200, "peer_enqueue": 10_000, "peer_enqueue_s": 2.0,
         "pool_noop_n": 10_000, "pool_io_n": 3000, "pool_cpu_n": 1500, "pool_lat": 300,
         "async_count": 10_000, "async_s": 2.0, "async_concurrency": 50,
+        "real_n": 10_000, "sleep_n": 3000, "peer_real_n": 10_000, "peer_real_cap": 15.0, "peer_sleep_n": 3000,
     },
     # --quick: under 2 minutes, and the pools section about 1.5 more
     "quick": {
@@ -99,8 +107,16 @@ PROFILES: dict[str, dict[str, Any]] = {
         "peer_n": 2000, "peer_cap": 8.0, "peer_lat": 100, "peer_enqueue": 3000, "peer_enqueue_s": 1.0,
         "pool_noop_n": 3000, "pool_io_n": 1000, "pool_cpu_n": 500, "pool_lat": 100,
         "async_count": 3000, "async_s": 1.0, "async_concurrency": 50,
+        "real_n": 3000, "sleep_n": 1000, "peer_real_n": 3000, "peer_real_cap": 8.0, "peer_sleep_n": 1000,
     },
 }
+
+# the drain matrix (issue 14): task kinds x logging x worker shapes, for django-redisq and the peers
+KINDS = {"noop": "no-op", "rpush": "one Redis round trip (RPUSH)", "sleep": "time.sleep(0.001)"}
+LOGGINGS = {"none": "no LOGGING", "console": "console LOGGING"}
+DRAIN_SHAPES: tuple[tuple[str, int, int], ...] = (("c1", 1, 1), ("c2", 2, 1), ("c4", 4, 1), ("c8", 8, 1), ("p2", 1, 2))
+SHAPE_LABELS = {"c1": "1 process -c 1", "c2": "1 process -c 2", "c4": "1 process -c 4", "c8": "1 process -c 8", "p2": "2 processes -c 1"}
+PEER_SLEEP_SHAPES = ("c1", "c4")  # the peers' 1 ms sleep drains
 
 # the pools section: (workload, pool, --concurrency), in this order; the workloads are benchapp.tasks noop, io_sleep
 # and cpu. The two drains of the CPU-bound ratio run twice, A B B A, so a change of the machine's load during
@@ -195,13 +211,14 @@ class Bench:
         import django
 
         django.setup()
-        from benchapp.tasks import astamp, cpu, io_sleep, noop, stamp
+        from benchapp.tasks import astamp, cpu, io_sleep, noop, rpush, sleep_io, stamp
         from django.tasks import task_backends
 
         from django_redisq.keys import QueueKeys
 
         self.noop, self.stamp = noop, stamp
-        self.workloads: dict[str, Any] = {"noop": noop, "io": io_sleep, "cpu": cpu, "stamp": stamp, "astamp": astamp}
+        self.workloads: dict[str, Any] = {"noop": noop, "io": io_sleep, "cpu": cpu, "stamp": stamp, "astamp": astamp,
+                                          "rpush": rpush, "sleep": sleep_io}
         self.backend: Any = task_backends["default"]
         self.keys = QueueKeys
         self.env = dict(
@@ -257,8 +274,10 @@ class Bench:
         return argv
 
     def start_worker(self, tag: str, queues: Sequence[str] = ("default",), concurrency: int = 1,
-                     pool: str | None = None) -> subprocess.Popen[bytes]:
-        return self.procs.start(self.worker_argv(queues, concurrency, pool=pool), env=self.env, cwd=BENCH,
+                     pool: str | None = None, logging: str | None = None) -> subprocess.Popen[bytes]:
+        """A ``runworker``; ``logging`` "console" or "none" sets BENCH_LOGGING (bench_settings), else the environment's."""
+        env = self.env if logging is None else dict(self.env, BENCH_LOGGING=logging)
+        return self.procs.start(self.worker_argv(queues, concurrency, pool=pool), env=env, cwd=BENCH,
                                 log=self.logdir / f"{tag}.log")
 
     def server_stats(self) -> dict[str, float]:
@@ -316,6 +335,9 @@ class Bench:
             self.res.add("delay", ".delay() loop", "tasks/s", out["per_s"])
             self.res.add("delay_cpu", "  producer CPU per .delay()", "us", (c1 - c0) / out["calls"] * 1e6)
             self.res.add("delay_rcpu", "  Redis CPU per .delay()", "us", (r1 - r0) / out["calls"] * 1e6)
+            self.r.flushall()
+            out = rate_loop(lambda i, rp=self.workloads["rpush"]: rp.delay(i), cfg["delay_count"], cfg["delay_s"])
+            self.res.add("delay_rpush", ".delay() loop, the round-trip task", "tasks/s", out["per_s"])
             self.r.flushall()
             batch, done = cfg["many_batch"], 0
             c0, r0 = time.process_time(), redis_cpu_seconds(self.r)
@@ -378,7 +400,7 @@ class Bench:
 
     def drain_once(self, tag: str, concurrency: int, processes: int, n: int, marks: Sequence[int] = (),
                    on_mark: Callable[[int, list[subprocess.Popen[bytes]]], None] | None = None,
-                   pool: str | None = None, task: Any = None) -> dict[str, Any]:
+                   pool: str | None = None, task: Any = None, logging: str | None = None) -> dict[str, Any]:
         self.r.flushall()
         fill_s = self.fill(n, producers=2 if n >= 50_000 else 1, task=task)
         polls = 0
@@ -390,7 +412,7 @@ class Bench:
 
         before = self.server_stats()
         t0 = time.perf_counter()
-        ps = [self.start_worker(f"{tag}-{i}", concurrency=concurrency, pool=pool) for i in range(processes)]
+        ps = [self.start_worker(f"{tag}-{i}", concurrency=concurrency, pool=pool, logging=logging) for i in range(processes)]
         try:
             out = watch_drain(done, n, t0, self.cfg["drain_cap"], alive=lambda: all(p.poll() is None for p in ps),
                               marks=marks, on_mark=(lambda k: on_mark(k, ps)) if on_mark else None,
@@ -437,7 +459,32 @@ class Bench:
                 self.res.details.setdefault("drain", []).append({"variant": tag, "run": rep, **out})
                 log(f"drain {tag} run {rep + 1}: {fmt(out['per_s'])}/s (steady {fmt(out['steady_per_s'])}/s, "
                     f"{out['cmds_per_task']:.1f} cmds and {out['reads_per_task']:.2f} round trips per task)")
+            self.drain_matrix(rep)
         self.r.flushall()
+
+    def drain_matrix(self, rep: int) -> None:
+        """Issue 14's drains: each task kind x logging (``--kinds``, ``--logging``) x shape (c1 c2 c4 c8, two processes).
+
+        N queued before the worker starts; the figure is the rate from the first completion seen to the last
+        (``active_per_s``), with the time from worker start to the first completion. The no-op without
+        LOGGING is the drain rows above (today's figures) and is not run again.
+        """
+        for kind in self.args.kinds:
+            for lg in self.args.logging:
+                if (kind, lg) == ("noop", "none"):
+                    continue
+                n = self.cfg["sleep_n"] if kind == "sleep" else self.cfg["real_n"]
+                for shape, conc, nproc in DRAIN_SHAPES:
+                    key = f"m_{kind}_{lg}_{shape}"
+                    out = self.drain_once(f"{key}-{rep}", conc, nproc, n, task=self.workloads[kind], logging=lg)
+                    self.res.add(key, f"drain {n:,} {KINDS[kind]}, {LOGGINGS[lg]}: {SHAPE_LABELS[shape]} (first to last)", "tasks/s",
+                                 out["active_per_s"], "capped" if out["capped"] else "")
+                    self.res.add(f"{key}_startup", "  worker start to first completion", "s", out["startup_s"])
+                    self.res.add(f"{key}_cpu", "  worker CPU per task", "us", out.get("worker_cpu_us"))
+                    self.res.details.setdefault("drain_matrix", []).append(
+                        {"kind": kind, "logging": lg, "shape": shape, "concurrency": conc, "processes": nproc, "run": rep, **out})
+                    log(f"drain {kind} {lg} {shape} run {rep + 1}: first to last {fmt(out['active_per_s'])}/s, "
+                        f"first after {fmt(out['startup_s'])}s, worker CPU {fmt(out.get('worker_cpu_us'))} us/task")
 
     # -- flow control ----------------------------------------------------
 
@@ -469,12 +516,13 @@ class Bench:
     # -- latency ---------------------------------------------------------
 
     def latency(self) -> None:
-        cases = [("lat1", ("default",), "default", "1 queue"), ("lat3", ("default", "mid", "low"), "low", "3 queues, task on the last")]
+        cases = [("lat1", ("default",), "default", "1 queue", None), ("lat3", ("default", "mid", "low"), "low", "3 queues, task on the last", None),
+                 ("lat1c", ("default",), "default", "1 queue, console LOGGING", "console")]
         self.r.config_set("notify-keyspace-events", "K$")
         try:
             for rep in range(self.cfg["repeats"]):
-                for tag, queues, target, label in cases:
-                    out = self.latency_once(f"{tag}-{rep}", queues, target)
+                for tag, queues, target, label, lg in cases:
+                    out = self.latency_once(f"{tag}-{rep}", queues, target, logging=lg)
                     for what, name in (("start", "enqueue->start"), ("ack", "enqueue->ack")):
                         for p in ("p50", "p99"):
                             self.res.add(f"{tag}_{what}_{p}", f"latency {name} {p}, {label}", "ms", out.get(f"{what}_{p}_ms"))
@@ -488,11 +536,11 @@ class Bench:
         self.r.flushall()
 
     def latency_once(self, tag: str, queues: Sequence[str], target: str, pool: str | None = None, concurrency: int = 1,
-                     task: Any = None, samples: int | None = None) -> dict[str, Any]:
+                     task: Any = None, samples: int | None = None, logging: str | None = None) -> dict[str, Any]:
         self.r.flushall()
         task = task or self.stamp
         task = task if target == "default" else task.using(queue_name=target)
-        p = self.start_worker(tag, queues, concurrency, pool)
+        p = self.start_worker(tag, queues, concurrency, pool, logging=logging)
         sub = self.r.pubsub(ignore_subscribe_messages=True)
         try:
             deadline = time.monotonic() + 30
@@ -690,20 +738,40 @@ class Bench:
 
     # -- peers -----------------------------------------------------------
 
-    def peers(self) -> None:
-        py = ensure_peers_venv()
-        if py is None:
-            return
+    def peer_plan(self) -> dict[str, Any]:
+        """What ``peers/run_peer.py`` measures for each peer: today's no-op drain and enqueue, and issue 14's matrix."""
         cfg = self.cfg
+        drains: list[dict[str, Any]] = [{"tag": "noop", "kind": "noop", "conc": None, "procs": 1, "n": cfg["peer_n"], "cap": cfg["peer_cap"]}]
+        if "rpush" in self.args.kinds:
+            drains += [{"tag": f"rpush_{shape}", "kind": "rpush", "conc": conc, "procs": nproc, "n": cfg["peer_real_n"],
+                        "cap": cfg["peer_real_cap"]} for shape, conc, nproc in DRAIN_SHAPES]
+        if "sleep" in self.args.kinds:
+            drains += [{"tag": f"sleep_{shape}", "kind": "sleep", "conc": conc, "procs": nproc, "n": cfg["peer_sleep_n"],
+                        "cap": cfg["peer_real_cap"]} for shape, conc, nproc in DRAIN_SHAPES if shape in PEER_SLEEP_SHAPES]
+        return {"repeats": cfg["repeats"], "drains": drains, "latency": {"samples": cfg["peer_lat"]},
+                "enqueue": {"kinds": ["noop", "rpush"], "count": cfg["peer_enqueue"], "seconds": cfg["peer_enqueue_s"]}}
+
+    def peers(self) -> None:
+        """Each peer in its virtualenv (built on first use), by ``peers/run_peer.py``; one that fails is "not measured (why)"."""
+        cfg = self.cfg
+        plan = self.peer_plan()
+        not_measured = self.res.details.setdefault("peers_not_measured", {})
         for name in self.args.peers:
+            py, why = peer_python(name)
+            if py is None:
+                log(f"peer {name}: not measured ({why})")
+                not_measured[name] = why
+                self.res.add(f"peer_{name}_drain", f"{name}: not measured", "tasks/s", None, why[:80])
+                continue
             pidfile = self.logdir / f"{name}.pids"
-            argv = [str(py), str(BENCH / "peers" / "run_peer.py"), name, "--url", self.url, "--n", str(cfg["peer_n"]),
-                    "--repeats", str(cfg["repeats"]), "--cap", str(cfg["peer_cap"]), "--lat-samples", str(cfg["peer_lat"]),
-                    "--enqueue-count", str(cfg["peer_enqueue"]), "--enqueue-seconds", str(cfg["peer_enqueue_s"]),
+            argv = [str(py), str(BENCH / "peers" / "run_peer.py"), name, "--url", self.url, "--plan", json.dumps(plan),
                     "--pidfile", str(pidfile), "--logdir", str(self.logdir)]
-            budget = cfg["repeats"] * (cfg["peer_cap"] + 60 + cfg["peer_enqueue_s"] + cfg["peer_lat"] * 0.05) + 60
+            budget = cfg["repeats"] * (sum(d["cap"] + 40 for d in plan["drains"]) + 2 * cfg["peer_enqueue_s"] + 60
+                                       + cfg["peer_lat"] * 0.05) + 60
             log(f"peer {name}: measuring (at most {budget:.0f}s)")
-            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, start_new_session=True)
+            # each peer's INFO console logging (see its module); not the bench's Django settings
+            env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"} | {"BENCH_LOGGING": "console"}
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, start_new_session=True, env=env)
             try:
                 stdout, _ = proc.communicate(timeout=budget)
             except subprocess.TimeoutExpired:
@@ -714,29 +782,54 @@ class Bench:
                     os.killpg(proc.pid, signal.SIGKILL)
                     stdout, _ = proc.communicate()
             finally:
+                if proc.poll() is None:  # e.g. Ctrl-C here: the driver and its workers go too
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait(10)
                 for line in pidfile.read_text().split() if pidfile.exists() else []:  # any worker it left behind
                     with contextlib.suppress(ProcessLookupError, PermissionError):
                         os.killpg(int(line), signal.SIGKILL)
                 self.r.flushall()
             found = [ln for ln in (stdout or "").splitlines() if ln.startswith("RESULT ")]
             if proc.returncode != 0 or not found:
-                log(f"peer {name}: no result (exit {proc.returncode}); skipped")
+                why = f"its run failed (exit {proc.returncode}); see the log above"
+                log(f"peer {name}: no result (exit {proc.returncode}); not measured")
+                not_measured[name] = why
+                self.res.add(f"peer_{name}_drain", f"{name}: not measured", "tasks/s", None, why[:80])
                 continue
-            data = json.loads(found[-1][len("RESULT "):])
-            self.res.details.setdefault("peers", {})[name] = data
-            label = f"{name} {data['version']}"
-            for d in data["drain"]:
-                self.res.add(f"peer_{name}_drain", f"{label}: drain {data['n']:,}, {data['worker']}", "tasks/s", d["per_s"],
-                             "capped: rate so far" if d["capped"] else "")
-                self.res.add(f"peer_{name}_drain_steady", f"  {name} steady (after first 5%)", "tasks/s", d["steady_per_s"])
-                self.res.add(f"peer_{name}_cpu", f"  {name} worker CPU per task", "us", d.get("worker_cpu_us"))
-                self.res.add(f"peer_{name}_rcpu", f"  {name} Redis CPU per task", "us", d.get("redis_cpu_us"))
-            for e in data["enqueue"]:
-                self.res.add(f"peer_{name}_enqueue", f"{label}: single enqueue loop", "tasks/s", e["per_s"])
-            for lat in data["latency"]:
-                self.res.add(f"peer_{name}_lat_p50", f"{label}: latency enqueue->start p50", "ms", lat.get("start_p50_ms"))
-                self.res.add(f"peer_{name}_lat_p99", f"{label}: latency enqueue->start p99", "ms", lat.get("start_p99_ms"))
-                self.res.add(f"peer_{name}_enqueue_call", f"  {name} enqueue call itself (p50)", "ms", lat.get("enqueue_call_p50_ms"))
+            self.add_peer(name, json.loads(found[-1][len("RESULT "):]))
+
+    def add_peer(self, name: str, data: dict[str, Any]) -> None:
+        self.res.details.setdefault("peers", {})[name] = data
+        label = f"{name} {data['version']}"
+        meta = data.get("drain_meta", {})
+        for d in data["drain"].get("noop", []):  # today's row: the no-op, the peer's default worker
+            self.res.add(f"peer_{name}_drain", f"{label}: drain {meta['noop']['n']:,}, {data['worker']}", "tasks/s", d["per_s"],
+                         "capped: rate so far" if d["capped"] else "")
+            self.res.add(f"peer_{name}_drain_steady", f"  {name} steady (after first 5%)", "tasks/s", d["steady_per_s"])
+            self.res.add(f"peer_{name}_cpu", f"  {name} worker CPU per task", "us", d.get("worker_cpu_us"))
+            self.res.add(f"peer_{name}_rcpu", f"  {name} Redis CPU per task", "us", d.get("redis_cpu_us"))
+        for tag, runs in data["drain"].items():
+            if tag == "noop":
+                continue
+            kind, shape = tag.split("_", 1)
+            for d in runs:
+                self.res.add(f"peer_{name}_{tag}", f"{label}: drain {meta[tag]['n']:,} {KINDS[kind]}, {SHAPE_LABELS[shape]} "
+                             f"({meta[tag]['desc']}; first to last)", "tasks/s", d["active_per_s"], "capped: rate so far" if d["capped"] else "")
+                self.res.add(f"peer_{name}_{tag}_startup", f"  {name} worker start to first completion", "s", d["startup_s"])
+                self.res.add(f"peer_{name}_{tag}_cpu", f"  {name} worker CPU per task", "us", d.get("worker_cpu_us"))
+        unsupported = {t: m["desc"] for t, m in meta.items() if not m.get("supported", True)}
+        failed = {t: m["error"] for t, m in meta.items() if m.get("error")}
+        if unsupported or failed:
+            self.res.details.setdefault("peers_partial", {})[name] = {"unsupported": unsupported, "failed": failed}
+        for kind, runs in data["enqueue"].items():
+            for e in runs:
+                self.res.add(f"peer_{name}_enqueue" + ("" if kind == "noop" else f"_{kind}"),
+                             f"{label}: single enqueue loop" + ("" if kind == "noop" else f", {KINDS[kind]} task"), "tasks/s", e["per_s"])
+        for lat in data["latency"]:
+            self.res.add(f"peer_{name}_lat_p50", f"{label}: latency enqueue->start p50", "ms", lat.get("start_p50_ms"))
+            self.res.add(f"peer_{name}_lat_p99", f"{label}: latency enqueue->start p99", "ms", lat.get("start_p99_ms"))
+            self.res.add(f"peer_{name}_enqueue_call", f"  {name} enqueue call itself (p50)", "ms", lat.get("enqueue_call_p50_ms"))
 
     # -- targets ---------------------------------------------------------
 
@@ -774,7 +867,130 @@ class Bench:
         check(f"{self.cfg['async_concurrency']} aenqueue at once >= enqueue in a thread", m("async_gather"), thread, ge, f"{fmt(thread)} (thread)")
         hop = m("async_hop-loop")
         check("aenqueue one by one >= Django's default aenqueue (thread hop)", m("async_loop"), hop, ge, f"{fmt(hop)} (hop)")
+        self.issue14_targets(check)
         return out
+
+    def issue14_targets(self, check: Callable[..., None]) -> None:
+        """Issue 14's targets, on the realistic figures (round-trip task, console LOGGING), each against this run's figures."""
+        m = self.res.median
+        ge, le = (lambda a, b: a >= b), (lambda a, b: a <= b)
+        one_proc = [s for s, _, nproc in DRAIN_SHAPES if nproc == 1]
+
+        def best(prefix: str) -> tuple[str | None, float | None]:
+            vals = [(s, m(f"{prefix}{s}")) for s in one_proc]
+            vals = [(s, v) for s, v in vals if v is not None]
+            return max(vals, key=lambda x: x[1]) if vals else (None, None)
+
+        shape, ours = best("m_rpush_console_")
+        measured = [n for n in self.args.peers if n in self.res.details.get("peers", {})]
+        for n in measured:
+            pshape, theirs = best(f"peer_{n}_rpush_")
+            factor = 3 if n == "vtasks" else 5
+            check(f"drain, round-trip task, 1 process (best -c: ours {shape}) >= {factor}x {PEER_LABELS[n]} (best -c: {pshape})",
+                  ours, factor * theirs if theirs else None, ge, f"{factor} x {fmt(theirs)}")
+        check("worker start to first task (round-trip task, -c 1) <= 0.3 s", m("m_rpush_console_c1_startup"), 0.3, le, "0.3 s")
+        sl = {s: m(f"m_sleep_console_{s}") for s in one_proc}
+        check("1 ms sleep task: -c 4 >= -c 1 (c1 / c2 / c4 / c8: " + " / ".join(fmt(sl[s]) for s in one_proc) + ")",
+              sl.get("c4"), sl.get("c1"), ge, "c1")
+        p2, c1 = m("m_rpush_console_p2"), m("m_rpush_console_c1")
+        check("two processes >= 1.8x our one process (round-trip task, -c 1)", p2, 1.8 * c1 if c1 else None, ge, f"1.8 x {fmt(c1)}")
+        peer_p2 = [(n, m(f"peer_{n}_rpush_p2")) for n in measured]
+        peer_p2 = [(n, v) for n, v in peer_p2 if v is not None]
+        if peer_p2:
+            bn, bv = max(peer_p2, key=lambda x: x[1])
+            check(f"two processes >= 2x the best peer's two processes ({PEER_LABELS[bn]})", p2, 2 * bv, ge, f"2 x {fmt(bv)}")
+        huey = m("peer_huey_enqueue_rpush")
+        check(".delay() (round-trip task) >= Huey's enqueue", m("delay_rpush"), huey, ge, f"{fmt(huey)} (huey)")
+        bare = [v for v in (m("bare_lpush_resp2"), m("bare_lpush_resp3")) if v is not None]
+        check(".delay() (round-trip task) >= 90% of the bare redis-py LPUSH loop (the faster RESP)", m("delay_rpush"),
+              0.9 * max(bare) if bare else None, ge, f"0.9 x {fmt(max(bare)) if bare else '-'}")
+        lat = [(n, m(f"peer_{n}_lat_p50"), m(f"peer_{n}_lat_p99")) for n in measured]
+        lat50 = [(n, a) for n, a, _ in lat if a is not None]
+        lat99 = [(n, b) for n, _, b in lat if b is not None]
+        if lat50:
+            bn, bv = min(lat50, key=lambda x: x[1])
+            check(f"idle latency start p50 (console LOGGING) <= best peer's ({PEER_LABELS[bn]})", m("lat1c_start_p50"), bv, le, f"{fmt(bv)} ms")
+        if lat99:
+            bn, bv = min(lat99, key=lambda x: x[1])
+            check(f"idle latency start p99 (console LOGGING) <= best peer's ({PEER_LABELS[bn]})", m("lat1c_start_p99"), bv, le, f"{fmt(bv)} ms")
+
+
+def summary_tables(res: Results, cfg: dict[str, Any], peers: Sequence[str]) -> str:
+    """Issue 14's realistic table (the round-trip task, console LOGGING), then django-redisq's drain matrix; medians."""
+    m = res.median
+    details = res.details
+    versions = {n: d.get("version", "") for n, d in details.get("peers", {}).items()}
+    nm = details.get("peers_not_measured", {})
+    partial = details.get("peers_partial", {})
+    cols = [n for n in peers if n in versions or n in nm]
+    out: list[str] = []
+    if any(k.startswith("m_rpush_console_") for k in res.rows) or versions:
+        head = ("", "django-redisq", *(f"{PEER_LABELS.get(n, n)} {versions.get(n, '')}".strip() for n in cols))
+
+        def cell(name: str, ours: str | None, theirs: str | None, unit: str = "/s", peer_tag: str | None = None) -> str:
+            key = ours if name == "ours" else theirs
+            if name != "ours" and name in nm:
+                return "not measured"
+            if name != "ours" and peer_tag and peer_tag in partial.get(name, {}).get("unsupported", {}):
+                return "n/a"
+            if name != "ours" and peer_tag and peer_tag in partial.get(name, {}).get("failed", {}):
+                return "failed"
+            v = m(key) if key else None
+            return "-" if v is None else f"{fmt(v)}{unit}"
+
+        rows: list[tuple[str, ...]] = [head]
+        for shape, _, _ in DRAIN_SHAPES:
+            rows.append((f"drain {cfg['real_n']:,} round-trip tasks, {SHAPE_LABELS[shape]}",
+                         cell("ours", f"m_rpush_console_{shape}", None),
+                         *(cell(n, None, f"peer_{n}_rpush_{shape}", peer_tag=f"rpush_{shape}") for n in cols)))
+        rows.append(("  worker start to first task (-c 1)", cell("ours", "m_rpush_console_c1_startup", None, " s"),
+                     *(cell(n, None, f"peer_{n}_rpush_c1_startup", " s", peer_tag="rpush_c1") for n in cols)))
+        for shape in PEER_SLEEP_SHAPES:
+            rows.append((f"drain {cfg['sleep_n']:,} 1 ms sleep tasks, {SHAPE_LABELS[shape]}", cell("ours", f"m_sleep_console_{shape}", None),
+                         *(cell(n, None, f"peer_{n}_sleep_{shape}", peer_tag=f"sleep_{shape}") for n in cols)))
+        rows.append((".delay() loop (single enqueue, round-trip task)", cell("ours", "delay_rpush", None),
+                     *(cell(n, None, f"peer_{n}_enqueue_rpush") for n in cols)))
+
+        def lat(p50: str, p99: str, name: str) -> str:
+            if name in nm:
+                return "not measured"
+            a, b = m(p50), m(p99)
+            return "-" if a is None and b is None else f"{fmt(a)} / {fmt(b)} ms"
+
+        rows.append(("idle latency enqueue->start p50 / p99", lat("lat1c_start_p50", "lat1c_start_p99", "ours"),
+                     *(lat(f"peer_{n}_lat_p50", f"peer_{n}_lat_p99", n) for n in cols)))
+        out.append("Realistic summary: the task does one Redis round trip (RPUSH), console LOGGING at INFO (the peers: their own "
+                   "INFO console logging); drain rates from the first completion to the last, N queued before the worker starts; medians")
+        out.append(_columns(rows, left=1))
+        notes = [f"  {PEER_LABELS.get(n, n)}: -c N is {SHAPE_NOTES.get(n, '?')}" for n in cols if n not in nm]
+        notes += [f"  {PEER_LABELS.get(n, n)}: not measured ({why})" for n, why in nm.items()]
+        for n, p in partial.items():
+            notes += [f"  {PEER_LABELS.get(n, n)}: {t} failed ({why[:100]})" for t, why in p.get("failed", {}).items()]
+        if notes:
+            out.append("\n".join(notes))
+    matrix = [("django-redisq drain matrix (first to last, tasks/s)", *(SHAPE_LABELS[s] for s, _, _ in DRAIN_SHAPES), "start to first (c1)")]
+    for kind in KINDS:
+        for lg in LOGGINGS:
+            if f"m_{kind}_{lg}_c1" in res.rows:
+                matrix.append((f"{KINDS[kind]}, {LOGGINGS[lg]}", *(fmt(m(f"m_{kind}_{lg}_{s}")) for s, _, _ in DRAIN_SHAPES),
+                               f"{fmt(m(f'm_{kind}_{lg}_c1_startup'))} s"))
+    if "drain_c1_steady" in res.rows:
+        matrix.append((f"no-op, no LOGGING (drain rows: {cfg['drain_n']:,}, steady after 5%)", fmt(m("drain_c1_steady")), "-",
+                       fmt(m(f"drain_c{cfg['concurrency']}_steady")) if cfg["concurrency"] == 4 else "-", "-", fmt(m("drain_p2_steady")),
+                       f"{fmt(m('startup'))} s"))
+    if len(matrix) > 1:
+        out.append("")
+        out.append(_columns(matrix, left=1))
+    return "\n".join(out).strip("\n")
+
+
+SHAPE_NOTES = {
+    "dramatiq": "--threads N (2 processes: two `dramatiq --processes 1 --threads 1`)",
+    "huey": "-k thread -w N", "rq": "not available: SimpleWorker runs one job at a time (2 processes: two workers)",
+    "celery": "-P threads -c N (acks_late=True, no result backend)",
+    "arq": "max_jobs N (async jobs, redis.asyncio RPUSH, asyncio.sleep; its default poll_delay 0.5 s)",
+    "vtasks": "runworker --concurrency N", "tasks-redis": "not available: one task at a time (2 processes: two workers)",
+}
 
 
 def pool_table(res: Results, cfg: dict[str, Any]) -> str:
@@ -803,9 +1019,9 @@ def pool_table(res: Results, cfg: dict[str, Any]) -> str:
     return out
 
 
-def _columns(rows: list[tuple[str, ...]]) -> str:
+def _columns(rows: list[tuple[str, ...]], left: int = 3) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    text = ["  ".join(c.ljust(widths[i]) if i < 3 else c.rjust(widths[i]) for i, c in enumerate(r)) for r in rows]
+    text = ["  ".join(c.ljust(widths[i]) if i < left else c.rjust(widths[i]) for i, c in enumerate(r)) for r in rows]
     return "\n".join([text[0], "  ".join("-" * w for w in widths), *text[1:]])
 
 
@@ -819,26 +1035,48 @@ def fill_local(noop: Any, n: int, queue: str = "default", backend: str = "defaul
         mix[k % len(mix)].enqueue_many([((i,), {}) for i in range(start, min(n, start + step))])
 
 
-def ensure_peers_venv() -> Path | None:
-    """``bench/.peers-venv`` with the peers installed (never the project's own environment); None if impossible."""
-    py = PEERS_VENV / "bin" / "python"
-    stamp = PEERS_VENV / ".installed"
-    want = "\n".join(PEER_PACKAGES)
+def ensure_venv(path: Path, packages: Sequence[str]) -> tuple[Path | None, str]:
+    """A virtualenv at ``path`` with ``packages`` (never the project's own environment), built on first use and reused
+    while its stamp lists the same packages: (its Python, "") or (None, why not)."""
+    py = path / "bin" / "python"
+    stamp = path / ".installed"
+    want = "\n".join(packages)
     if py.exists() and stamp.exists() and stamp.read_text() == want:
-        return py
-    log(f"creating {PEERS_VENV} for the peers: {', '.join(PEER_PACKAGES)}")
+        return py, ""
+    log(f"creating {path} for the peers: {', '.join(packages)}")
     try:
         if not py.exists():
-            venv.EnvBuilder(with_pip=True, clear=True).create(PEERS_VENV)
-        done = subprocess.run([str(py), "-m", "pip", "install", "-q", *PEER_PACKAGES], capture_output=True, text=True, timeout=600)
+            venv.EnvBuilder(with_pip=True, clear=True).create(path)
+        done = subprocess.run([str(py), "-m", "pip", "install", "-q", *packages], capture_output=True, text=True, timeout=900)
     except (OSError, subprocess.SubprocessError) as exc:
-        log(f"peers skipped: cannot build their virtualenv ({exc})")
-        return None
+        return None, f"cannot build {path.name}: {exc}"
     if done.returncode != 0:
-        log(f"peers skipped: pip install failed:\n{done.stderr.strip()[-2000:]}")
-        return None
+        last = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"
+        log(f"pip install into {path.name} failed:\n{done.stderr.strip()[-2000:]}")
+        return None, f"pip install {' '.join(packages)} failed: {last[:160]}"
     stamp.write_text(want)
+    return py, ""
+
+
+def ensure_peers_venv() -> Path | None:
+    """``bench/.peers-venv`` with Dramatiq, Huey and RQ; None if impossible."""
+    py, why = ensure_venv(PEERS_VENV, PEER_PACKAGES)
+    if py is None:
+        log(f"peers skipped: {why}")
     return py
+
+
+def peer_python(name: str) -> tuple[Path | None, str]:
+    """The Python of the virtualenv that holds ``name`` (built on first use), or None and why not."""
+    if name in DJANGO_PEER_PACKAGES:
+        py, missing = ensure_django_peers_venv()
+        if py is None or name in missing:
+            return None, missing.get(name, "no virtualenv")
+        return py, ""
+    if name in OWN_VENV_PEERS:
+        path, packages = OWN_VENV_PEERS[name]
+        return ensure_venv(path, packages)
+    return ensure_venv(PEERS_VENV, PEER_PACKAGES)
 
 
 def ensure_django_peers_venv() -> tuple[Path | None, dict[str, str]]:
@@ -911,6 +1149,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated sections: {','.join(SECTIONS)}")
     ap.add_argument("--skip", default="", help="comma-separated sections to leave out (e.g. peers)")
     ap.add_argument("--peers", default=",".join(PEER_NAMES), help="peers to measure (default: all)")
+    ap.add_argument("--kinds", default=",".join(KINDS), help="task kinds of the drain matrix and the peers' drains (default: all)")
+    ap.add_argument("--logging", default=",".join(LOGGINGS), help="worker logging of the drain matrix: none, console (default: both)")
     ap.add_argument("--pools", default=",".join(POOL_NAMES), help="execution pools the pools section measures (default: all)")
     ap.add_argument("--drain-n", type=int, default=None, help="tasks queued before each drain (default 20000)")
     ap.add_argument("--worker-verbosity", type=int, default=None,
@@ -946,7 +1186,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = (set(only) | skip) - set(SECTIONS)
     if unknown:
         ap.error(f"unknown section(s): {', '.join(sorted(unknown))}")
-    args.peers = [p for p in args.peers.split(",") if p in PEER_NAMES]
+    bad = {p for p in args.peers.split(",") if p} - set(PEER_NAMES)
+    bad |= {k for k in args.kinds.split(",") if k} - set(KINDS)
+    bad |= {x for x in args.logging.split(",") if x} - set(LOGGINGS)
+    if bad:
+        ap.error(f"unknown peer(s), kind(s) or logging: {', '.join(sorted(bad))}")
+    args.peers = [p for p in args.peers.split(",") if p]
+    args.kinds = [k for k in KINDS if k in args.kinds.split(",")]
+    args.logging = [x for x in LOGGINGS if x in args.logging.split(",")]
     bad_pools = set(filter(None, args.pools.split(","))) - set(POOL_NAMES)
     if bad_pools:
         ap.error(f"unknown pool(s): {', '.join(sorted(bad_pools))}")
@@ -994,6 +1241,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     load = meta.get("loadavg_at_start", (0.0,))[0]
     if load > 1.0:
         print(f"(machine busy: load average {load:.1f} before the bench started)")
+    summary_text = summary_tables(bench.res, cfg, args.peers)
+    if summary_text:
+        print(summary_text)
+        print()
     print(table(bench.res))
     if "pools_table" in bench.res.details:
         print()

@@ -6,6 +6,11 @@ pure-Python loop of ``CPU_LOOPS`` iterations (CPU-bound: 75,000 iterations
 took 5.0 ms at best, Python 3.13 on the 2-core bench machine; set
 ``BENCH_CPU_LOOPS`` to recalibrate elsewhere). ``astamp`` is ``stamp`` as an
 ``async def``, for the asyncio pool's native path.
+
+The task kinds of the drain section and the peers (``common.py``, the same body
+in every queue measured): ``noop``; ``rpush``, one Redis round trip (``RPUSH``
+to a list on the bench's redis-server, one client per worker process, made on
+first use); ``sleep_io``, ``time.sleep(0.001)`` (an I/O stand-in).
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import os
 
-from common import record_start
+from common import record_start, rpush_one, sleep_one
 
 import django_redisq
 
@@ -35,6 +40,16 @@ try:
     limited_noop = django_redisq.task(max_running=1000)(limited_noop)  # type: ignore[assignment]
 except Exception:  # noqa: BLE001 - an older engine (bench/run.py --engine) without fleet-wide limits
     pass
+
+
+@django_redisq.task
+def rpush(x: int) -> int:
+    return rpush_one(x)
+
+
+@django_redisq.task
+def sleep_io(x: int) -> int:
+    return sleep_one(x)
 
 
 @django_redisq.task

@@ -1,4 +1,7 @@
-"""Dramatiq with its Redis broker, default middleware; worker: ``dramatiq dramatiq_peer --processes 1``."""
+"""Dramatiq with its Redis broker, default middleware; worker: ``dramatiq dramatiq_peer --processes 1 --threads N``.
+
+Logging: the ``dramatiq`` command's own (INFO to stderr, its default; it has no quieter level).
+"""
 
 from __future__ import annotations
 
@@ -7,13 +10,13 @@ from pathlib import Path
 
 import dramatiq
 import redis
-from common import record_start
+from common import record_start, rpush_one, sleep_one
 from dramatiq.brokers.redis import RedisBroker
 
 NAME = "dramatiq"
 PACKAGE = "dramatiq"
 URL = os.environ["BENCH_REDIS_URL"]
-THREADS = int(os.environ.get("BENCH_PEER_THREADS", "8"))  # Dramatiq's default
+THREADS = 8  # Dramatiq's default
 WORKER = f"1 process x {THREADS} threads (its default threads)"
 
 broker = RedisBroker(url=URL)
@@ -26,21 +29,31 @@ def noop(x: int) -> int:
 
 
 @dramatiq.actor
+def rpush(x: int) -> int:
+    return rpush_one(x)
+
+
+@dramatiq.actor
+def sleep_io(x: int) -> int:
+    return sleep_one(x)
+
+
+@dramatiq.actor
 def stamp(x: int) -> int:
     return record_start(x)
 
 
-def enqueue_noop(i: int) -> None:
-    noop.send(i)
+KINDS = {"noop": noop, "rpush": rpush, "sleep": sleep_io, "stamp": stamp}
 
 
-def enqueue_stamp(i: int) -> None:
-    stamp.send(i)
+def enqueue(kind: str, i: int) -> None:
+    KINDS[kind].send(i)
 
 
-def fill(n: int) -> None:
+def fill(kind: str, n: int) -> None:
+    actor = KINDS[kind]
     for i in range(n):
-        noop.send(i)
+        actor.send(i)
 
 
 def done_count(r: redis.Redis, n: int) -> int:
@@ -48,5 +61,9 @@ def done_count(r: redis.Redis, n: int) -> int:
     return n - int(r.hlen("dramatiq:default.msgs"))
 
 
-def worker_argv(bindir: Path) -> list[str]:
-    return [str(bindir / "dramatiq"), "dramatiq_peer", "--processes", "1", "--threads", str(THREADS)]
+def worker_desc(conc: int | None) -> str:
+    return WORKER if conc is None else f"--threads {conc}"
+
+
+def worker_argv(bindir: Path, conc: int | None, index: int = 0) -> list[str] | None:
+    return [str(bindir / "dramatiq"), "dramatiq_peer", "--processes", "1", "--threads", str(conc or THREADS)]

@@ -1,4 +1,7 @@
-"""Huey's RedisHuey (results kept, blocking dequeue); worker: ``huey_consumer huey_peer.huey -w 1 -k thread``."""
+"""Huey's RedisHuey (results kept, blocking dequeue); worker: ``huey_consumer huey_peer.huey -w N -k thread``.
+
+Logging: the consumer's own (INFO to stderr, its default: a line per task).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +9,7 @@ import os
 from pathlib import Path
 
 import redis
-from common import record_start
+from common import record_start, rpush_one, sleep_one
 from huey import RedisHuey
 
 NAME = "huey"
@@ -23,21 +26,31 @@ def noop(x: int) -> int:
 
 
 @huey.task()
+def rpush(x: int) -> int:
+    return rpush_one(x)
+
+
+@huey.task()
+def sleep_io(x: int) -> int:
+    return sleep_one(x)
+
+
+@huey.task()
 def stamp(x: int) -> int:
     return record_start(x)
 
 
-def enqueue_noop(i: int) -> None:
-    noop(i)
+KINDS = {"noop": noop, "rpush": rpush, "sleep": sleep_io, "stamp": stamp}
 
 
-def enqueue_stamp(i: int) -> None:
-    stamp(i)
+def enqueue(kind: str, i: int) -> None:
+    KINDS[kind](i)
 
 
-def fill(n: int) -> None:
+def fill(kind: str, n: int) -> None:
+    task = KINDS[kind]
     for i in range(n):
-        noop(i)
+        task(i)
 
 
 def done_count(r: redis.Redis, n: int) -> int:
@@ -45,5 +58,9 @@ def done_count(r: redis.Redis, n: int) -> int:
     return int(r.hlen("huey.results.bench"))
 
 
-def worker_argv(bindir: Path) -> list[str]:
-    return [str(bindir / "huey_consumer"), "huey_peer.huey", "-w", "1", "-k", "thread"]
+def worker_desc(conc: int | None) -> str:
+    return WORKER if conc is None else f"-k thread -w {conc}"
+
+
+def worker_argv(bindir: Path, conc: int | None, index: int = 0) -> list[str] | None:
+    return [str(bindir / "huey_consumer"), "huey_peer.huey", "-w", str(conc or 1), "-k", "thread"]

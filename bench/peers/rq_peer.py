@@ -1,4 +1,8 @@
-"""RQ with its SimpleWorker (no fork per job); worker: ``rq worker -w rq.worker.SimpleWorker default``."""
+"""RQ with its SimpleWorker (no fork per job); worker: ``rq worker -w rq.worker.SimpleWorker default``.
+
+One job at a time per worker process (``--concurrency`` above 1 is not measured). Logging: the
+``rq worker`` command's own (INFO to stderr, its default: lines per job).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,7 @@ import os
 from pathlib import Path
 
 import redis
-from common import record_start
+from common import record_start, rpush_one, sleep_one
 from rq import Queue
 
 NAME = "rq"
@@ -21,26 +25,40 @@ def noop(x: int) -> int:
     return x
 
 
+def rpush(x: int) -> int:
+    return rpush_one(x)
+
+
+def sleep_io(x: int) -> int:
+    return sleep_one(x)
+
+
 def stamp(x: int) -> int:
     return record_start(x)
 
 
-def enqueue_noop(i: int) -> None:
-    queue.enqueue(noop, i)
+KINDS = {"noop": noop, "rpush": rpush, "sleep": sleep_io, "stamp": stamp}
 
 
-def enqueue_stamp(i: int) -> None:
-    queue.enqueue(stamp, i)
+def enqueue(kind: str, i: int) -> None:
+    queue.enqueue(KINDS[kind], i)
 
 
-def fill(n: int) -> None:
+def fill(kind: str, n: int) -> None:
+    fn = KINDS[kind]
     for start in range(0, n, 1000):  # RQ's bulk path: one pipeline per batch
-        queue.enqueue_many([Queue.prepare_data(noop, (i,)) for i in range(start, min(n, start + 1000))])
+        queue.enqueue_many([Queue.prepare_data(fn, (i,)) for i in range(start, min(n, start + 1000))])
 
 
 def done_count(r: redis.Redis, n: int) -> int:
     return int(r.zcard("rq:finished:default"))
 
 
-def worker_argv(bindir: Path) -> list[str]:
+def worker_desc(conc: int | None) -> str:
+    return WORKER if conc is None else "SimpleWorker"
+
+
+def worker_argv(bindir: Path, conc: int | None, index: int = 0) -> list[str] | None:
+    if conc not in (None, 1):
+        return None
     return [str(bindir / "rq"), "worker", "--url", URL, "-w", "rq.worker.SimpleWorker", "default"]

@@ -1,17 +1,22 @@
-"""Measure one peer queue like django-redisq: single enqueue/s, drain/s of N with one worker process, idle latency.
+"""Measure one peer queue like django-redisq: enqueue/s, drains of N queued tasks, idle latency.
 
-Run by ``bench/run.py`` with the peers' virtualenv's Python::
+Run by ``bench/run.py`` with the peer's virtualenv's Python::
 
-    .peers-venv/bin/python peers/run_peer.py huey --url redis://127.0.0.1:PORT/0 --n 20000
+    .peers-venv/bin/python peers/run_peer.py huey --url redis://127.0.0.1:PORT/0 --plan '{"repeats": 1, ...}'
 
-It flushes the given Redis between runs (the bench's own throwaway server),
-prints progress to stderr and its results as one ``RESULT {json}`` line.
+The plan (JSON): ``repeats``; ``enqueue`` {``kinds``, ``count``, ``seconds``}; ``drains``, a list of
+{``tag``, ``kind`` (noop, rpush, sleep), ``conc`` (null: the peer's default), ``procs`` (worker processes),
+``n``, ``cap`` (seconds; then the rate so far counts)}; ``latency`` {``samples``}. A drain the peer's worker
+cannot run (e.g. a concurrency it does not have) is listed as not supported; one that fails is listed
+with its error, and the others go on. It flushes the given Redis between runs (the bench's own throwaway
+server), prints progress to stderr and its results as one ``RESULT {json}`` line.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import os
 import signal
 import sys
@@ -27,23 +32,22 @@ sys.path[:0] = [str(PEERS), str(BENCH)]
 import redis  # noqa: E402
 from common import START_KEY, Procs, emit, group_cpu_seconds, rate_loop, redis_cpu_seconds, start_latency, tail, watch_drain  # noqa: E402
 
+MODULES = {"dramatiq": "dramatiq_peer", "huey": "huey_peer", "rq": "rq_peer", "celery": "celery_peer", "arq": "arq_peer",
+           "vtasks": "vtasks_peer", "tasks-redis": "tasks_redis_peer"}
+
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("peer", choices=["dramatiq", "huey", "rq"])
+    ap.add_argument("peer", choices=sorted(MODULES))
     ap.add_argument("--url", required=True)
-    ap.add_argument("--n", type=int, default=20000, help="tasks queued before each drain")
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--cap", type=float, default=25.0, help="seconds a drain may take; then its rate so far counts")
-    ap.add_argument("--lat-samples", type=int, default=200)
-    ap.add_argument("--enqueue-count", type=int, default=10000)
-    ap.add_argument("--enqueue-seconds", type=float, default=2.0)
+    ap.add_argument("--plan", required=True, help="what to measure, as JSON (see the docstring)")
     ap.add_argument("--pidfile", default=None, help="append the id of every process started here")
     ap.add_argument("--logdir", default=None)
     args = ap.parse_args()
+    plan = json.loads(args.plan)
 
     os.environ["BENCH_REDIS_URL"] = args.url
-    peer: Any = importlib.import_module(f"{args.peer}_peer")
+    peer: Any = importlib.import_module(MODULES[args.peer])
     r = redis.Redis.from_url(args.url, decode_responses=True)
     bindir = Path(sys.executable).parent
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(PEERS), str(BENCH)]), BENCH_REDIS_URL=args.url)
@@ -55,50 +59,66 @@ def main() -> int:
 
     signal.signal(signal.SIGTERM, on_term)
 
-    def start_worker(tag: str) -> Any:
-        p = procs.start(peer.worker_argv(bindir), env=env, cwd=PEERS, log=logdir / f"{args.peer}-{tag}.log")
-        if args.pidfile:
-            with open(args.pidfile, "a") as f:
-                f.write(f"{p.pid}\n")
-        return p
+    def start_workers(tag: str, conc: int | None, count: int) -> list[Any]:
+        ps = []
+        for i in range(count):
+            argv = peer.worker_argv(bindir, conc, i)
+            p = procs.start(argv, env=env, cwd=PEERS, log=logdir / f"{args.peer}-{tag}-{i}.log")
+            if args.pidfile:
+                with open(args.pidfile, "a") as f:
+                    f.write(f"{p.pid}\n")
+            ps.append(p)
+        return ps
 
-    out: dict[str, Any] = {
-        "peer": args.peer, "version": metadata.version(peer.PACKAGE), "worker": peer.WORKER,
-        "n": args.n, "enqueue": [], "drain": [], "latency": [],
-    }
+    repeats = int(plan.get("repeats", 1))
+    out: dict[str, Any] = {"peer": args.peer, "version": metadata.version(peer.PACKAGE), "worker": peer.WORKER,
+                           "enqueue": {}, "drain": {}, "drain_meta": {}, "latency": []}
     try:
-        for rep in range(args.repeats):
+        enq = plan.get("enqueue") or {}
+        for rep in range(repeats):
+            for kind in enq.get("kinds", ()):
+                r.flushall()
+                res = rate_loop(lambda i, kind=kind: peer.enqueue(kind, i), enq["count"], enq["seconds"])
+                out["enqueue"].setdefault(kind, []).append(res)
+                log(f"{args.peer} enqueue {kind} run {rep + 1}: {res['per_s']:,.0f}/s")
+        for rep in range(repeats):
+            for d in plan.get("drains", ()):
+                tag, kind, conc, nproc, n = d["tag"], d["kind"], d.get("conc"), int(d.get("procs", 1)), int(d["n"])
+                meta = out["drain_meta"].setdefault(tag, {**d, "desc": peer.worker_desc(conc), "supported": True})
+                if peer.worker_argv(bindir, conc, 0) is None:
+                    meta["supported"] = False
+                    continue
+                r.flushall()
+                t = time.perf_counter()
+                peer.fill(kind, n)
+                filled = time.perf_counter() - t
+                t0 = time.perf_counter()
+                ps = start_workers(f"{tag}-{rep}", conc, nproc)
+                try:
+                    res = watch_drain(lambda n=n: peer.done_count(r, n), n, t0, float(d["cap"]),
+                                      alive=lambda ps=ps: all(p.poll() is None for p in ps),
+                                      cpu={"worker": lambda ps=ps: group_cpu_seconds([p.pid for p in ps]),
+                                           "redis": lambda: redis_cpu_seconds(r)})
+                except RuntimeError as exc:
+                    log(f"{args.peer} drain {tag}: {exc}\n{tail(logdir / f'{args.peer}-{tag}-{rep}-0.log')}")
+                    meta["error"] = str(exc)
+                    continue
+                finally:
+                    procs.stop(grace=10)
+                res["fill_s"] = filled
+                out["drain"].setdefault(tag, []).append(res)
+                log(f"{args.peer} drain {tag} run {rep + 1}: {res['per_s']:,.0f}/s (first to last completion "
+                    f"{res['active_per_s'] or 0:,.0f}/s, first after {res['startup_s'] or 0:.2f}s)"
+                    + (f", capped at {d['cap']:.0f}s after {res['done']} tasks" if res["capped"] else ""))
+        lat = plan.get("latency")
+        for rep in range(repeats if lat else 0):
             r.flushall()
-            res = rate_loop(peer.enqueue_noop, args.enqueue_count, args.enqueue_seconds)
-            out["enqueue"].append(res)
-            log(f"{args.peer} enqueue run {rep + 1}: {res['per_s']:,.0f}/s")
-        for rep in range(args.repeats):
-            r.flushall()
-            t = time.perf_counter()
-            peer.fill(args.n)
-            filled = time.perf_counter() - t
-            t0 = time.perf_counter()
-            p = start_worker(f"drain{rep}")
+            start_workers(f"latency{rep}", None, 1)
             try:
-                res = watch_drain(lambda: peer.done_count(r, args.n), args.n, t0, args.cap, alive=lambda p=p: p.poll() is None,
-                                  cpu={"worker": lambda p=p: group_cpu_seconds([p.pid]), "redis": lambda: redis_cpu_seconds(r)})
-            except RuntimeError as exc:
-                log(f"{args.peer}: {exc}\n{tail(logdir / f'{args.peer}-drain{rep}.log')}")
-                raise
-            finally:
-                procs.stop(grace=10)
-            res["fill_s"] = filled
-            out["drain"].append(res)
-            log(f"{args.peer} drain run {rep + 1}: {res['per_s']:,.0f}/s (steady {res['steady_per_s'] or 0:,.0f}/s)"
-                + (f", capped at {args.cap:.0f}s after {res['done']} tasks" if res["capped"] else ""))
-        for rep in range(args.repeats):
-            r.flushall()
-            start_worker(f"latency{rep}")
-            try:
-                peer.enqueue_stamp(-1)  # ready when it has run one task
+                peer.enqueue("stamp", -1)  # ready when it has run one task
                 if r.blpop([START_KEY], timeout=60) is None:
                     raise RuntimeError(f"{args.peer} worker did not run a task within 60 s")
-                res = start_latency(peer.enqueue_stamp, r, START_KEY, args.lat_samples)
+                res = start_latency(lambda i: peer.enqueue("stamp", i), r, START_KEY, int(lat["samples"]))
             finally:
                 procs.stop(grace=10)
             out["latency"].append(res)
