@@ -4,6 +4,7 @@
     python bench/profile_worker.py                 # 60,000 tasks, --concurrency 1, wall-clock view
     python bench/profile_worker.py --cpu           # only samples of threads on a CPU
     python bench/profile_worker.py --worker-verbosity 0
+    python bench/profile_worker.py --task rpush --logging console --concurrency 4   # a task doing one round trip
     python bench/profile_worker.py --engine DIR    # another copy of django_redisq (see run.py --engine)
 
 py-spy (``pip install py-spy``) starts the worker as its child (attaching to a
@@ -121,6 +122,9 @@ def main() -> int:
     ap.add_argument("--cpu", action="store_true", help="leave out idle threads (default: wall clock, idle included)")
     ap.add_argument("--worker-verbosity", type=int, default=None, help="runworker -v (default: its own, 1: a log line per task)")
     ap.add_argument("--engine", default=None, metavar="DIR", help="import django_redisq from DIR")
+    ap.add_argument("--task", default="noop", choices=["noop", "rpush", "sleep"],
+                    help="the task drained: the no-op, one Redis round trip (RPUSH), or time.sleep(0.001)")
+    ap.add_argument("--logging", default=None, choices=["none", "console"], help="BENCH_LOGGING for the worker (bench_settings)")
     ap.add_argument("--top", type=int, default=40)
     args = ap.parse_args()
 
@@ -132,9 +136,11 @@ def main() -> int:
     RESULTS.mkdir(exist_ok=True)
     raw = RESULTS / f"profile-{stamp}.raw"
     report = RESULTS / f"profile-{stamp}.txt"
-    bench = run.Bench(argparse.Namespace(worker_verbosity=args.worker_verbosity), dict(run.PROFILES["quick"]))
+    bench = run.Bench(argparse.Namespace(worker_verbosity=args.worker_verbosity, worker_queues=None, worker_arg=[]), dict(run.PROFILES["quick"]))
     try:
-        bench.fill(args.n, producers=2)
+        bench.fill(args.n, producers=2, task=None if args.task == "noop" else bench.workloads[args.task])
+        if args.logging:
+            bench.env["BENCH_LOGGING"] = args.logging
         argv = [spy, "record", "-r", str(args.rate), "-f", "raw", "-o", str(raw), "--threads"]
         if not args.cpu:
             argv.append("--idle")
@@ -163,7 +169,8 @@ def main() -> int:
     steady = drain["steady_per_s"] or drain["per_s"]
     wall_us = 1e6 / steady * args.concurrency
     head = (f"profile of runworker --burst --concurrency {args.concurrency} -v {args.worker_verbosity if args.worker_verbosity is not None else 1} "
-            f"draining {drain['done']:,} no-op tasks ({'on-CPU samples' if args.cpu else 'wall clock, idle threads included'}, "
+            f"draining {drain['done']:,} {args.task} tasks, LOGGING {args.logging or 'as set'} "
+            f"({'on-CPU samples' if args.cpu else 'wall clock, idle threads included'}, "
             f"py-spy {args.rate} Hz {'blocking' if args.blocking else 'nonblocking'}), engine {meta['engine_dir']} "
             f"({meta['engine_sha1']}, repo {meta['repo_commit']})\n"
             f"under the profiler: steady {steady:,.0f} tasks/s = {wall_us:.1f} us wall per task per executor; "

@@ -59,6 +59,8 @@ def ms_to_datetime(value: Any) -> datetime | None:
 
 
 ID_START = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+VALIDATED_MAX = 512
+"""Task objects a backend remembers as validated (``_validated``)."""
 
 
 class RedisQueueBackend(BaseTaskBackend):
@@ -82,6 +84,21 @@ class RedisQueueBackend(BaseTaskBackend):
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
         self.params = params
+        self._valid: dict[int, Task] = {}  # id -> the task objects validate_task passed (Tasks are immutable)
+
+    def _validated(self, task: Task) -> None:
+        """``validate_task`` once per task object: ``.delay()`` on a module-level task pays for it once, not per call.
+
+        A task object is frozen, and what the check reads of this backend is fixed at
+        its creation. The entry holds the object, so its id cannot be reused while it is
+        listed; a program that makes a new ``task.using(...)`` per call is checked per
+        call, and the list is emptied when it reaches ``VALIDATED_MAX``.
+        """
+        if self._valid.get(id(task)) is not task:
+            self.validate_task(task)
+            if len(self._valid) >= VALIDATED_MAX:
+                self._valid.clear()
+            self._valid[id(task)] = task
 
     @cached_property
     def conf(self) -> Options:
@@ -151,7 +168,7 @@ class RedisQueueBackend(BaseTaskBackend):
 
     def enqueue_many(self, task: Task, arg_sets: Iterable[tuple[Sequence[Any], dict[str, Any]]]) -> list[TaskResult]:
         """Enqueue several calls of one task in a single round trip."""
-        self.validate_task(task)
+        self._validated(task)
         prepared = [self._prepare(task, a, k) for a, k in arg_sets]
         if not prepared:
             return []
@@ -172,7 +189,7 @@ class RedisQueueBackend(BaseTaskBackend):
 
     async def aenqueue_many(self, task: Task, arg_sets: Iterable[tuple[Sequence[Any], dict[str, Any]]]) -> list[TaskResult]:
         """``enqueue_many``, awaited on the running loop's own pool; step for step the same."""
-        self.validate_task(task)
+        self._validated(task)
         prepared = [self._prepare(task, a, k) for a, k in arg_sets]
         if not prepared:
             return []

@@ -3,7 +3,7 @@ import json
 import pytest
 
 from django_redisq.backend import STATE_TO_STATUS, RedisQueueBackend
-from django_redisq.compat import TaskResultDoesNotExist, TaskResultStatus, task_backends, task_enqueued, task_finished, task_started
+from django_redisq.compat import InvalidTask, TaskResultDoesNotExist, TaskResultStatus, task_backends, task_enqueued, task_finished, task_started
 from tests.helpers import keys
 from tests.testapp import tasks
 
@@ -131,3 +131,32 @@ def test_task_ids_never_start_with_a_dash_so_commands_never_take_one_for_an_opti
     ids = [res.id for res in test_tasks.noop.enqueue_many([([i], {}) for i in range(2000)])]
     assert not [i for i in ids if i.startswith("-")]  # one in 64 would, at random
     assert all(len(i) == 32 for i in ids) and len(set(ids)) == len(ids)
+
+
+def test_a_task_object_is_validated_once_and_a_refused_one_on_every_call(r, monkeypatch):
+    backend = task_backends["default"]
+    calls: list[object] = []
+    refuse: list[object] = []
+    check = type(backend).validate_task
+
+    def counting(self, task):  # type: ignore[no-untyped-def]
+        calls.append(task)
+        if any(task is x for x in refuse):
+            raise InvalidTask("refused for the test")
+        return check(self, task)
+
+    monkeypatch.setattr(type(backend), "validate_task", counting)
+    backend._valid.clear()
+    for i in range(5):
+        tasks.add.enqueue(i, i)
+    assert calls == [tasks.add]  # the module-level task: once
+    other = tasks.add.using(priority=5)  # Django validates a new Task object when it is made
+    other.enqueue(1, 1)
+    other.enqueue(1, 1)
+    assert calls == [tasks.add, other, other]
+    refuse.append(other)
+    backend._valid.clear()
+    for _ in range(2):
+        with pytest.raises(InvalidTask):
+            other.enqueue(1, 1)
+    assert len(calls) == 5  # refused each time, never remembered

@@ -1,6 +1,8 @@
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from django_redisq.exceptions import BadMessage, InvalidArguments, UnknownSchema
 from django_redisq.message import Message, decode, encode, encode_arguments
@@ -60,3 +62,35 @@ def test_tuples_become_lists():
 def test_size_limit_is_enforced_with_a_clear_error():
     with pytest.raises(InvalidArguments, match="limit is 100"):
         encode_arguments(["x" * 200], {}, 100)
+
+
+# -- the scalar fast path of encode_arguments ---------------------------------------------------------
+
+SCALARS = st.one_of(st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70),
+                    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=20))
+
+
+def _outcome(args, kwargs, limit):  # type: ignore[no-untyped-def]
+    try:
+        a, k, size = encode_arguments(args, kwargs, limit)
+    except InvalidArguments as exc:
+        return ("refused", str(exc).split(":")[0])
+    return ("ok", [(type(x), x) for x in a], {n: (type(v), v) for n, v in k.items()}, size)
+
+
+@given(st.lists(SCALARS, max_size=6), st.dictionaries(st.text(max_size=8), SCALARS, max_size=4), st.integers(1, 400))
+def test_scalars_take_the_fast_path_with_the_general_paths_answers(args, kwargs, limit):
+    """A plain list/dict of scalars skips normalising and decoding back; an iterator takes the general path."""
+    fast = _outcome(args, kwargs, limit)
+    general = _outcome(iter(args), kwargs.items(), limit)  # not a list/tuple and dict: the general path
+    if fast[0] == "ok" or general[0] == "ok":
+        assert fast == general
+    else:
+        assert fast[0] == general[0] == "refused"
+
+
+def test_the_fast_path_refuses_what_the_general_path_refuses():
+    for bad in (["\udcff"], [float("nan")], [float("inf")], ["x" * 500]):
+        with pytest.raises(InvalidArguments):
+            encode_arguments(bad, {}, 100)
+    assert encode_arguments((1, "a", None, True, 2.5), {"k": -1}, 1000)[:2] == ([1, "a", None, True, 2.5], {"k": -1})
