@@ -331,13 +331,14 @@ def emit(data: dict[str, Any]) -> None:
 
 
 def enqueue_modes(enqueue: Callable[[int], Any], aenqueue: Callable[[int], Any], *, count: int, seconds: float,
-                  concurrency: int, rounds: int, hop: Callable[[int], Any] | None = None) -> dict[str, list[float]]:
+                  concurrency: int, rounds: int, hop: Callable[[int], Any] | None = None, uvloop: bool = False) -> dict[str, list[float]]:
     """Tasks/s of one backend's enqueue, the modes alternated in each round so a change of load hits all alike.
 
     ``thread``: ``enqueue(i)`` in a loop, in a plain thread (no event loop in it).
     ``loop``: ``await aenqueue(i)`` one after the other on a running event loop.
     ``gather``: ``concurrency`` ``aenqueue`` calls at once (``asyncio.gather``), batch after batch.
     ``hop-loop``, ``hop-gather``: the same with ``hop`` (another aenqueue, e.g. Django's default through a thread).
+    ``uvloop`` (``uvloop=True``): ``loop`` on uvloop instead of asyncio's own loop.
     Each round of a mode runs in a fresh thread or ``asyncio.run`` with one untimed call first (the pool is warm).
     """
     import asyncio
@@ -378,6 +379,10 @@ def enqueue_modes(enqueue: Callable[[int], Any], aenqueue: Callable[[int], Any],
     run: dict[str, Callable[[], float]] = {
         "thread": in_thread, "loop": lambda: asyncio.run(one_by_one()), "gather": lambda: asyncio.run(gathered()),
     }
+    if uvloop:  # the loop uvicorn runs on when it is installed
+        import uvloop as uv
+
+        run["uvloop"] = lambda: uv.run(one_by_one())
     if hop is not None:
         run["hop-loop"] = lambda: asyncio.run(one_by_one(hop))
         run["hop-gather"] = lambda: asyncio.run(gathered(hop))

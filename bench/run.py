@@ -362,11 +362,18 @@ class Bench:
         c = cfg["async_concurrency"]
         kw = {"count": cfg["async_count"], "seconds": cfg["async_s"], "concurrency": c, "rounds": max(2, cfg["repeats"])}
         labels = {"thread": "enqueue() loop in a thread", "loop": "await aenqueue() one by one on a loop",
-                  "gather": f"{c} aenqueue() at once (gather)", "hop-loop": "  Django's default aenqueue (sync_to_async), one by one",
+                  "gather": f"{c} aenqueue() at once (gather)",
+                  "uvloop": "await aenqueue() one by one on uvloop", "hop-loop": "  Django's default aenqueue (sync_to_async), one by one",
                   "hop-gather": f"  Django's default aenqueue (sync_to_async), {c} at once"}
         self.r.flushall()
         noop, backend = self.noop, self.backend
-        rates = enqueue_modes(noop.enqueue, noop.aenqueue, hop=lambda i: BaseTaskBackend.aenqueue(backend, noop, (i,), {}), **kw)
+        try:
+            import uvloop  # noqa: F401
+            has_uvloop = True
+        except ImportError:
+            has_uvloop = False
+        rates = enqueue_modes(noop.enqueue, noop.aenqueue, hop=lambda i: BaseTaskBackend.aenqueue(backend, noop, (i,), {}),
+                              uvloop=has_uvloop, **kw)
         for mode, values in rates.items():
             for v in values:
                 self.res.add(f"async_{mode}", f"django-redisq: {labels[mode]}", "tasks/s", v)
@@ -864,6 +871,8 @@ class Bench:
         check("CPU-bound drain: processes -c 2 / threads -c 4 >= 1.7 (about 2x on 2 cores)", m("pool_cpu_ratio"), 1.7, ge, "1.7")
         thread = m("async_thread")
         check("aenqueue one by one on a loop >= enqueue in a thread", m("async_loop"), thread, ge, f"{fmt(thread)} (thread)")
+        if m("async_uvloop") is not None:
+            check("aenqueue one by one on uvloop >= enqueue in a thread", m("async_uvloop"), thread, ge, f"{fmt(thread)} (thread)")
         check(f"{self.cfg['async_concurrency']} aenqueue at once >= enqueue in a thread", m("async_gather"), thread, ge, f"{fmt(thread)} (thread)")
         hop = m("async_hop-loop")
         check("aenqueue one by one >= Django's default aenqueue (thread hop)", m("async_loop"), hop, ge, f"{fmt(hop)} (hop)")
