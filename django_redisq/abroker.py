@@ -30,11 +30,12 @@ from typing import Any
 
 from redis.exceptions import NoScriptError
 
-from . import durable, scripts
+from . import scripts
 from .achannel import Link
 from .aconnection import LoopPools, get_link
 from .broker import Broker, Enqueued, NewTask, _wire
 from .compat import LOOP_SAFE_RECEIVERS, TaskResult, task_enqueued
+from .durable import refused, timeout_ms
 
 Item = NewTask
 """One task for enqueue.lua, as ``backend._prepare`` makes it (see ``broker.NewTask``)."""
@@ -98,7 +99,7 @@ class AsyncBroker:
         clients cannot promise (a cluster sends WAIT to every primary).
         """
         wire = [_wire(k) for k in keys] + [_wire(a) for a in argv]
-        wait = ("WAIT", self.options.durable_replicas, durable.timeout_ms(self.options))
+        wait = ("WAIT", self.options.durable_replicas, timeout_ms(self.options))
         evalsha = ("EVALSHA", _sha("enqueue"), len(keys), *wire)
         replies = await link.execute_pinned(evalsha, wait)
         if replies is None:
@@ -114,7 +115,7 @@ class AsyncBroker:
         if int(acked) < self.options.durable_replicas:
             ids = [item[0] for item in items]
             what = f"enqueue of task {ids[0]}" if len(ids) == 1 else f"enqueue of {len(ids)} tasks"
-            raise durable.refused(self.options, int(acked), what, ids)
+            raise refused(self.options, int(acked), what, ids)
         return self.broker.enqueued(items, reply)
 
     async def enqueue(self, queue: str, items: Sequence[Item]) -> list[Enqueued]:

@@ -21,9 +21,13 @@ import redis
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
-from . import durable, scripts
+from . import scripts
 from .conf import Options
 from .connection import BLOCK_TIMEOUT, get_client
+from .durable import STEPS as DURABLE_STEPS
+from .durable import call as durable_call
+from .durable import settled as _settled
+from .durable import what as _what
 from .durations import MAX_NAMES, TTL_MS, triples
 from .exceptions import Fenced, LeaseLost, NotDurable, QueuePaused, TaskCancelled
 from .keys import QueueKeys
@@ -49,29 +53,6 @@ def cancelled_error(who: str, traceback: str = "") -> dict[str, Any]:
     """
     msg = f"cancelled by {who}"
     return {"exc": CANCELLED_EXC, "msg": msg, "tb": traceback or f"{CANCELLED_EXC}: {msg}", "at": 0}
-
-
-def _what(name: str, keys: Sequence[Any], args: Sequence[Any]) -> str:
-    """What a durable step wrote, for its NotDurable message: "enqueue of task <id>", "ack of 3 task(s) on <queue>"..."""
-    if name == "enqueue":
-        n = int(args[1])
-        ids = [str(args[2 + i * 7]) for i in range(min(n, 3))] if len(args) >= 2 + n * 7 else []
-        return f"enqueue of task {ids[0]}" if n == 1 and ids else f"enqueue of {n} tasks ({', '.join(ids)}{', ...' if n > 3 else ''})"
-    if name == "ack":
-        return f"ack of {(len(args) - 7 - int(args[6]) * 3) // 2} task(s) of worker list {keys[0]}"
-    return f"{name} of task {args[1]}"
-
-
-def _settled(step: Callable[[], Any], finish: Callable[[Any], Any]) -> Any:
-    """``finish(step())``; a ``NotDurable`` from the step gets an ``again`` that finishes the same way (durable.py)."""
-    try:
-        reply = step()
-    except NotDurable as exc:
-        if exc.again is not None:
-            rewait = exc.again
-            exc.again = lambda: _settled(rewait, finish)
-        raise
-    return finish(reply)
 
 
 def _wire(value: Any) -> Any:
@@ -183,12 +164,12 @@ class Broker(OperatorSteps, ScheduleSteps):
         if call is None:
             script = self.client.register_script(scripts.source(name))
             execute = line_for(self.client)  # line.py: without execute_command's per-call wrappers
-            durable_step = bool(self.options.durable_replicas) and name in durable.STEPS
+            durable_step = bool(self.options.durable_replicas) and name in DURABLE_STEPS
 
             def call(keys: Sequence[Any], args: Sequence[Any], client: Any = None, _script: Script = script) -> Any:
                 keys, args = [_wire(k) for k in keys], [_wire(a) for a in args]
                 if durable_step:  # DURABLE_REPLICAS: the script then WAIT on one held connection (durable.py)
-                    return durable.call(self.client, self.options, _script.sha, scripts.source(name), keys, args,
+                    return durable_call(self.client, self.options, _script.sha, scripts.source(name), keys, args,
                                         lambda: _what(name, keys, args), settle=name != "enqueue")
                 if client is not None:  # a pipeline: redis-py loads missing scripts before executing it
                     return _script(keys=keys, args=args, client=client)

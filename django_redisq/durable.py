@@ -82,6 +82,29 @@ def refused(options: Options, acked: int, what: str, task_ids: Sequence[str] = (
     return NotDurable(msg, acked=acked, wanted=wanted, timeout=options.durable_timeout, task_ids=task_ids)
 
 
+def what(name: str, keys: Sequence[Any], args: Sequence[Any]) -> str:
+    """What a durable step wrote, for its NotDurable message: "enqueue of task <id>", "ack of 3 task(s) on <queue>"..."""
+    if name == "enqueue":
+        n = int(args[1])
+        ids = [str(args[2 + i * 7]) for i in range(min(n, 3))] if len(args) >= 2 + n * 7 else []
+        return f"enqueue of task {ids[0]}" if n == 1 and ids else f"enqueue of {n} tasks ({', '.join(ids)}{', ...' if n > 3 else ''})"
+    if name == "ack":
+        return f"ack of {(len(args) - 7 - int(args[6]) * 3) // 2} task(s) of worker list {keys[0]}"
+    return f"{name} of task {args[1]}"
+
+
+def settled(step: Callable[[], Any], finish: Callable[[Any], Any]) -> Any:
+    """``finish(step())``; a ``NotDurable`` from the step gets an ``again`` that finishes the same way (durable.py)."""
+    try:
+        reply = step()
+    except NotDurable as exc:
+        if exc.again is not None:
+            rewait = exc.again
+            exc.again = lambda: settled(rewait, finish)
+        raise
+    return finish(reply)
+
+
 class Pinned:
     """One connection of a pool, held for a write and the WAITs after it; released once, at the end."""
 
