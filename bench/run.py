@@ -10,6 +10,8 @@ with a no-op task through the public API and the real ``runworker`` process:
 * aenqueue/s on a running event loop (one by one, and N at once with ``gather``) against ``enqueue`` in
   a thread and Django's default ``aenqueue`` (a thread hop), then the same for the other Django Tasks
   backends on Redis (django-vtasks, django-tasks-redis) in ``bench/.django-peers-venv``;
+* durable: ``.delay()`` on a master with one replica (started by the bench), without and with
+  ``DURABLE_REPLICAS: 1`` (each enqueue then waits for the replica's WAIT);
 * drain/s of N queued tasks, worker start to last ack: one process at
   concurrency 1, one at a higher concurrency, two processes; with Redis
   commands and round trips per task from ``INFO commandstats`` / ``INFO stats``;
@@ -80,7 +82,7 @@ OWN_VENV_PEERS = {
     "celery": (BENCH / ".celery-venv", ["celery[redis]==5.7.0", "hiredis"]),
     "arq": (BENCH / ".arq-venv", ["arq==0.28.0", "hiredis"]),
 }
-SECTIONS = ("limits", "enqueue", "aenqueue", "drain", "flow", "latency", "pools", "flatness", "rss", "peers")
+SECTIONS = ("limits", "enqueue", "aenqueue", "durable", "drain", "flow", "latency", "pools", "flatness", "rss", "peers")
 DJANGO_PEERS_VENV = BENCH / ".django-peers-venv"
 DJANGO_PEER_PACKAGES = {"vtasks": "django-vtasks[valkey]==3.2.0", "tasks-redis": "django-tasks-redis==0.4.0"}
 """The other Django Tasks backends on Redis, measured by the aenqueue section in their own virtualenv (with Django 6)."""
@@ -95,7 +97,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         "rss_small": 1000, "rss_big": 100_000, "bare_count": 50_000, "bare_s": 2.0, "rb_n": 50_000,
         "peer_n": 20_000, "peer_cap": 20.0, "peer_lat": 200, "peer_enqueue": 10_000, "peer_enqueue_s": 2.0,
         "pool_noop_n": 10_000, "pool_io_n": 3000, "pool_cpu_n": 1500, "pool_lat": 300,
-        "async_count": 10_000, "async_s": 2.0, "async_concurrency": 50,
+        "async_count": 10_000, "async_s": 2.0, "async_concurrency": 50, "durable_count": 5000, "durable_s": 1.5,
         "real_n": 10_000, "sleep_n": 3000, "peer_real_n": 10_000, "peer_real_cap": 15.0, "peer_sleep_n": 3000,
     },
     # --quick: under 2 minutes, and the pools section about 1.5 more
@@ -106,7 +108,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         "rss_small": 1000, "rss_big": 10_000, "bare_count": 20_000, "bare_s": 1.0, "rb_n": 20_000,
         "peer_n": 2000, "peer_cap": 8.0, "peer_lat": 100, "peer_enqueue": 3000, "peer_enqueue_s": 1.0,
         "pool_noop_n": 3000, "pool_io_n": 1000, "pool_cpu_n": 500, "pool_lat": 100,
-        "async_count": 3000, "async_s": 1.0, "async_concurrency": 50,
+        "async_count": 3000, "async_s": 1.0, "async_concurrency": 50, "durable_count": 3000, "durable_s": 1.0,
         "real_n": 3000, "sleep_n": 1000, "peer_real_n": 3000, "peer_real_cap": 8.0, "peer_sleep_n": 1000,
     },
 }
@@ -351,6 +353,56 @@ class Bench:
             self.res.add("many_rcpu", "  Redis CPU per task, enqueue_many", "us", (r1 - r0) / done * 1e6)
             log(f"enqueue run {rep + 1}: delay {fmt(out['per_s'])}/s, enqueue_many {fmt(self.res.rows['enqueue_many']['values'][-1])}/s")
         self.r.flushall()
+
+    # -- durable ---------------------------------------------------------
+
+    def durable(self) -> None:
+        """``.delay()`` on a master with one replica, without and with DURABLE_REPLICAS=1; skipped without a replica."""
+        import copy
+
+        from django.conf import settings
+        from django.test import override_settings
+
+        from django_redisq import connection
+        from django_redisq.testing import RedisServer
+
+        cfg = self.cfg
+        master = replica = None
+        try:
+            master = RedisServer().start()
+            replica = RedisServer(None, None, "--replicaof", "127.0.0.1", str(master.port)).start()
+            deadline = time.monotonic() + 15
+            while not replica_synced(replica.port) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if not replica_synced(replica.port):
+                raise RuntimeError("the replica did not sync")
+        except Exception as exc:  # noqa: BLE001 - no replica, no section
+            log(f"durable: skipped, a replica could not be started ({type(exc).__name__}: {exc})")
+            for server in (replica, master):
+                if server is not None:
+                    server.cleanup()
+            return
+        try:
+            for rep in range(cfg["repeats"]):
+                for key, extra in (("off", {}), ("on", {"DURABLE_REPLICAS": 1})):
+                    tasks = copy.deepcopy(settings.TASKS)
+                    tasks["default"]["OPTIONS"].update({"REDIS_URL": master.url, **extra})
+                    with override_settings(TASKS=tasks):
+                        connection.reset()
+                        redis.Redis(port=master.port).flushall()
+                        c0 = time.process_time()
+                        out = rate_loop(lambda i: self.noop.delay(i), cfg["durable_count"], cfg["durable_s"])
+                        c1 = time.process_time()
+                    connection.reset()
+                    label = "with DURABLE_REPLICAS=1 (WAIT)" if extra else "no durable mode"
+                    self.res.add(f"durable_{key}", f".delay() on master + 1 replica, {label}", "tasks/s", out["per_s"])
+                    self.res.add(f"durable_{key}_us", f"  time per .delay(), {label}", "us", out["seconds"] / out["calls"] * 1e6)
+                    self.res.add(f"durable_{key}_cpu", f"  producer CPU per .delay(), {label}", "us", (c1 - c0) / out["calls"] * 1e6)
+                log(f"durable run {rep + 1}: off {fmt(self.res.rows['durable_off']['values'][-1])}/s, "
+                    f"on {fmt(self.res.rows['durable_on']['values'][-1])}/s")
+        finally:
+            replica.cleanup()
+            master.cleanup()
 
     # -- aenqueue --------------------------------------------------------
 
@@ -1032,6 +1084,14 @@ def _columns(rows: list[tuple[str, ...]], left: int = 3) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     text = ["  ".join(c.ljust(widths[i]) if i < left else c.rjust(widths[i]) for i, c in enumerate(r)) for r in rows]
     return "\n".join([text[0], "  ".join("-" * w for w in widths), *text[1:]])
+
+
+def replica_synced(port: int) -> bool:
+    """Whether the loopback server on ``port`` is a replica whose link to its master is up."""
+    try:
+        return redis.Redis(port=port, socket_timeout=2).info("replication").get("master_link_status") == "up"
+    except redis.RedisError:
+        return False
 
 
 def fill_local(noop: Any, n: int, queue: str = "default", backend: str = "default") -> None:

@@ -35,6 +35,7 @@ from .achannel import Link
 from .aconnection import LoopPools, get_link
 from .broker import Broker, Enqueued, NewTask, _wire
 from .compat import LOOP_SAFE_RECEIVERS, TaskResult, task_enqueued
+from .durable import refused, timeout_ms
 
 Item = NewTask
 """One task for enqueue.lua, as ``backend._prepare`` makes it (see ``broker.NewTask``)."""
@@ -85,7 +86,37 @@ class AsyncBroker:
 
     async def _enqueue_now(self, queue: str, items: Sequence[Item], link: Link) -> list[Enqueued]:
         keys, argv = self.broker.enqueue_call(queue, items)
+        if self.options.durable_replicas:
+            return await self._enqueue_durable(queue, items, keys, argv, link)
         return self.broker.enqueued(items, await self._script("enqueue", keys, argv, link))
+
+    async def _enqueue_durable(self, queue: str, items: Sequence[Item], keys: Sequence[Any], argv: Sequence[Any], link: Link) -> list[Enqueued]:
+        """DURABLE_REPLICAS: enqueue.lua then WAIT back to back on the link's socket (durable.py).
+
+        Where the link has no socket of its own (a cluster's or sentinel's routing
+        client) the sync step runs in a thread: it holds one connection of the
+        master's (or the slot's node's) pool for both, which redis.asyncio's
+        clients cannot promise (a cluster sends WAIT to every primary).
+        """
+        wire = [_wire(k) for k in keys] + [_wire(a) for a in argv]
+        wait = ("WAIT", self.options.durable_replicas, timeout_ms(self.options))
+        evalsha = ("EVALSHA", _sha("enqueue"), len(keys), *wire)
+        replies = await link.execute_pinned(evalsha, wait)
+        if replies is None:
+            return await asyncio.to_thread(self.broker.enqueue, queue, items)
+        if isinstance(replies[0], NoScriptError):
+            await link.script_load(scripts.source("enqueue"))
+            replies = await link.execute_pinned(evalsha, wait)
+            assert replies is not None
+        reply, acked = replies
+        for part in (reply, acked):
+            if isinstance(part, BaseException):
+                raise part
+        if int(acked) < self.options.durable_replicas:
+            ids = [item[0] for item in items]
+            what = f"enqueue of task {ids[0]}" if len(ids) == 1 else f"enqueue of {len(ids)} tasks"
+            raise refused(self.options, int(acked), what, ids)
+        return self.broker.enqueued(items, reply)
 
     async def enqueue(self, queue: str, items: Sequence[Item]) -> list[Enqueued]:
         """``Broker.enqueue``, awaited: the same script, arguments and reading of its reply (see Group commit)."""

@@ -118,6 +118,30 @@ class Channel(asyncio.Protocol):
             await asyncio.shield(self._writable)
         return await future
 
+    async def call_many(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
+        """Send commands back to back in one write; their replies in order, an error reply as its exception (returned).
+
+        For a write and the ``WAIT`` that must follow it on the same connection
+        (durable.py); a lost connection raises, and nothing is sent again.
+        """
+        if self.lost is not None:
+            raise self.lost(self.why)
+        assert self._transport is not None
+        now, futures = time.monotonic(), []
+        for _ in commands:
+            futures.append(future := self._loop.create_future())
+            self._waiting.append((future, now))
+        if self._timer is None and self._timeout:
+            self._timer = self._loop.call_later(self._timeout, self._expire)
+        self._transport.write(b"".join(hiredis.pack_command(tuple(args)) for args in commands))
+        if self._writable is not None:
+            await asyncio.shield(self._writable)
+        replies = await asyncio.gather(*futures, return_exceptions=True)
+        for reply in replies:
+            if isinstance(reply, BaseException) and not isinstance(reply, ResponseError):
+                raise reply
+        return replies
+
     def close(self) -> None:
         if self._transport is not None:
             self._transport.close()
@@ -191,6 +215,16 @@ class Link:
                 if failures > self.retries:
                     raise
                 await asyncio.sleep(self.backoff.compute(failures))
+
+    async def execute_pinned(self, *commands: Sequence[Any]) -> list[Any] | None:
+        """``Channel.call_many`` on the link's own socket (never sent again after a loss); ``None`` where the link has none
+        (a routing client's link, or no hiredis): the caller must take another way to keep the commands on one connection."""
+        channel = self._channel
+        if channel is None or channel.lost is not None:
+            channel = await self._open()
+        if channel is None:
+            return None
+        return await channel.call_many(commands)
 
     async def script_load(self, source: str) -> None:
         """Load a script where its calls go: this server, or every primary of a cluster (its client knows them)."""

@@ -24,8 +24,12 @@ from redis.exceptions import NoScriptError
 from . import scripts
 from .conf import Options
 from .connection import BLOCK_TIMEOUT, get_client
+from .durable import STEPS as DURABLE_STEPS
+from .durable import call as durable_call
+from .durable import settled as _settled
+from .durable import what as _what
 from .durations import MAX_NAMES, TTL_MS, triples
-from .exceptions import Fenced, LeaseLost, QueuePaused, TaskCancelled
+from .exceptions import Fenced, LeaseLost, NotDurable, QueuePaused, TaskCancelled
 from .keys import QueueKeys
 from .limits import rate_spec
 from .line import line_for
@@ -160,9 +164,13 @@ class Broker(OperatorSteps, ScheduleSteps):
         if call is None:
             script = self.client.register_script(scripts.source(name))
             execute = line_for(self.client)  # line.py: without execute_command's per-call wrappers
+            durable_step = bool(self.options.durable_replicas) and name in DURABLE_STEPS
 
             def call(keys: Sequence[Any], args: Sequence[Any], client: Any = None, _script: Script = script) -> Any:
                 keys, args = [_wire(k) for k in keys], [_wire(a) for a in args]
+                if durable_step:  # DURABLE_REPLICAS: the script then WAIT on one held connection (durable.py)
+                    return durable_call(self.client, self.options, _script.sha, scripts.source(name), keys, args,
+                                        lambda: _what(name, keys, args), settle=name != "enqueue")
                 if client is not None:  # a pipeline: redis-py loads missing scripts before executing it
                     return _script(keys=keys, args=args, client=client)
                 try:  # EVALSHA directly: the hot path, without Script.__call__'s wrappers
@@ -191,7 +199,12 @@ class Broker(OperatorSteps, ScheduleSteps):
     def enqueue(self, queue: str, items: Sequence[NewTask]) -> list[Enqueued]:
         """Store tasks ``(id, message, task path, delay ms, idempotency key[, priority])`` in one round trip."""
         keys, argv = self.enqueue_call(queue, items)
-        return self.enqueued(items, self._script("enqueue")(keys=keys, args=argv))
+        try:
+            reply = self._script("enqueue")(keys=keys, args=argv)
+        except NotDurable as exc:  # DURABLE_REPLICAS: stored on the master, not (yet) on enough replicas
+            exc.task_ids = [item[0] for item in items]
+            raise
+        return self.enqueued(items, reply)
 
     def enqueue_call(self, queue: str, items: Sequence[NewTask]) -> tuple[list[str], list[Any]]:
         """KEYS and ARGV of enqueue.lua for ``items``: the one place that spells them (abroker.py sends the same)."""
@@ -256,7 +269,8 @@ class Broker(OperatorSteps, ScheduleSteps):
                            MAX_NAMES, TTL_MS, len(times) // 3, *times]
         for task_id, result_json in results:
             argv += (task_id, result_json)
-        return list(self._script("ack")(keys=[k.processing(worker), k.dead, k.cancels, *self._freeing(k)], args=argv))
+        script = self._script("ack")
+        return cast("list[str]", _settled(lambda: script(keys=[k.processing(worker), k.dead, k.cancels, *self._freeing(k)], args=argv), list))
 
     def retry(self, queue: str, worker: str, task_id: str, delay_ms: int, error: dict[str, Any]) -> bool:
         """Schedule another attempt after ``delay_ms``; False if the task was dead-lettered instead.
@@ -265,30 +279,38 @@ class Broker(OperatorSteps, ScheduleSteps):
         or its task data turned out corrupt (reason ``corrupt``).
         """
         k = self.keys(queue)
-        code = self._script("retry")(
+        script = self._script("retry")
+
+        def finish(code: Any) -> bool:
+            if code == -1:
+                raise LeaseLost(f"task {task_id} was no longer held by worker {worker} at retry")
+            return int(code) == 1
+
+        return cast("bool", _settled(lambda: script(
             keys=[k.processing(worker), k.scheduled, k.task(task_id), k.status(task_id), k.dead, k.cancels, *self._freeing(k)],
             args=[k.prefix, task_id, max(0, int(delay_ms)), json.dumps(error, separators=(",", ":")), worker,
                   self._aside_ms(self.options.for_queue(queue))],
-        )
-        if code == -1:
-            raise LeaseLost(f"task {task_id} was no longer held by worker {worker} at retry")
-        return int(code) == 1
+        ), finish))
 
     def bury(self, queue: str, worker: str, task_id: str, error: dict[str, Any], reason: str, failed: bool) -> int:
         """Dead-letter a task (deleting its cancel request); returns how many old dead letters retention removed."""
         k = self.keys(queue)
         o = self.options.for_queue(queue)
-        code = self._script("bury")(
+        script = self._script("bury")
+
+        def finish(code: Any) -> int:
+            if code == -1:
+                raise LeaseLost(f"task {task_id} was no longer held by worker {worker} at bury")
+            return int(code)
+
+        return cast("int", _settled(lambda: script(
             keys=[k.processing(worker), k.dead, k.task(task_id), k.status(task_id), k.cancels, *self._freeing(k)],
             args=[
                 k.prefix, task_id, json.dumps(error, separators=(",", ":")), reason,
                 int(o.dead_letter_ttl * 1000), o.dead_letter_max, worker, 1 if failed else 0,
                 str(error.get("msg", "")), str(error.get("exc", "")),
             ],
-        )
-        if code == -1:
-            raise LeaseLost(f"task {task_id} was no longer held by worker {worker} at bury")
-        return int(code)
+        ), finish))
 
     def release(self, queue: str, worker: str, unstarted: Sequence[str] = ()) -> int:
         """Hand back unstarted tasks; with none given, everything left, and leave the heartbeat set.

@@ -17,7 +17,7 @@ from django.conf import settings
 from django.core.checks import Error
 from django.core.exceptions import ImproperlyConfigured
 
-from . import topology
+from . import durable, topology
 from .keys import DEFAULT_PREFIX, NAME_RE
 from .limits import check_max_running, check_rate
 
@@ -47,6 +47,7 @@ QUEUE_LIMITS = {"MAX_RUNNING": "max_running", "RATE_LIMIT": "rate_limit"}
 CONNECTION_KEYS = ("REDIS_URL", "CACHE_ALIAS", "EMBEDDED", "EMBEDDED_PATH", "CLUSTER", "SENTINELS", "SENTINEL_MASTER", "SENTINEL_KWARGS")
 KNOWN = set(TUNABLES) | set(GLOBALS) | set(CONNECTION_KEYS) | set(QUEUE_LIMITS) | {"KEY_PREFIX", "QUEUE_OPTIONS", "SCHEDULES", "HEALTH"}
 KNOWN |= {"WORKERS"}  # named worker profiles (profiles.py)
+KNOWN |= {"DURABLE_REPLICAS", "DURABLE_TIMEOUT"}  # durable mode (durable.py)
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 MIN_HEARTBEAT_BUDGET = 0.1
 """Seconds, at least, a heartbeat's round trip may take (see connection.heartbeat_budget)."""
@@ -90,6 +91,8 @@ class Options:
     schedules: Any = field(default=None, hash=False)
     # named worker profiles as given (runworker --profile); checked by profiles.py
     workers: Any = field(default=None, hash=False)
+    durable_replicas: int = 0  # DURABLE_REPLICAS: replicas that must have an enqueue/ack/retry/bury (WAIT); 0 = off
+    durable_timeout: float = 0.5  # DURABLE_TIMEOUT: seconds they may take (durable.DEFAULT_TIMEOUT)
 
     def for_queue(self, queue: str) -> Options:
         """These options with the queue's ``QUEUE_OPTIONS`` applied."""
@@ -137,6 +140,7 @@ def validate(alias: str, params: Any) -> list[tuple[str, str, str]]:
         problems.append(("E005", f"{w} sets {' and '.join(chosen)}; choose one connection.",
                          "Give REDIS_URL, or CACHE_ALIAS (a django-redis cache), or EMBEDDED: True."))
     problems += topology.validate(w, opts)
+    problems += durable.validate(w, opts)
     url = opts.get("REDIS_URL")
     if url is not None:
         try:
@@ -252,6 +256,8 @@ def build_options(alias: str, params: dict[str, Any]) -> Options:
         queue_overrides=dict(opts.get("QUEUE_OPTIONS", {})),
         schedules=opts.get("SCHEDULES"),
         workers=opts.get("WORKERS"),
+        durable_replicas=opts.get("DURABLE_REPLICAS", 0),
+        durable_timeout=float(opts.get("DURABLE_TIMEOUT", durable.DEFAULT_TIMEOUT)),
         **values,
     )
 

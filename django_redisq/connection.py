@@ -18,7 +18,7 @@ from redis.retry import Retry
 
 from . import topology
 from .conf import Options
-from .exceptions import RedisUnavailable
+from .exceptions import NotDurable, RedisUnavailable
 
 BLOCK_TIMEOUT = 1.0
 """Seconds a worker blocks waiting for work; bounds how long a stop request waits."""
@@ -40,6 +40,7 @@ TRANSIENT_CLASSES = (
     redis.exceptions.TryAgainError,
     redis.exceptions.MasterDownError,
     redis.exceptions.ClusterDownError,
+    NotDurable,  # DURABLE_REPLICAS: the replicas have not caught up yet (durable.py)
 )
 
 

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import redis
+
 
 class RedisQError(Exception):
     """Base class of every django_redisq error."""
@@ -43,6 +48,24 @@ class BadMessage(RedisQError):
 
 class RedisUnavailable(RedisQError):
     """Redis cannot be reached, or is too old; the message says which and how to fix it."""
+
+
+class NotDurable(RedisUnavailable, redis.RedisError):
+    """Fewer replicas than ``DURABLE_REPLICAS`` acknowledged a write within ``DURABLE_TIMEOUT``.
+
+    The write IS on the master (the task is stored, the ack is done there); it
+    may or may not survive a failover. ``acked`` replicas of ``wanted`` took it
+    within ``timeout`` seconds; ``task_ids`` are the tasks of an enqueue. A
+    ``redis.RedisError`` too, so code that catches Redis's errors around
+    ``enqueue`` catches this one, and the worker counts it as transient: a
+    settle step calls ``again`` (the WAIT once more, on the same connection).
+    """
+
+    def __init__(self, message: str, *, acked: int = 0, wanted: int = 0, timeout: float = 0.0, task_ids: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.acked, self.wanted, self.timeout = acked, wanted, timeout
+        self.task_ids = list(task_ids)
+        self.again: Callable[[], Any] | None = None
 
 
 class Retry(RedisQError):

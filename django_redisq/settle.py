@@ -155,6 +155,7 @@ class Settler:
                 if self.force.is_set():
                     return None
                 logger.warning("%s failed (%s: %s); retrying", what, type(exc).__name__, exc)
+                step = getattr(exc, "again", None) or step  # NotDurable: the step is on the master; only its WAIT is repeated
                 time.sleep(min(2.0, 0.02 * 2**attempt))
             except Exception:  # not retryable: the task stays in our list and is handed back by the sweep
                 logger.exception("%s failed", what)
