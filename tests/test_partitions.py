@@ -92,7 +92,7 @@ def test_strict_order_takes_turns_among_partitions():
     assert weighted.describe() == "emails:1, low:3"
 
 
-def test_a_thousand_tasks_spread_drain_once_and_read_as_one_queue(low):
+def test_a_thousand_tasks_spread_drain_once_and_read_as_one_queue(low, admin_client):
     backend = task_backends["default"]
     ids = [mark.using(queue_name="low").enqueue(f"k{i}").id for i in range(500)]
     ids += [res.id for res in backend.enqueue_many(mark.using(queue_name="low"), [((f"k{i}",), {}) for i in range(500, 1000)])]
@@ -107,6 +107,14 @@ def test_a_thousand_tasks_spread_drain_once_and_read_as_one_queue(low):
     out = io.StringIO()
     call_command("redisq", "stats", "--json", stdout=out)
     assert {row["queue"]: row["pending"] for row in json.loads(out.getvalue())} == {"default": 0, "emails": 0, "low": 1000}
+    out = io.StringIO()
+    call_command("redisq", "queue", "list", "--json", stdout=out)
+    assert {row["queue"]: row["pending"] for row in json.loads(out.getvalue())} == {"default": 0, "emails": 0, "low": 1000}
+    from django.urls import reverse
+
+    page = admin_client.get(reverse("admin:django_redisq_deadletter_queues"))
+    ((_, rows, *_),) = page.context["backends"]
+    assert {s.queue: s.pending for s, *_ in rows} == {"default": 0, "emails": 0, "low": 1000}
     assert backend.get_result(ids[3]).status == TaskResultStatus.READY
     assert backend.get_result(ids[3]).task.queue_name == "low"  # the logical queue, not the partition
 
