@@ -185,6 +185,7 @@ class AsyncBroker:
     async def get_task(self, task_id: str, queues: Sequence[str]) -> tuple[str, dict[str, str]] | None:
         """``Broker.get_task``, awaited: one HGETALL per queue, all in one round trip."""
         link, _ = await get_link(self.options)
+        queues = self.broker.options.physical_all(queues)
         hashes = self.broker.task_hashes(task_id, queues)
         return self.broker.found_task(queues, await link.hgetall_many([_wire(key) for key in hashes]))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import secrets
@@ -13,7 +14,7 @@ from typing import Any
 from django.utils import timezone
 from django.utils.module_loading import autodiscover_modules
 
-from . import abroker
+from . import abroker, partitions
 from .broker import Broker, Enqueued
 from .compat import (
     DEFAULT_TASK_BACKEND_ALIAS,
@@ -172,7 +173,12 @@ class RedisQueueBackend(BaseTaskBackend):
         prepared = [self._prepare(task, a, k) for a, k in arg_sets]
         if not prepared:
             return []
-        stored = self.broker.enqueue(task.queue_name, [item for _, item in prepared])
+        items = [item for _, item in prepared]
+        if self.conf.partitions(task.queue_name) == 1:  # today's path: one script call
+            stored = self.broker.enqueue(task.queue_name, items)
+        else:  # one script call per partition the items went to
+            stored = self._merged(len(items), [(idx, self.broker.enqueue(q, [items[i] for i in idx]))
+                                               for q, idx in self._placed(task.queue_name, items)])
         results = []
         for (result, _), outcome in zip(prepared, stored, strict=False):
             if outcome.duplicate_of:
@@ -193,7 +199,13 @@ class RedisQueueBackend(BaseTaskBackend):
         prepared = [self._prepare(task, a, k) for a, k in arg_sets]
         if not prepared:
             return []
-        stored = await self.abroker.enqueue(task.queue_name, [item for _, item in prepared])
+        items = [item for _, item in prepared]
+        if self.conf.partitions(task.queue_name) == 1:
+            stored = await self.abroker.enqueue(task.queue_name, items)
+        else:
+            groups = self._placed(task.queue_name, items)
+            outs = await asyncio.gather(*(self.abroker.enqueue(q, [items[i] for i in idx]) for q, idx in groups))
+            stored = self._merged(len(items), [(idx, out) for (_, idx), out in zip(groups, outs, strict=True)])
         results = []
         for (result, _), outcome in zip(prepared, stored, strict=False):
             if outcome.duplicate_of:
@@ -203,6 +215,23 @@ class RedisQueueBackend(BaseTaskBackend):
                 await abroker.send_enqueued(type(self), self._stored(result, outcome))
                 results.append(result)
         return results
+
+    def _placed(self, queue: str, items: Sequence[tuple[str, str, str, int, str, int, str]]) -> list[tuple[str, list[int]]]:
+        """Partitioned ``queue``: the physical queue of each item (partitions.py), as (queue, item indexes)."""
+        n = self.conf.partitions(queue)
+        groups: dict[str, list[int]] = {}
+        for i, item in enumerate(items):
+            groups.setdefault(partitions.pick(queue, n, item[4]), []).append(i)
+        return list(groups.items())
+
+    @staticmethod
+    def _merged(count: int, parts: Sequence[tuple[list[int], Sequence[Enqueued]]]) -> list[Enqueued]:
+        """The outcomes of the per-partition calls back in the order of the items."""
+        out: list[Enqueued | None] = [None] * count
+        for idx, got in parts:
+            for i, outcome in zip(idx, got, strict=True):
+                out[i] = outcome
+        return [o for o in out if o is not None]
 
     @staticmethod
     def _stored(result: TaskResult, outcome: Enqueued) -> TaskResult:
@@ -293,7 +322,7 @@ class RedisQueueBackend(BaseTaskBackend):
             msg = None
         if not isinstance(msg, dict):
             msg = {}  # a message that does not decode: the worker dead-letters it; show the rest
-        task = self.resolve_task(data.get("task") or msg.get("task", ""), queue)
+        task = self.resolve_task(data.get("task") or msg.get("task", ""), partitions.logical(queue))
         priority = stored_priority(data.get("prio"))
         if priority != task.priority:
             task = task.using(priority=priority)

@@ -388,8 +388,8 @@ class Broker(OperatorSteps, ScheduleSteps):
     # -- reading ---------------------------------------------------------
 
     def get_task(self, task_id: str, queues: Iterable[str]) -> tuple[str, dict[str, str]] | None:
-        """The task hash of ``task_id`` and its queue, looking in each queue given."""
-        queues = list(queues)
+        """The task hash of ``task_id`` and its (physical) queue, looking in every partition of each queue given."""
+        queues = self.options.physical_all(queues)
         pipe = self.client.pipeline(transaction=False)
         for key in self.task_hashes(task_id, queues):
             pipe.hgetall(key)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from django.conf import settings
 from django.core.checks import Error
 from django.core.exceptions import ImproperlyConfigured
 
-from . import durable, topology
+from . import durable, partitions, topology
 from .keys import DEFAULT_PREFIX, NAME_RE
 from .limits import check_max_running, check_rate
 
@@ -44,6 +45,8 @@ GLOBALS: dict[str, tuple[str, type, float]] = {
 }
 QUEUE_LIMITS = {"MAX_RUNNING": "max_running", "RATE_LIMIT": "rate_limit"}
 """Fleet-wide limits of one queue (limits.py): only in QUEUE_OPTIONS, never for every queue at once."""
+PARTITIONS = "PARTITIONS"
+"""QUEUE_OPTIONS[q]["PARTITIONS"]: the physical queues (hash tags) one logical queue is spread over (partitions.py)."""
 CONNECTION_KEYS = ("REDIS_URL", "CACHE_ALIAS", "EMBEDDED", "EMBEDDED_PATH", "CLUSTER", "SENTINELS", "SENTINEL_MASTER", "SENTINEL_KWARGS")
 KNOWN = set(TUNABLES) | set(GLOBALS) | set(CONNECTION_KEYS) | set(QUEUE_LIMITS) | {"KEY_PREFIX", "QUEUE_OPTIONS", "SCHEDULES", "HEALTH"}
 KNOWN |= {"WORKERS"}  # named worker profiles (profiles.py)
@@ -95,13 +98,31 @@ class Options:
     durable_timeout: float = 0.5  # DURABLE_TIMEOUT: seconds they may take (durable.DEFAULT_TIMEOUT)
 
     def for_queue(self, queue: str) -> Options:
-        """These options with the queue's ``QUEUE_OPTIONS`` applied."""
+        """These options with the queue's ``QUEUE_OPTIONS`` applied (a partition's are its logical queue's)."""
         over = self.queue_overrides.get(queue)
+        if over is None and partitions.SEP in queue:
+            over = self.queue_overrides.get(partitions.logical(queue))
         if not over:
             return self
         changes = {TUNABLES[k][0]: TUNABLES[k][1](v) for k, v in over.items() if k in TUNABLES}
         changes.update({QUEUE_LIMITS[k]: v for k, v in over.items() if k in QUEUE_LIMITS})
         return replace(self, **changes)
+
+    def partitions(self, queue: str) -> int:
+        """How many partitions logical ``queue`` has (1: not partitioned, today's layout)."""
+        over = self.queue_overrides.get(queue)
+        return int(over.get(PARTITIONS, 1)) if over else 1
+
+    def physical(self, queue: str) -> list[str]:
+        """The physical queues of logical ``queue``: ``[queue]`` unless it is partitioned (partitions.py)."""
+        over = self.queue_overrides.get(queue)
+        if not over or over.get(PARTITIONS, 1) == 1:
+            return [queue]
+        return partitions.physical(queue, int(over[PARTITIONS]))
+
+    def physical_all(self, queues: Iterable[str]) -> list[str]:
+        """Every physical queue of the logical ``queues``, in their order."""
+        return [p for q in queues for p in self.physical(q)]
 
 
 def _check_number(name: str, value: Any, kind: type, minimum: float, where: str) -> str | None:
@@ -189,9 +210,21 @@ def validate(alias: str, params: Any) -> list[tuple[str, str, str]]:
             problems.append(("E014", f"{w}['QUEUE_OPTIONS'] names {q!r}, which is not in QUEUES.",
                              "Add the queue to QUEUES or remove its options."))
         if not isinstance(over, dict):
-            problems.append(("E013", f"{w}['QUEUE_OPTIONS'][{q!r}] must be a dict.", f"Per-queue options: {', '.join([*TUNABLES, *QUEUE_LIMITS])}."))
+            problems.append(("E013", f"{w}['QUEUE_OPTIONS'][{q!r}] must be a dict.",
+                             f"Per-queue options: {', '.join([*TUNABLES, *QUEUE_LIMITS, PARTITIONS])}."))
             continue
+        n = over.get(PARTITIONS, 1)
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= partitions.MAX_PARTITIONS:
+            problems.append(("E071", f"{w}['QUEUE_OPTIONS'][{q!r}]['PARTITIONS'] must be a whole number from 1 to "
+                             f"{partitions.MAX_PARTITIONS}, got {n!r}.",
+                             "The hash tags one logical queue is spread over; 1 (the default) is one, as without the option."))
+        elif n > 1 and (both := [name for name in QUEUE_LIMITS if name in over]):
+            problems.append(("E072", f"{w}['QUEUE_OPTIONS'][{q!r}] sets PARTITIONS with {' and '.join(both)}.",
+                             "A fleet-wide limit lives in one hash tag and a partitioned queue spans several, so it could not "
+                             "be exact; drop PARTITIONS or the limit (a task's own max_running / rate applies per partition)."))
         for name, value in over.items():
+            if name == PARTITIONS:
+                continue
             if name in QUEUE_LIMITS:
                 check = check_max_running if name == "MAX_RUNNING" else check_rate
                 if problem := check(value):
@@ -200,7 +233,7 @@ def validate(alias: str, params: Any) -> list[tuple[str, str, str]]:
                                      "RATE_LIMIT: a string such as '10/s' or '100/m'."))
             elif name not in TUNABLES:
                 problems.append(("E015", f"{w}['QUEUE_OPTIONS'][{q!r}] has {name!r}, which cannot be set per queue.",
-                                 f"Per-queue options: {', '.join([*TUNABLES, *QUEUE_LIMITS])}."))
+                                 f"Per-queue options: {', '.join([*TUNABLES, *QUEUE_LIMITS, PARTITIONS])}."))
             elif msg := _check_number(name, value, TUNABLES[name][1], TUNABLES[name][2], f"{w}['QUEUE_OPTIONS'][{q!r}]: "):
                 problems.append(("E012", msg, "See the configuration reference in the README."))
     if "HEALTH" in opts:  # thresholds of `redisq health` (health.py)

@@ -104,7 +104,7 @@ class Held:
     def _pop(self) -> Delivery | None:
         ready, blocked = self._ready, self.blocked
         if not self.order.weighted:
-            for q in self.order.queues:
+            for q in self.order.ranked():
                 dq = ready[q]
                 if dq and not (blocked and q in blocked):
                     return dq.popleft()

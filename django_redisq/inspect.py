@@ -10,7 +10,8 @@ details), of which it is made; the periodic schedules' rows are at the end of th
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -19,7 +20,7 @@ from django.conf import settings
 from django.utils.module_loading import import_string
 from redis.commands.core import Script
 
-from . import limits
+from . import limits, partitions
 from .compat import UTC
 from .conf import Options, get_options
 from .connection import get_client
@@ -102,8 +103,16 @@ class Inspector(TaskReads):
     def queues(self) -> tuple[str, ...]:
         return self.options.queues
 
+    @property
+    def physical_queues(self) -> list[str]:
+        """Every partition of every queue (partitions.py): the queues themselves when none is partitioned."""
+        return self.options.physical_all(self.options.queues)
+
     def keys(self, queue: str) -> QueueKeys:
-        if queue not in self.options.queues:
+        """The keys of a queue, or of one partition of a partitioned queue (``events~3``)."""
+        if queue not in self.options.queues and not (
+                partitions.SEP in queue and partitions.logical(queue) in self.options.queues
+                and queue in self.options.physical(partitions.logical(queue))):
             raise UnknownQueue(f"queue {queue!r} is not in TASKS[{self.options.alias!r}]['QUEUES'] {list(self.options.queues)}")
         return QueueKeys(queue, self.options.key_prefix)
 
@@ -115,11 +124,12 @@ class Inspector(TaskReads):
 
     def stats(self) -> list[QueueStats]:
         """Figures for every configured queue in two round trips, the hour's slowest task names included."""
+        qs = self.physical_queues
         now = self.now_ms()
         minute = now // 60000
         minutes = range(minute - MINUTES + 1, minute + 1)
         pipe = self.client.pipeline(transaction=False)
-        for q in self.queues:
+        for q in qs:
             k = self.keys(q)
             pipe.llen(k.pending)
             pipe.zcard(k.scheduled)
@@ -133,19 +143,21 @@ class Inspector(TaskReads):
                 pipe.execute_command("MGET", *[k.counter(name, m) for m in minutes])  # not pipe.mget: a cluster pipeline refuses it (the keys share a slot)
             for m in minutes:  # bounded: at most (MAX_NAMES + 1) x BUCKETS fields each (durations.py)
                 pipe.hgetall(k.durations(m))
-        self._pipe_paused(pipe)
+        self._pipe_paused(pipe, qs)
         first = pipe.execute(raise_on_error=False)
-        pauses = self._paused_from(first)
+        pauses = self._paused_from(first, qs)
         head_n = 10 + limits.ASKED
         stride = head_n + MINUTES
         pipe = self.client.pipeline(transaction=False)
         per_queue = []
-        for i, q in enumerate(self.queues):
+        raw: dict[str, list[Any]] = {}  # per queue: its minute hashes of run times
+        for i, q in enumerate(qs):
             k = self.keys(q)
             row = first[i * stride : i * stride + head_n]
             length, scheduled, dead, oldest, workers, ranked, head = row[:7]
             asked, counters = row[7 : 7 + limits.ASKED], row[7 + limits.ASKED :]
-            times = slowest(first[i * stride + head_n : (i + 1) * stride])
+            raw[q] = first[i * stride + head_n : (i + 1) * stride]
+            times = slowest(raw[q])
             pending = list_length(length, oldest) + int(ranked)
             oldest = oldest if oldest and oldest != MARKER else (head[0] if head else None)  # the next to run
             if oldest:
@@ -179,22 +191,22 @@ class Inspector(TaskReads):
                         for m, p, f, d in zip(minutes, processed, failed, died, strict=True)],
                 workers=infos, slowest=times, limits=limited, rate_limit=self.options.for_queue(q).rate_limit, **pauses[q],
             ))
-        return out
+        return out if len(out) == len(self.queues) else self._merged_stats(out, raw)
 
-    def _pipe_paused(self, pipe: Any) -> None:
-        """Queue a GET of every queue's pause key at the end of ``pipe`` (read back by ``_paused_from``)."""
-        for q in self.queues:
+    def _pipe_paused(self, pipe: Any, qs: Sequence[str]) -> None:
+        """Queue a GET of the pause key of every queue of ``qs`` at the end of ``pipe`` (read back by ``_paused_from``)."""
+        for q in qs:
             pipe.get(self.keys(q).paused)
 
-    def _paused_from(self, replies: list[Any]) -> dict[str, dict[str, Any]]:
+    def _paused_from(self, replies: list[Any], qs: Sequence[str]) -> dict[str, dict[str, Any]]:
         """The pause fields of each queue from the last replies of a pipeline ``_pipe_paused`` ended; raises the others' errors."""
-        n = len(self.queues)
+        n = len(qs)
         head, tail = replies[: len(replies) - n], replies[len(replies) - n :]
         for reply in head:
             if isinstance(reply, Exception):
                 raise reply
         out = {}
-        for q, value in zip(self.queues, tail, strict=True):
+        for q, value in zip(qs, tail, strict=True):
             if isinstance(value, redis.ResponseError):  # another type: fetch.lua sees it exist, so paused
                 value = "0|"
             elif isinstance(value, Exception):
@@ -210,9 +222,10 @@ class Inspector(TaskReads):
         For metrics scrapes and health probes, which run every few seconds:
         unlike ``stats`` no per-minute series and no worker details are read.
         """
+        qs = self.physical_queues
         pipe = self.client.pipeline(transaction=False)
         pipe.execute_command("TIME")  # not pipe.time() nor pipe.echo(): a cluster pipeline refuses those methods
-        for q in self.queues:
+        for q in qs:
             k = self.keys(q)
             pipe.llen(k.pending)
             pipe.zcard(k.scheduled)
@@ -223,14 +236,14 @@ class Inspector(TaskReads):
             pipe.zcard(k.prioritized)
             pipe.zrange(k.prioritized, 0, 0)  # with no plain task pending, the next prioritized one is the oldest shown
             limits.ask(pipe, k)
-        self._pipe_paused(pipe)
+        self._pipe_paused(pipe, qs)
         first = pipe.execute(raise_on_error=False)
-        pauses = self._paused_from(first)
+        pauses = self._paused_from(first, qs)
         stride = 8 + limits.ASKED
         sec, usec = first[0]
         now = int(sec) * 1000 + int(usec) // 1000
         pipe = self.client.pipeline(transaction=False)
-        for i, q in enumerate(self.queues):
+        for i, q in enumerate(qs):
             k = self.keys(q)
             row = first[1 + i * stride : 1 + (i + 1) * stride]
             oldest, workers, head = row[3], row[4], row[7]
@@ -241,7 +254,7 @@ class Inspector(TaskReads):
             limits.ask_named(pipe, k, row[8])
         second = iter(pipe.execute())
         out = []
-        for i, q in enumerate(self.queues):
+        for i, q in enumerate(qs):
             row = first[1 + i * stride : 1 + (i + 1) * stride]
             length, scheduled, dead, tail, workers, totals, ranked, _ = row[:8]
             enq = next(second)
@@ -254,6 +267,63 @@ class Inspector(TaskReads):
                 oldest_pending_age=max(0.0, age), workers=sum(1 for _, score in workers if now - score <= self.options.worker_timeout * 1000),
                 totals={name: int(v) if v and str(v).isdigit() else 0 for name, v in zip(TOTALS, totals, strict=True)},
                 **pauses[q],
+            ))
+        return out if len(out) == len(self.queues) else self._merged_figures(out)
+
+    def _groups(self, rows: Sequence[Any]) -> list[list[Any]]:
+        """Rows of physical queues grouped by logical queue, in settings order (partition 0 first)."""
+        by: dict[str, list[Any]] = {q: [] for q in self.queues}
+        for row in rows:
+            by[partitions.logical(row.queue)].append(row)
+        return list(by.values())
+
+    def _merged_stats(self, rows: list[QueueStats], raw: dict[str, list[Any]]) -> list[QueueStats]:
+        """One ``QueueStats`` per logical queue: the figures of its partitions summed (partitions.py)."""
+        out = []
+        for group in self._groups(rows):
+            first = group[0]
+            if len(group) == 1:
+                out.append(first)
+                continue
+            workers: dict[str, WorkerInfo] = {}
+            for row in group:
+                for w in row.workers:
+                    if w.name in workers:
+                        workers[w.name].holding += w.holding
+                    else:
+                        workers[w.name] = replace(w)
+            ages = [r.oldest_pending_age for r in group if r.oldest_pending_age is not None]
+            out.append(replace(
+                first, pending=sum(r.pending for r in group), scheduled=sum(r.scheduled for r in group),
+                running=sum(r.running for r in group), dead=sum(r.dead for r in group),
+                oldest_pending_age=max(ages) if ages else None,
+                processed_minute=sum(r.processed_minute for r in group), failed_minute=sum(r.failed_minute for r in group),
+                processed_hour=sum(r.processed_hour for r in group), failed_hour=sum(r.failed_hour for r in group),
+                dead_hour=sum(r.dead_hour for r in group),
+                series=[(m[0][0], sum(x[1] for x in m), sum(x[2] for x in m), sum(x[3] for x in m))
+                        for m in zip(*(r.series for r in group), strict=True)],
+                workers=list(workers.values()),
+                slowest=slowest([h for r in group for h in raw[r.queue]]),
+                limits=[lim for r in group for lim in r.limits],
+                paused=any(r.paused for r in group),
+            ))
+        return out
+
+    def _merged_figures(self, rows: list[QueueFigures]) -> list[QueueFigures]:
+        """One ``QueueFigures`` per logical queue: the figures of its partitions summed (partitions.py)."""
+        out = []
+        for group in self._groups(rows):
+            first = group[0]
+            if len(group) == 1:
+                out.append(first)
+                continue
+            out.append(replace(
+                first, pending=sum(r.pending for r in group), scheduled=sum(r.scheduled for r in group),
+                running=sum(r.running for r in group), dead=sum(r.dead for r in group),
+                oldest_pending_age=max(r.oldest_pending_age for r in group),
+                workers=max(r.workers for r in group),
+                totals={name: sum(r.totals.get(name, 0) for r in group) for name in first.totals},
+                paused=any(r.paused for r in group),
             ))
         return out
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from . import scripts
+from .partitions import logical
 from .priority import ready_page, stored_priority
 from .records import Attempt, Pagination, Scan, TaskDetail, TaskRow, stored_errors, to_datetime
 
@@ -72,6 +73,9 @@ class TaskReads:
         def queues(self) -> tuple[str, ...]: ...
 
         def keys(self, queue: str) -> QueueKeys: ...
+
+        @property
+        def physical_queues(self) -> list[str]: ...
 
     # -- dead letters ----------------------------------------------------
 
@@ -130,10 +134,15 @@ class TaskReads:
         return scan.matched if flt else scan.total
 
     def dead_counts(self) -> dict[str, int]:
+        """Dead letters per queue, every partition of a partitioned one summed; one round trip."""
+        qs = self.physical_queues
         pipe = self.client.pipeline(transaction=False)
-        for q in self.queues:
+        for q in qs:
             pipe.zcard(self.keys(q).dead)
-        return dict(zip(self.queues, pipe.execute(), strict=True))
+        out = dict.fromkeys(self.queues, 0)
+        for q, n in zip(qs, pipe.execute(), strict=True):
+            out[logical(q)] += int(n)
+        return out
 
     def facets(self, queue: str, sample: int = FACET_SAMPLE) -> tuple[Counter[str], Counter[str]]:
         """Task and exception counts among the newest ``sample`` dead letters (for filter links)."""
@@ -158,14 +167,18 @@ class TaskReads:
         return [i for i, score in zip(ids, pipe.execute(), strict=True) if score is not None]
 
     def dead_queue_of(self, ids: list[str]) -> dict[str, str]:
-        """Which configured queue's dead-letter set holds each id (ids found nowhere are left out)."""
+        """Which configured queue's dead-letter set holds each id (ids found nowhere are left out).
+
+        For a partitioned queue, the partition (``events~3``): a replay goes back there.
+        """
+        qs = self.physical_queues
         pipe = self.client.pipeline(transaction=False)
-        for q in self.queues:
+        for q in qs:
             for i in ids:
                 pipe.zscore(self.keys(q).dead, i)
         scores = iter(pipe.execute())
         found: dict[str, str] = {}
-        for q in self.queues:
+        for q in qs:
             for i in ids:
                 if next(scores) is not None:
                     found.setdefault(i, q)
@@ -174,14 +187,15 @@ class TaskReads:
     # -- tasks -----------------------------------------------------------
 
     def task_queues(self, ids: list[str]) -> dict[str, str]:
-        """Which configured queue holds a task hash for each id (ids found nowhere are left out); one round trip."""
+        """Which configured queue (or partition of one) holds a task hash for each id (ids found nowhere are left out); one round trip."""
+        qs = self.physical_queues
         pipe = self.client.pipeline(transaction=False)
-        for q in self.queues:
+        for q in qs:
             for i in ids:
                 pipe.exists(self.keys(q).task(i))
         found = iter(pipe.execute())
         out: dict[str, str] = {}
-        for q in self.queues:
+        for q in qs:
             for i in ids:
                 if next(found):
                     out.setdefault(i, q)

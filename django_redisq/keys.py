@@ -52,7 +52,11 @@ key                                type    meaning
                                            the dead-letter retention, and goes with its dead letter)
 =================================  ======  =================================================
 
-``P`` is ``<KEY_PREFIX>:{<queue>}`` (``redisq:{default}`` by default).
+``P`` is ``<KEY_PREFIX>:{<queue>}`` (``redisq:{default}`` by default). A partitioned queue
+(``QUEUE_OPTIONS[q]["PARTITIONS"] = N``, partitions.py) has every key above once per partition:
+partition 0 under ``{<queue>}`` (today's keys), partition ``i`` under ``{<queue>~i}``, e.g.
+``redisq:{events~3}:pending``; ``~`` is not allowed in queue names (``NAME_RE``), so these never
+collide with a configured queue. Nothing else is kept for the logical queue.
 Task hash fields: ``msg`` (the JSON message), ``task`` (dotted path), ``prio`` (its priority, only when
 not 0), ``maxr`` / ``rate`` (its own fleet-wide limits, when it has them), ``slot`` (the slots it holds:
 ``t`` its task's, ``q`` its queue's), ``rl`` (the start its rate limit booked for it), ``state``

@@ -153,14 +153,18 @@ class OperatorSteps(BrokerPart):
     # -- pausing a queue --------------------------------------------------
 
     def pause_queue(self, queue: str, by: str) -> tuple[bool, str]:
-        """Pause a queue (scripts/pause.lua): (paused by this call, the key's ``<Redis ms>|<who>``)."""
-        code, value = self._script("pause")(keys=[self.keys(queue).paused], args=[by])
-        return int(code) == 1, str(value)
+        """Pause a queue (scripts/pause.lua): (paused by this call, the key's ``<Redis ms>|<who>``).
+
+        A partitioned queue: every partition, partition 0's answer (each is one atomic step of its own).
+        """
+        replies = [self._script("pause")(keys=[self.keys(p).paused], args=[by]) for p in self.options.physical(queue)]
+        return any(int(code) == 1 for code, _ in replies), str(replies[0][1])
 
     def resume_queue(self, queue: str) -> str | None:
         """Resume a paused queue (scripts/resume.lua): the pause's ``<Redis ms>|<who>``, None if it was not paused."""
-        code, value = self._script("resume")(keys=[self.keys(queue).paused], args=[])
-        return str(value) if int(code) == 1 else None
+        replies = [self._script("resume")(keys=[self.keys(p).paused], args=[]) for p in self.options.physical(queue)]
+        was = [str(value) for code, value in replies if int(code) == 1]
+        return was[0] if was else None
 
     def paused_states(self, queues: Sequence[str]) -> dict[str, str | None]:
         """Each queue's pause key (``<Redis ms>|<who>``), None where it is not paused; one round trip."""

@@ -32,6 +32,7 @@ from .exceptions import BadMessage, InvalidArguments, TaskCancelled, TaskTimeout
 from .message import Message, decode, dumps
 from .metadata import attach, encode, stored, to_save
 from .outcome import DEAD, RETRY, Outcome, error_dict, failure
+from .partitions import logical
 from .task import RedisTask, get_registered
 from .timelimit import Handle, arm, disarm, interrupt
 
@@ -130,7 +131,7 @@ class Runner:
         """The attempt to call, or the outcome already decided (a message that cannot run)."""
         opts = self.options.for_queue(d.queue)
         try:
-            message = decode(d.raw, d.task, d.queue)
+            message = decode(d.raw, d.task, logical(d.queue))  # a partition's tasks are its logical queue's
             prep = self._prepared(message)
             call_args = [None, *message.args] if prep.task.takes_context else message.args
             try:
@@ -167,7 +168,7 @@ class Runner:
     def limit_for(self, d: Delivery) -> float:
         """The time limit ``begin`` will give ``d``, in seconds (0: none, or a message that cannot run)."""
         try:
-            message = decode(d.raw, d.task, d.queue)
+            message = decode(d.raw, d.task, logical(d.queue))  # a partition's tasks are its logical queue's
             return _limit(message, self._prepared(message), self.options.for_queue(d.queue))
         except Exception:  # noqa: BLE001 - it will not run: begin says why
             return 0.0

@@ -139,7 +139,10 @@ class Worker:
         self._count_lock = threading.Lock()
         self.broker = Broker(self.options)
         self.runner = runner or Runner(self.options, backend)
-        self.order = QueueOrder(self.queues, weights)
+        # a partitioned queue is served as its partitions, each a queue of its own below (partitions.py)
+        self.logical_queues = list(self.queues)
+        self.order = QueueOrder(self.queues, weights, {q: n for q in self.queues if (n := self.options.partitions(q)) > 1})
+        self.queues = list(self.order.queues)
         caps = {q: c for q in self.queues if (c := self.options.for_queue(q).worker_concurrency)}
         self.held = Held(self.queues, self.prefetch, self.order, caps)
         self.heartbeat = Heartbeat(self.options, self.id, self.queues, self.info, self.held.known, self._fenced)
@@ -214,7 +217,7 @@ class Worker:
 
     def info(self) -> dict[str, Any]:
         return {
-            "id": self.id, "name": self.name, "host": socket.gethostname(), "pid": os.getpid(), "queues": self.queues,
+            "id": self.id, "name": self.name, "host": socket.gethostname(), "pid": os.getpid(), "queues": self.logical_queues,
             "concurrency": self.concurrency, "pool": self.pool.name, "started_at": int(self.started_at * 1000),
             "processed": self.processed, "current": self.held.current(),
         }

@@ -10,6 +10,7 @@ tests/scripts (each script test runs on this cluster too).
 from __future__ import annotations
 
 import asyncio
+import copy
 import io
 import json
 import signal
@@ -140,3 +141,65 @@ def test_aenqueue_and_aget_result(cluster):
 
     after = asyncio.run(read())
     assert [r.status for r in after] == [TaskResultStatus.SUCCESSFUL] * 3 and runs() == {f"a-{q}": 1 for q in QUEUES}
+
+
+# -- partitioned queues (partitions.py): one logical queue over the masters --
+
+PARTS = 8
+LOW = ["low", *(f"low~{i}" for i in range(1, PARTS))]
+
+
+@pytest.fixture
+def partitioned(cluster: RedisCluster) -> Iterator[RedisCluster]:
+    """The cluster, with queue ``low`` in 8 partitions."""
+    from django.conf import settings
+    from django.test import override_settings
+
+    tasks = copy.deepcopy(settings.TASKS)
+    tasks["default"]["OPTIONS"]["QUEUE_OPTIONS"] = {"low": {"PARTITIONS": PARTS}}
+    with override_settings(TASKS=tasks):
+        connection.reset()
+        yield cluster
+    connection.reset()
+
+
+def test_partitions_spread_over_the_masters_and_drain_once(partitioned):
+    nodes = {q: partitioned.get_node_from_key(QueueKeys(q).pending).name for q in LOW}
+    assert len(set(nodes.values())) > 1, nodes  # the point: one logical queue on several masters
+    ids = [mark.using(queue_name="low").enqueue(f"p{i}").id for i in range(80)]
+    held = {q: partitioned.llen(QueueKeys(q).pending) for q in LOW}
+    assert all(n == 10 for n in held.values()), held
+    figures = {f.queue: f for f in Inspector(get_options()).figures()}
+    assert set(figures) == set(QUEUES) and figures["low"].pending == 80
+    assert Worker(["low"], burst=True, concurrency=4).run() == 80
+    assert runs() == {f"p{i}": 1 for i in range(80)}
+    backend = task_backends["default"]
+    assert all(backend.get_result(i).status == TaskResultStatus.SUCCESSFUL for i in ids)
+    assert {f.queue: f for f in Inspector(get_options()).figures()}["low"].totals["processed"] == 80
+
+
+def test_a_sigkilled_worker_on_a_partitioned_queue_loses_nothing(partitioned, redis_cluster, redis_url, run_worker_process):
+    n = 64
+    ids = [mark.using(queue_name="low").enqueue(f"q{i}", 0.05).id for i in range(n)]
+    env = {"REDISQ_TEST_CLUSTER": "1", "REDISQ_TEST_EFFECTS_URL": redis_url, "REDISQ_TEST_REDIS_URL": redis_cluster.url,
+           "REDISQ_QUEUE_OPTIONS": json.dumps({"low": {"PARTITIONS": PARTS}}), **{f"REDISQ_OPT_{k}": str(v) for k, v in FAST.items()}}
+    victim = run_worker_process("low", "--concurrency", "4", "--name", "victim", env=env)
+    if not wait_for(lambda: 8 <= sum(runs().values()), 30):
+        victim.proc.kill()
+        pytest.fail(f"the victim ran nothing: {victim.output()[-2000:]}")
+    victim.proc.send_signal(signal.SIGKILL)
+    victim.proc.wait(10)
+    held = {q: sum(partitioned.llen(key) for key in partitioned.scan_iter(match=QueueKeys(q).processing("*"))) for q in LOW}
+    assert sum(held.values()) > 0, "the victim held nothing when it died: the test proves nothing"
+    rescuer = Worker(["low"], concurrency=4)
+    thread = threading.Thread(target=rescuer.run, daemon=True)
+    thread.start()
+    try:
+        backend = task_backends["default"]
+        assert wait_for(lambda: all(backend.get_result(i).status == TaskResultStatus.SUCCESSFUL for i in ids), 30)
+    finally:
+        rescuer.request_stop()
+        thread.join(15)
+    assert set(runs()) == {f"q{i}" for i in range(n)}  # nothing lost, in any partition
+    assert Inspector(get_options()).figures()[QUEUES.index("low")].totals["recovered"] > 0
+    print(f"\npartitioned SIGKILL: the victim held {held}")

@@ -11,6 +11,10 @@ TASKS["default"]["OPTIONS"].update(
 )
 if os.environ.get("REDISQ_TEST_CLUSTER"):  # REDISQ_TEST_REDIS_URL names a node of a Redis Cluster (tests/test_cluster.py)
     TASKS["default"]["OPTIONS"]["CLUSTER"] = True
+if os.environ.get("REDISQ_QUEUE_OPTIONS"):  # e.g. partitioned queues (tests/test_cluster.py)
+    import json
+
+    TASKS["default"]["OPTIONS"]["QUEUE_OPTIONS"] = json.loads(os.environ["REDISQ_QUEUE_OPTIONS"])
 if os.environ.get("REDISQ_SCHEDULES"):
     import json
 

@@ -91,7 +91,7 @@ def memory(value: str) -> int:
 def banner(worker: Any) -> str:
     """The start line: who serves what, how, against which Redis (never its credentials)."""
     o = worker.options
-    order = f"{worker.order.describe()} (weighted)" if worker.order.weighted else ", ".join(worker.queues)
+    order = f"{worker.order.describe()} (weighted)" if worker.order.weighted else worker.order.describe()
     return (f"django_redisq worker {worker.id} (pid {os.getpid()}) serving {order} of backend {o.alias!r} "
             f"with {worker.describe_pool()} ({worker.pool.name} pool) on {describe(o)}; "
             f"heartbeat every {o.heartbeat_interval:g}s, reaped after {o.worker_timeout:g}s")

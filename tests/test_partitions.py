@@ -1,0 +1,189 @@
+"""Partitioned queues (partitions.py) on the single test server: one logical queue over 8 hash tags.
+
+``QUEUE_OPTIONS["low"]["PARTITIONS"] = 8`` stores ``low`` as ``low``, ``low~1`` .. ``low~7``.
+Enqueue spreads tasks round-robin (or by idempotency key), a worker serving ``low`` drains
+every partition, and the admin, the CLI, metrics and get_result see one queue ``low``.
+The same over a real Redis Cluster is in tests/test_cluster.py.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.core.management import call_command
+from django.test import override_settings
+
+from django_redisq import connection, partitions
+from django_redisq.compat import TaskResultStatus, task_backends
+from django_redisq.conf import get_options, validate
+from django_redisq.inspect import Inspector
+from django_redisq.keys import QueueKeys
+from django_redisq.order import QueueOrder
+from django_redisq.worker import Worker
+from tests.testapp import topology_tasks
+from tests.testapp.topology_tasks import always_fails, mark, runs
+
+N = 8
+PHYSICAL = ["low", *(f"low~{i}" for i in range(1, N))]
+
+
+def partitioned(n: int = N, **more: Any) -> Any:
+    tasks = copy.deepcopy(settings.TASKS)
+    tasks["default"]["OPTIONS"]["QUEUE_OPTIONS"] = {"low": {"PARTITIONS": n, **more}}
+    return override_settings(TASKS=tasks)
+
+
+@pytest.fixture
+def low(r: Any, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    monkeypatch.setattr(topology_tasks, "EFFECTS_URL", redis_url)
+    with partitioned():
+        connection.reset()
+        yield r
+    connection.reset()
+
+
+def pending(r: Any) -> dict[str, int]:
+    return {q: r.llen(QueueKeys(q).pending) for q in PHYSICAL}
+
+
+def test_names_and_the_default_layout():
+    assert partitions.physical("low", 1) == ["low"]  # the default: today's queue, nothing else
+    assert partitions.physical("low", 3) == ["low", "low~1", "low~2"]
+    assert [partitions.logical(q) for q in partitions.physical("low", 3)] == ["low"] * 3
+    assert partitions.index("low~2") == 2 and partitions.index("low") == 0
+    assert {partitions.by_key("low", 8, "order-42") for _ in range(5)} == {partitions.by_key("low", 8, "order-42")}
+    assert partitions.pick("low", 1, "k") == "low"
+    opts = get_options()
+    assert opts.physical("low") == ["low"] and opts.partitions("low") == 1
+    with partitioned():
+        opts = get_options()
+        assert opts.physical("low") == PHYSICAL and opts.physical("default") == ["default"]
+        assert opts.for_queue("low~5").max_retries == opts.for_queue("low").max_retries
+
+
+@pytest.mark.parametrize(("value", "code"), [(0, "E071"), (1025, "E071"), ("8", "E071"), (True, "E071"), (2.0, "E071")])
+def test_bad_partitions_are_refused(value, code):
+    params = {"QUEUES": ["low"], "OPTIONS": {"QUEUE_OPTIONS": {"low": {"PARTITIONS": value}}}}
+    assert code in [c for c, *_ in validate("default", params)]
+
+
+@pytest.mark.parametrize("limit", [{"MAX_RUNNING": 2}, {"RATE_LIMIT": "10/s"}])
+def test_partitions_with_a_fleet_wide_limit_are_refused(limit):
+    params = {"QUEUES": ["low"], "OPTIONS": {"QUEUE_OPTIONS": {"low": {"PARTITIONS": 4, **limit}}}}
+    assert [c for c, *_ in validate("default", params)] == ["E072"]
+    params["OPTIONS"]["QUEUE_OPTIONS"]["low"]["PARTITIONS"] = 1  # one partition is today's queue: the limit is exact
+    assert validate("default", params) == []
+
+
+def test_strict_order_takes_turns_among_partitions():
+    order = QueueOrder(["emails", "low"], None, {"low": 3})
+    assert order.queues == ("emails", "low", "low~1", "low~2")
+    firsts = [order.ranked()[1] for _ in range(6)]
+    assert sorted(set(firsts)) == ["low", "low~1", "low~2"]  # every partition is tried first in turn
+    assert all(r[0] == "emails" for r in (order.ranked() for _ in range(3)))  # the queue order holds
+    weighted = QueueOrder(["emails", "low"], {"emails": 1, "low": 3}, {"low": 3})
+    assert weighted.weights == {"emails": 1, "low": 1, "low~1": 1, "low~2": 1}  # the queue keeps its share
+    assert weighted.describe() == "emails:1, low:3"
+
+
+def test_a_thousand_tasks_spread_drain_once_and_read_as_one_queue(low, admin_client):
+    backend = task_backends["default"]
+    ids = [mark.using(queue_name="low").enqueue(f"k{i}").id for i in range(500)]
+    ids += [res.id for res in backend.enqueue_many(mark.using(queue_name="low"), [((f"k{i}",), {}) for i in range(500, 1000)])]
+    where = pending(low)
+    assert sum(where.values()) == 1000 and all(n > 0 for n in where.values()), where  # all 8 partitions used
+    assert max(where.values()) - min(where.values()) <= 2, where  # round-robin: even
+    ins = Inspector(get_options())
+    stats = {s.queue: s for s in ins.stats()}
+    assert set(stats) == {"default", "emails", "low"} and stats["low"].pending == 1000
+    figures = {f.queue: f for f in ins.figures()}
+    assert set(figures) == {"default", "emails", "low"} and figures["low"].pending == 1000
+    out = io.StringIO()
+    call_command("redisq", "stats", "--json", stdout=out)
+    assert {row["queue"]: row["pending"] for row in json.loads(out.getvalue())} == {"default": 0, "emails": 0, "low": 1000}
+    out = io.StringIO()
+    call_command("redisq", "queue", "list", "--json", stdout=out)
+    assert {row["queue"]: row["pending"] for row in json.loads(out.getvalue())} == {"default": 0, "emails": 0, "low": 1000}
+    from django.urls import reverse
+
+    page = admin_client.get(reverse("admin:django_redisq_deadletter_queues"))
+    ((_, rows, *_),) = page.context["backends"]
+    assert {s.queue: s.pending for s, *_ in rows} == {"default": 0, "emails": 0, "low": 1000}
+    assert backend.get_result(ids[3]).status == TaskResultStatus.READY
+    assert backend.get_result(ids[3]).task.queue_name == "low"  # the logical queue, not the partition
+
+    worker = Worker(["low"], burst=True, concurrency=4)
+    assert sorted(worker.queues) == sorted(PHYSICAL) and worker.info()["queues"] == ["low"]
+    assert worker.run() == 1000
+    assert runs() == {f"k{i}": 1 for i in range(1000)}  # every task exactly once
+    assert all(backend.get_result(i).status == TaskResultStatus.SUCCESSFUL for i in ids[::37])
+    figures = {f.queue: f for f in ins.figures()}
+    assert figures["low"].pending == 0 and figures["low"].totals["processed"] == 1000
+    stats = {s.queue: s for s in ins.stats()}
+    assert stats["low"].processed_hour == 1000 and sum(p for _, p, _, _ in stats["low"].series) == 1000
+
+
+def test_an_idempotency_key_dedups_across_partitions(low):
+    first = mark.using(queue_name="low", idempotency_key="order-42").enqueue("once")
+    home = partitions.by_key("low", N, "order-42")
+    for _ in range(2 * N):  # the round-robin counter moves on; the key still lands in its partition
+        again = mark.using(queue_name="low", idempotency_key="order-42").enqueue("twice")
+        mark.using(queue_name="low").enqueue("other")
+        assert again.id == first.id
+    assert low.llen(QueueKeys(home).pending) >= 1
+    assert low.exists(QueueKeys(home).task(first.id)) == 1
+    assert Worker(["low"], burst=True).run() == 1 + 2 * N
+    assert runs()["once"] == 1 and "twice" not in runs()
+
+
+async def _aenqueue_some() -> list[Any]:
+    return [await mark.using(queue_name="low").aenqueue(f"a{i}") for i in range(16)]
+
+
+def test_aenqueue_spreads_and_aget_result_finds_every_partition(low):
+    import asyncio
+
+    results = asyncio.run(_aenqueue_some())
+    assert sum(1 for n in pending(low).values() if n) == N
+
+    async def read() -> list[Any]:
+        return [(await task_backends["default"].aget_result(res.id)).status for res in results]
+
+    assert asyncio.run(read()) == [TaskResultStatus.READY] * 16
+
+
+def test_a_dead_letter_replays_into_its_own_partition(low):
+    for i in range(3):
+        mark.using(queue_name="low").enqueue(f"pad{i}")  # the next task goes to partition 3
+    bad = always_fails.using(queue_name="low").enqueue("never")
+    home = next(q for q in PHYSICAL if low.exists(QueueKeys(q).task(bad.id)))
+    assert home == "low~3"
+    Worker(["low"], burst=True).run()
+    ins = Inspector(get_options())
+    assert ins.dead_counts() == {"default": 0, "emails": 0, "low": 1}
+    assert ins.dead_queue_of([bad.id]) == {bad.id: home}
+    assert {s.queue: s.dead for s in ins.stats()}["low"] == 1
+    out = io.StringIO()
+    call_command("redisq", "dead", "replay", bad.id, "--json", stdout=out)
+    assert json.loads(out.getvalue())["by_queue"] == {home: 1}
+    assert pending(low) == {q: int(q == home) for q in PHYSICAL}
+    assert task_backends["default"].get_result(bad.id).status == TaskResultStatus.READY
+
+
+def test_pause_and_resume_every_partition(low):
+    out = io.StringIO()
+    call_command("redisq", "queue", "pause", "low", stdout=out)
+    assert all(low.exists(QueueKeys(q).paused) for q in PHYSICAL)
+    assert {s.queue: s.paused for s in Inspector(get_options()).stats()}["low"] is True
+    for i in range(N):
+        mark.using(queue_name="low").enqueue(f"p{i}")
+    assert Worker(["low"], burst=True).run() == 0  # a burst worker does not wait for a paused queue
+    call_command("redisq", "queue", "resume", "low", stdout=out)
+    assert not any(low.exists(QueueKeys(q).paused) for q in PHYSICAL)
+    assert Worker(["low"], burst=True).run() == N
