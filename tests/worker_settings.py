@@ -19,3 +19,5 @@ if os.environ.get("REDISQ_SCHEDULES"):
     import json
 
     TASKS["default"]["OPTIONS"]["SCHEDULES"] = json.loads(os.environ["REDISQ_SCHEDULES"])
+if os.environ.get("REDISQ_TEST_DURABLE_REPLICAS"):  # an int, which REDISQ_OPT_ (floats) cannot give (tests/test_cluster_failover.py)
+    TASKS["default"]["OPTIONS"]["DURABLE_REPLICAS"] = int(os.environ["REDISQ_TEST_DURABLE_REPLICAS"])
