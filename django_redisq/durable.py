@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 from redis.cluster import RedisCluster
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import AskError, MovedError, NoScriptError, ResponseError
 
 from .exceptions import NotDurable
 
@@ -153,11 +153,14 @@ def call(client: Any, options: Options, sha: str, source: str, keys: Sequence[An
     evalsha = ("EVALSHA", sha, len(keys), *keys, *args)
     pinned = Pinned(_pool(client, keys[0]))
     reply, acked = pinned.send(evalsha, wait)
-    if isinstance(reply, NoScriptError):  # the server restarted or SCRIPT FLUSH: load it on this connection, run it again
-        pinned.send(("SCRIPT", "LOAD", source))
-        reply, acked = pinned.send(evalsha, wait)
-    if isinstance(reply, ResponseError) and str(reply).startswith(("MOVED ", "ASK ")) and isinstance(client, RedisCluster):
-        pinned.release()  # the slot moved (resharding): learn the layout and go to its new node once
+    for _ in range(2):  # at most one redirect, each place with its own script cache
+        if isinstance(reply, NoScriptError):  # a restart, SCRIPT FLUSH, a promoted replica: load it on this connection, run it again
+            pinned.send(("SCRIPT", "LOAD", source))
+            reply, acked = pinned.send(evalsha, wait)
+        moved = isinstance(reply, (MovedError, AskError)) or (isinstance(reply, ResponseError) and str(reply).startswith(("MOVED ", "ASK ")))
+        if not (moved and isinstance(client, RedisCluster)):  # redis-py's MovedError drops the "MOVED " of the reply's text
+            break
+        pinned.release()  # the slot moved (a failover, resharding): learn the layout and go to its new node once
         client.nodes_manager.initialize()
         pinned = Pinned(_pool(client, keys[0]))
         reply, acked = pinned.send(evalsha, wait)

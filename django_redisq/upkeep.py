@@ -40,6 +40,7 @@ class Upkeep:
         self.reap_every, self.burst = reap_every, burst
         self.told: set[str] = set()  # running tasks the pool was told to cancel (until they are settled)
         self.on_recovered = on_recovered  # told what each reap handed back (the task_recovered signal)
+        self.tick: Callable[[], None] = lambda: None  # called every round (the worker's task log summary)
 
     def loop(self) -> None:
         """Rounds until stopped, or, with ``burst``, until the queues are drained."""
@@ -56,6 +57,7 @@ class Upkeep:
                     last_reap = time.monotonic()
                     self.reap()
                 self.cancel_running()
+                self.tick()
                 if self.burst:
                     quiet_rounds = quiet_rounds + 1 if moved == 0 and self.drained() else 0
                     if quiet_rounds >= 2:

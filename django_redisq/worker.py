@@ -53,10 +53,10 @@ from .pools import Pool, make_pool
 from .runner import Runner
 from .scheduler import Scheduler
 from .settle import ACK_BATCH, SETTLE_WITHIN, Batch, Settler, Unsettled
+from .tasklog import TaskLog
 from .upkeep import Upkeep
 
 logger = logging.getLogger("django_redisq")
-task_log = logging.getLogger("django_redisq.tasks")
 """One line per settled task (INFO; WARNING with the traceback for a failed attempt)."""
 
 BAD_MESSAGE = "django_redisq.exceptions.BadMessage"
@@ -160,6 +160,8 @@ class Worker:
         self.upkeep = Upkeep(self.broker, self.id, self.queues, self.held, self.pool, self._stop,
                              self.options.heartbeat_interval, burst, self.observer.recovered)
         self.upkeep.paused = self.fetcher.paused  # a burst worker does not wait for a paused queue
+        self.tasklog = TaskLog()
+        self.upkeep.tick = self.tasklog.tick  # a window's summary line is written even when no more tasks come
         # periodic schedules: on unless burst (a draining worker would keep enqueuing); bad ones are logged and skipped
         self.scheduler = Scheduler(self.options, self.broker, self._stop) if (not burst if scheduler is None else scheduler) else None
 
@@ -209,6 +211,7 @@ class Worker:
             self.upkeep.loop()
         finally:
             self._shutdown([*fetchers, *extra], executors, [heartbeat, flusher])
+            self.tasklog.tick(force=True)
         return self.processed
 
     def describe_pool(self) -> str:
@@ -317,16 +320,9 @@ class Worker:
         with self._count_lock:
             self.processed += len(batch)
             done = self.processed
-        for d, o in batch:
+        for _, o in batch:
             self.avg_duration += 0.05 * (o.duration - self.avg_duration)
-            level = logging.WARNING if o.failed else logging.INFO  # a failed attempt: once, with its traceback
-            if task_log.isEnabledFor(level):
-                task_log.log(
-                    level, "task %s id=%s queue=%s attempt=%d outcome=%s duration=%.1fms%s%s",
-                    o.task_name or "?", d.id, d.queue, d.deliveries, o.kind, o.duration * 1000,
-                    f" reason={o.reason}" if o.kind == DEAD else (f" retry_in={o.delay_ms}ms" if o.kind == "retry" else ""),
-                    "\n" + str(o.error.get("tb") or "").rstrip() if o.failed else "",
-                )
+        self.tasklog.settled(batch)  # failures at WARNING now, successes summed up at INFO (tasklog.py)
         if self.max_tasks and done >= self.max_tasks:
             self.request_stop()
 

@@ -89,10 +89,13 @@ def restore(redis_cluster: Any, master: RedisServer, replica: RedisServer) -> No
     """Back to ``master`` as master of its slots (a graceful failover back, once it is in sync)."""
     if master.proc is not None:
         os.kill(master.proc.pid, signal.SIGCONT)  # harmless if it was not stopped
-    if _role(master.port) != "master":
-        _wait_for("the old master in sync as a replica", lambda: "master_link_status:up" in _call(master.port, "info", "replication"), 20)
-        fail_over(master, replica)
-    _wait_for("the cluster back as it was", lambda: settled(redis_cluster, master, replica), 20)
+    deadline = time.monotonic() + 60  # a promotion still under way (a forced one on a loaded machine) may land late
+    while not settled(redis_cluster, master, replica):
+        if time.monotonic() > deadline:
+            raise RuntimeError("timed out after 60 s waiting for the cluster back as it was")
+        if _role(master.port) != "master" and "master_link_status:up" in _call(master.port, "info", "replication"):
+            fail_over(master, replica)
+        time.sleep(0.2)
 
 
 def worker_env(redis_cluster: Any, redis_url: str, durable: bool) -> dict[str, str]:
@@ -111,10 +114,7 @@ def leftovers(client: RedisCluster, queue: str) -> dict[str, int]:
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("mode", [
-    # redis-py turns "-MOVED 1234 host:port" into MovedError("1234 host:port"): durable.py's
-    # str(reply).startswith("MOVED ") never matches, so after the failover every durable enqueue raises MovedError
-    pytest.param("graceful-durable", marks=pytest.mark.xfail(strict=True, raises=AssertionError,
-                 reason="durable.py misses redis-py's MovedError after a failover: enqueues are refused for good")),
+    "graceful-durable",  # durable.py follows redis-py's MovedError (its text has no "MOVED ") to the new master
     "graceful", "force",
 ])
 def test_a_master_fails_over_during_a_run(mode, cluster, redis_cluster, redis_url, run_worker_process):
@@ -155,7 +155,7 @@ def test_a_master_fails_over_during_a_run(mode, cluster, redis_cluster, redis_ur
             producer.start()
             producer.join(90)
             assert not producer.is_alive(), "the producer hung"
-            assert _role(replica.port) == "master", "the replica was not promoted"
+            assert wait_for(lambda: _role(replica.port) == "master", 30), "the replica was not promoted"  # a loaded machine is slow
             connection.reset()
             client = RedisCluster.from_url(redis_cluster.url, decode_responses=True)
             lost = [k for i, k in acked if not client.exists(QueueKeys(QUEUE).task(i))]

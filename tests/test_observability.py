@@ -181,7 +181,8 @@ def test_each_failed_attempt_logs_its_traceback_once_at_warning(r, run_worker_pr
     warnings = [line for line in out.splitlines() if " WARNING task " in line]
     assert len(warnings) == 3 and sum("outcome=retry" in w for w in warnings) == 1, out
     assert out.count("ValueError: kaboom") == 2 and out.count("KeyError: 'missing'") == 1
-    assert " INFO task tests.testapp.tasks.add " in out and "Task id=" not in out  # Django's own lines are not repeated
+    assert " INFO settled 4 task(s) in " in out and ": 2 dead, 1 retry, 1 success;" in out, out  # the summary line
+    assert " INFO task tests.testapp.tasks.add " not in out and "Task id=" not in out  # Django's own lines are not repeated
 
 
 def test_a_lost_lease_is_counted_and_signals_nothing(r, make_worker):
