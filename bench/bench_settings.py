@@ -47,3 +47,8 @@ if os.environ.get("BENCH_LOGGING", "none") == "console":
         "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
         "loggers": {"django_redisq": {"handlers": ["console"], "level": "INFO"}},
     }
+
+# BENCH_PARTITIONS=N: queue "low" is partitioned over N hash tags (the partitions section of bench/run.py;
+# N=1 is the plain queue), in the bench process and in the workers it starts
+if os.environ.get("BENCH_PARTITIONS"):
+    TASKS["default"]["OPTIONS"]["QUEUE_OPTIONS"] = {"low": {"PARTITIONS": int(os.environ["BENCH_PARTITIONS"])}}

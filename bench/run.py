@@ -24,6 +24,9 @@ with a no-op task through the public API and the real ``runworker`` process:
   and Redis bytes per pending task;
 * worker resident memory after few and many tasks;
 * peers: Dramatiq, Huey and RQ measured the same way, in ``bench/.peers-venv``.
+* partitions (only with ``--only partitions``, not in a default run): ``.delay()``, ``enqueue_many`` and
+  drain/s of one logical queue with ``PARTITIONS`` 1, 2, 4 and 8 on the same single redis-server (one
+  worker per run, N tasks queued first).
 
 Each measurement is repeated (``--repeats``); a table of median/min/max is
 printed and everything is written to ``bench/results/<time>.json``.
@@ -83,6 +86,9 @@ OWN_VENV_PEERS = {
     "arq": (BENCH / ".arq-venv", ["arq==0.28.0", "hiredis"]),
 }
 SECTIONS = ("limits", "enqueue", "aenqueue", "durable", "drain", "flow", "latency", "pools", "flatness", "rss", "peers")
+OPT_IN_SECTIONS = ("partitions",)
+"""Sections a default run leaves out: name them in ``--only``."""
+PARTITION_COUNTS = (1, 2, 4, 8)
 DJANGO_PEERS_VENV = BENCH / ".django-peers-venv"
 DJANGO_PEER_PACKAGES = {"vtasks": "django-vtasks[valkey]==3.2.0", "tasks-redis": "django-tasks-redis==0.4.0"}
 """The other Django Tasks backends on Redis, measured by the aenqueue section in their own virtualenv (with Django 6)."""
@@ -99,6 +105,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         "pool_noop_n": 10_000, "pool_io_n": 3000, "pool_cpu_n": 1500, "pool_lat": 300,
         "async_count": 10_000, "async_s": 2.0, "async_concurrency": 50, "durable_count": 5000, "durable_s": 1.5,
         "real_n": 10_000, "sleep_n": 3000, "peer_real_n": 10_000, "peer_real_cap": 15.0, "peer_sleep_n": 3000,
+        "partition_n": 20_000,
     },
     # --quick: under 2 minutes, and the pools section about 1.5 more
     "quick": {
@@ -110,6 +117,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         "pool_noop_n": 3000, "pool_io_n": 1000, "pool_cpu_n": 500, "pool_lat": 100,
         "async_count": 3000, "async_s": 1.0, "async_concurrency": 50, "durable_count": 3000, "durable_s": 1.0,
         "real_n": 3000, "sleep_n": 1000, "peer_real_n": 3000, "peer_real_cap": 8.0, "peer_sleep_n": 1000,
+        "partition_n": 4000,
     },
 }
 
@@ -687,6 +695,71 @@ class Bench:
         self.res.details["pools_table"] = pool_table(self.res, self.cfg)
         self.r.flushall()
 
+    # -- partitions ------------------------------------------------------
+
+    def partitions(self) -> None:
+        """One logical queue ("low") with PARTITIONS 1, 2, 4, 8 on this single server: enqueue and drain rates.
+
+        On one redis-server, partitions add no capacity (one thread serves them all); what this shows is what
+        they cost: a round-robin pick per enqueue, one fetch thread per partition in the worker.
+        """
+        from django.conf import settings
+        from django.test import override_settings
+
+        from django_redisq import connection
+        from django_redisq.partitions import physical
+
+        cfg, n, conc = self.cfg, self.cfg["partition_n"], self.cfg["concurrency"]
+        rows: list[tuple[str, ...]] = []
+        for rep in range(cfg["repeats"]):
+            for parts in PARTITION_COUNTS:
+                tasks = json.loads(json.dumps(settings.TASKS))
+                tasks["default"]["OPTIONS"]["QUEUE_OPTIONS"] = {"low": {"PARTITIONS": parts}}
+                names = physical("low", parts)
+                with override_settings(TASKS=tasks):
+                    connection.reset()
+                    low = self.noop.using(queue_name="low")
+                    self.r.flushall()
+                    out = rate_loop(lambda i, t=low: t.enqueue(i), cfg["delay_count"], cfg["delay_s"])
+                    self.r.flushall()
+                    t = time.perf_counter()
+                    fill_local(self.noop, n, "low")
+                    many = n / (time.perf_counter() - t)
+                    spread = [int(self.r.llen(self.keys(q).pending)) for q in names]
+                    env = dict(self.env, BENCH_PARTITIONS=str(parts))
+                    tag = f"partitions-{parts}-{rep}"
+                    t0 = time.perf_counter()
+                    p = self.procs.start(self.worker_argv(["low"], conc), env=env, cwd=BENCH, log=self.logdir / f"{tag}.log")
+                    try:
+                        drained = watch_drain(
+                            lambda qs=names: sum(self.processed(q) for q in qs), n, t0, cfg["drain_cap"],
+                            alive=lambda w=p: w.poll() is None,
+                            cpu={"worker": lambda w=p: group_cpu_seconds([w.pid]), "redis": lambda: redis_cpu_seconds(self.r)})
+                    except RuntimeError as exc:
+                        raise RuntimeError(f"{exc}\n{tail(self.logdir / f'{tag}.log')}") from None
+                    finally:
+                        self.procs.stop([p], grace=15)
+                connection.reset()
+                self.res.add(f"part{parts}_delay", f"PARTITIONS {parts}: .enqueue() loop", "tasks/s", out["per_s"])
+                self.res.add(f"part{parts}_many", f"  enqueue_many of {n:,} (batches of 1000)", "tasks/s", many)
+                self.res.add(f"part{parts}_drain", f"  drain {n:,}, 1 process --concurrency {conc}", "tasks/s", drained["per_s"],
+                             "capped" if drained["capped"] else "")
+                self.res.add(f"part{parts}_steady", "  steady (after first 5%)", "tasks/s", drained["steady_per_s"])
+                self.res.add(f"part{parts}_rcpu", "  Redis CPU per task, drain", "us", drained.get("redis_cpu_us"))
+                self.res.details.setdefault("partitions", []).append(
+                    {"partitions": parts, "run": rep, "enqueue_per_s": out["per_s"], "enqueue_many_per_s": many,
+                     "spread": spread, **drained})
+                rows.append((str(parts), fmt(out["per_s"]), fmt(many), fmt(drained["per_s"]), fmt(drained["steady_per_s"]),
+                             fmt(drained.get("worker_cpu_us")), fmt(drained.get("redis_cpu_us")), f"{min(spread)}-{max(spread)}"))
+                log(f"partitions {parts} run {rep + 1}: enqueue {fmt(out['per_s'])}/s, enqueue_many {fmt(many)}/s, "
+                    f"drain {fmt(drained['per_s'])}/s (steady {fmt(drained['steady_per_s'])}/s), per partition {spread}")
+        head = ("PARTITIONS", ".enqueue()/s", "enqueue_many/s", "drain/s", "steady/s", "worker us/task", "Redis us/task",
+                "tasks per partition")
+        self.res.details["partitions_table"] = (
+            f"one logical queue over PARTITIONS hash tags, one redis-server, {n:,} tasks, 1 worker -c {conc}:\n"
+            + _columns([head, *rows], left=1))
+        self.r.flushall()
+
     # -- flatness and memory ---------------------------------------------
 
     def flatness(self) -> None:
@@ -1215,7 +1288,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="smaller counts, one run each: under 2 minutes (pools: 1.5 more)")
     ap.add_argument("--repeats", type=int, default=None, help="runs of each measurement (default 3, --quick 1)")
-    ap.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated sections: {','.join(SECTIONS)}")
+    ap.add_argument("--only", default=",".join(SECTIONS),
+                    help=f"comma-separated sections: {','.join(SECTIONS)} (default: all), and {','.join(OPT_IN_SECTIONS)}")
     ap.add_argument("--skip", default="", help="comma-separated sections to leave out (e.g. peers)")
     ap.add_argument("--peers", default=",".join(PEER_NAMES), help="peers to measure (default: all)")
     ap.add_argument("--kinds", default=",".join(KINDS), help="task kinds of the drain matrix and the peers' drains (default: all)")
@@ -1252,7 +1326,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cfg["drain_n"] = args.drain_n
     only = [s for s in args.only.split(",") if s]
     skip = set(filter(None, args.skip.split(",")))
-    unknown = (set(only) | skip) - set(SECTIONS)
+    unknown = (set(only) | skip) - set(SECTIONS) - set(OPT_IN_SECTIONS)
     if unknown:
         ap.error(f"unknown section(s): {', '.join(sorted(unknown))}")
     bad = {p for p in args.peers.split(",") if p} - set(PEER_NAMES)
@@ -1267,7 +1341,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if bad_pools:
         ap.error(f"unknown pool(s): {', '.join(sorted(bad_pools))}")
     args.pools = [p for p in args.pools.split(",") if p]
-    sections = [s for s in SECTIONS if s in only and s not in skip]
+    sections = [s for s in (*SECTIONS, *OPT_IN_SECTIONS) if s in only and s not in skip]
 
     started = time.time()
     with terminate_on_signal():
@@ -1318,6 +1392,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "pools_table" in bench.res.details:
         print()
         print(bench.res.details["pools_table"])
+    if "partitions_table" in bench.res.details:
+        print()
+        print(bench.res.details["partitions_table"])
     if targets:
         print()
         w = max(len(t["target"]) for t in targets)

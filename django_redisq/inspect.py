@@ -92,6 +92,7 @@ class Inspector(TaskReads):
         self.options = options
         self.client = client or get_client(options)
         self._scan: Script | None = None
+        self._dead_window: Script | None = None
 
     @classmethod
     def for_alias(cls, alias: str = "default") -> Inspector:

@@ -71,7 +71,20 @@ class Operations:
         self.check(action, queue, to)
         done = skipped = 0
         for lo in range(0, len(ids), BATCH):
-            d, s = self._act(action, queue, list(ids[lo : lo + BATCH]), to)
+            d, s = self._act_in(action, queue, list(ids[lo : lo + BATCH]), to)
+            done, skipped = done + d, skipped + s
+        return done, skipped
+
+    def _act_in(self, action: str, queue: str, ids: list[str], to: str | None,
+                where: dict[str, str] | None = None) -> tuple[int, int]:
+        """``_act`` on each id's own partition when ``queue`` is partitioned (``where``: known already)."""
+        if self.inspector.options.partitions(queue) <= 1:
+            return self._act(action, queue, ids, to)
+        if where is None:
+            where = self.inspector.dead_partition_of(queue, ids)
+        done = skipped = 0
+        for q in dict.fromkeys(where[i] for i in ids if i in where):
+            d, s = self._act(action, q, [i for i in ids if where.get(i) == q], to)
             done, skipped = done + d, skipped + s
         return done, skipped
 
@@ -94,7 +107,7 @@ class Operations:
         while not progress.finished:
             scan = self.inspector.scan_dead(queue, flt, top=progress.top, start=progress.pos, want=BATCH)
             progress.top = scan.top
-            done, skipped = self._act(action, queue, [i for i, _ in scan.found], to) if scan.found else (0, 0)
+            done, skipped = self._act_in(action, queue, [i for i, _ in scan.found], to, scan.where) if scan.found else (0, 0)
             progress.done += done
             progress.skipped += skipped
             # entries before scan.next that are still there keep their rank; removed ones close the gap

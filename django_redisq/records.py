@@ -126,6 +126,7 @@ class Scan:
     matched: int
     found: list[tuple[str, int]]
     exhausted: bool
+    where: dict[str, str] = field(default_factory=dict)  # id -> partition, for a partitioned queue's walk
 
 
 @dataclass(slots=True)

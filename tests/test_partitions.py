@@ -187,3 +187,137 @@ def test_pause_and_resume_every_partition(low):
     call_command("redisq", "queue", "resume", "low", stdout=out)
     assert not any(low.exists(QueueKeys(q).paused) for q in PHYSICAL)
     assert Worker(["low"], burst=True).run() == N
+
+
+# -- dead letters of a partitioned queue: one merged list (inspect_tasks.py's k-way merge) -------------
+
+P4 = ["low", "low~1", "low~2", "low~3"]
+
+
+def seed_spread(r: Any, n: int = 103) -> list[str]:
+    """``n`` dead letters over 4 partitions, pairs dying in the same millisecond in different partitions;
+    returns their ids in the order one queue holding them all lists them (newest first, ties by partition)."""
+    from tests import helpers
+
+    base = helpers.redis_ms(r) - 100_000
+    entries = []
+    for i in range(n):
+        q, died = P4[i % 4], base + i // 2
+        task = "tests.testapp.tasks.add" if i % 3 == 0 else "tests.testapp.tasks.mul"
+        exc = "builtins.ValueError" if i % 5 == 0 else "builtins.KeyError"
+        helpers.seed_hash(r, f"d{i:03}", "dead", q, died_at=died, failures=1, task=task, exc=exc, error=f"Boom {i}")
+        r.zadd(QueueKeys(q).dead, {f"d{i:03}": died})
+        entries.append((-died, i % 4, f"d{i:03}"))
+    return [i for *_, i in sorted(entries)]
+
+
+def walk(ins: Inspector, flt: Any, per_page: int) -> list[str]:
+    seen: list[str] = []
+    page = ins.dead_page("low", flt, per_page=per_page)
+    while True:
+        seen += [row.id for row in page.items]
+        assert len(page.items) <= per_page
+        if page.next_start is None:
+            return seen
+        page = ins.dead_page("low", flt, start=page.next_start, per_page=per_page, top=page.top)
+
+
+def test_dead_letters_of_every_partition_list_in_died_at_order_across_pages(r):
+    from django_redisq.inspect import DeadFilter
+
+    with partitioned(4):
+        order = seed_spread(r)
+        ins = Inspector(get_options())
+        assert ins.dead_counts()["low"] == 103 and ins.count_dead("low") == 103
+        assert walk(ins, DeadFilter(), 10) == order
+        page = ins.dead_page("low", start=50, per_page=10)  # a page jumped to: located without walking from 0
+        assert [row.id for row in page.items] == order[50:60] and page.total == 103 and page.next_start == 60
+        assert {row.queue for row in page.items} == set(P4)  # each row names its partition: detail and replay go there
+        back = ins.dead_page("low", per_page=10, before=60, top=page.top)
+        assert back.start == 50 and [row.id for row in back.items] == order[50:60]
+        assert ins.dead_page("low", per_page=10, before=5, top=page.top).start == 0
+        last = ins.dead_page("low", start=100, per_page=10)
+        assert [row.id for row in last.items] == order[100:] and last.next_start is None
+        late = f"d{999}"  # dies after the snapshot: pages of that snapshot do not shift
+        r.zadd(QueueKeys("low~2").dead, {late: float(page.top) + 5})
+        assert [row.id for row in ins.dead_page("low", start=50, per_page=10, top=page.top).items] == order[50:60]
+
+
+@pytest.mark.parametrize("flt", [{"task": "mul"}, {"exc": "ValueError"}, {"search": "boom 1"},
+                                 {"task": "tests.testapp.tasks.add", "exc": "KeyError"}])
+def test_filters_cover_every_partition(r, flt):
+    from django_redisq.inspect import DeadFilter
+    from django_redisq.inspect_tasks import _matches
+
+    with partitioned(4):
+        order = seed_spread(r)
+        f = DeadFilter(**flt)
+        fields = {i: r.hmget(QueueKeys(P4[int(i[1:]) % 4]).task(i), "task", "exc", "error") for i in order}
+        expected = [i for i in order if _matches(i, fields[i], f.args())]
+        assert 0 < len(expected) < len(order)
+        ins = Inspector(get_options())
+        assert walk(ins, f, 7) == expected
+        assert ins.count_dead("low", f) == len(expected)
+        second = ins.dead_page("low", f, per_page=7)
+        second = ins.dead_page("low", f, start=second.next_start or 0, per_page=7, top=second.top)
+        back = ins.dead_page("low", f, before=second.start, per_page=7, top=second.top)
+        assert [row.id for row in back.items] == expected[:7] and back.start == 0
+
+
+def test_redisq_dead_list_replay_and_purge_all_act_on_every_partition(r):
+    with partitioned(4):
+        connection.reset()
+        order = seed_spread(r, 40)
+        out = io.StringIO()
+        call_command("redisq", "dead", "list", "--queue", "low", "--limit", "15", "--json", stdout=out)
+        listed = json.loads(out.getvalue())
+        assert listed["total"] == 40 and [row["id"] for row in listed["items"]] == order[:15]
+        assert listed["next_start"] == 15
+        out = io.StringIO()
+        call_command("redisq", "dead", "list", "--queue", "low", "--limit", "50", "--start", "15", "--json", stdout=out)
+        assert [row["id"] for row in json.loads(out.getvalue())["items"]] == order[15:]
+
+        out = io.StringIO()
+        call_command("redisq", "dead", "purge", "--all", "--queue", "low", "--exc", "ValueError", "--noinput", "--json", stdout=out)
+        purged = [f"d{i:03}" for i in range(40) if i % 5 == 0]
+        assert json.loads(out.getvalue())["done"] == len(purged) == 8
+        assert not any(r.exists(QueueKeys(P4[int(i[1:]) % 4]).task(i)) for i in purged)
+        assert sum(r.zcard(QueueKeys(q).dead) for q in P4) == 32
+
+        out = io.StringIO()
+        call_command("redisq", "dead", "replay", "--all", "--queue", "low", "--json", stdout=out)
+        assert json.loads(out.getvalue())["done"] == 32
+        assert sum(r.zcard(QueueKeys(q).dead) for q in P4) == 0
+        for q in P4:  # each back in its own partition
+            expect = {f"d{i:03}" for i in range(40) if P4[i % 4] == q and i % 5}
+            assert set(r.lrange(QueueKeys(q).pending, 0, -1)) == expect
+    connection.reset()
+
+
+def test_the_admin_dead_letter_page_shows_every_partition(r, admin_client):
+    from django.urls import reverse
+
+    url = reverse("admin:django_redisq_deadletter_changelist")
+    with partitioned(4):
+        connection.reset()
+        order = seed_spread(r, 103)
+        first = admin_client.get(url, {"queue": "low"})
+        page = first.context["page"]
+        assert page.total == 103 and [row.id for row in page.items] == order[:50]
+        assert first.context["queues"]["low"] == 103 and first.context["pages"] == [(1, 0), (2, 50), (3, 100)]
+        html = first.content.decode()
+        assert "/default/low~1/" in html and "/default/low~3/" in html  # detail links go to the partition
+        third = admin_client.get(url, {"queue": "low", "start": 100, "top": page.top})
+        assert [row.id for row in third.context["page"].items] == order[100:]
+        newer = admin_client.get(url, {"queue": "low", "before": 100, "top": page.top})
+        assert [row.id for row in newer.context["page"].items] == order[50:100]
+        filtered = admin_client.get(url, {"queue": "low", "exc": "ValueError"})
+        assert [row.id for row in filtered.context["page"].items] == [i for i in order if int(i[1:]) % 5 == 0]
+        one = next(i for i in order if int(i[1:]) % 4 == 2)  # in partition 2
+        home = "low~2"
+        action = reverse("admin:django_redisq_deadletter_action")
+        admin_client.post(action, {"queue": "low", "action": "replay", "ids": [one], "confirm": "yes"})
+        assert r.zscore(QueueKeys(home).dead, one) is None and r.lrange(QueueKeys(home).pending, 0, -1) == [one]
+        admin_client.post(action, {"queue": "low", "action": "delete", "scope": "all", "confirm": "yes"})
+        assert sum(r.zcard(QueueKeys(q).dead) for q in P4) == 0
+    connection.reset()

@@ -26,6 +26,7 @@ NAMES = (
     "purge",
     "cancel",
     "scan_dead",
+    "dead_window",
     "move_out",
     "move_in",
     "fire",

@@ -1,4 +1,4 @@
-"""The scripts no other file here runs (fire, scan_dead, save_metadata, edit_replay), and the cluster's slot proof.
+"""The scripts no other file here runs (fire, scan_dead, dead_window, save_metadata, edit_replay), and the cluster's slot proof.
 
 Named to run last in this directory: by then, on the cluster, every script has
 run through the real Broker / Inspector code paths (see conftest.py), and
@@ -44,6 +44,18 @@ def test_scan_dead_filters_by_task(r):
         seed_dead(r, f"d{i}", died_at=1000 + i)
     scan = Inspector(get_options("default")).scan_dead("default", DeadFilter(task="add"), want=0, budget=None)
     assert (scan.examined, scan.matched, scan.exhausted) == (3, 3, True)
+
+
+def test_dead_window_merges_a_partitioned_queues_dead_letters(r):
+    """dead_window.lua, pipelined once per partition (each its own hash tag: on the cluster, maybe its own node)."""
+    parts = ["default", "default~1", "default~2"]
+    for i in range(9):
+        seed_dead(r, f"d{i}", parts[i % 3], died_at=1000 + i)
+    with topology_settings(QUEUE_OPTIONS={"default": {"PARTITIONS": 3}}):
+        ins = Inspector(get_options("default"))
+        page = ins.dead_page("default", per_page=4, start=2)
+        assert [row.id for row in page.items] == ["d6", "d5", "d4", "d3"] and page.total == 9
+        assert [row.queue for row in page.items] == ["default", "default~2", "default~1", "default"]
 
 
 def test_save_metadata_direct_and_held(r, broker):
