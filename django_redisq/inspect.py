@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -28,6 +28,7 @@ from .durations import slowest
 from .exceptions import RedisQError
 from .inspect_tasks import DeadFilter, TaskReads
 from .keys import QueueKeys
+from .partition_stats import merged_figures, merged_stats
 from .priority import MARKER, list_length
 from .records import (
     TOTALS,
@@ -192,7 +193,7 @@ class Inspector(TaskReads):
                         for m, p, f, d in zip(minutes, processed, failed, died, strict=True)],
                 workers=infos, slowest=times, limits=limited, rate_limit=self.options.for_queue(q).rate_limit, **pauses[q],
             ))
-        return out if len(out) == len(self.queues) else self._merged_stats(out, raw)
+        return out if len(out) == len(self.queues) else merged_stats(self.queues, out, raw)
 
     def _pipe_paused(self, pipe: Any, qs: Sequence[str]) -> None:
         """Queue a GET of the pause key of every queue of ``qs`` at the end of ``pipe`` (read back by ``_paused_from``)."""
@@ -269,64 +270,7 @@ class Inspector(TaskReads):
                 totals={name: int(v) if v and str(v).isdigit() else 0 for name, v in zip(TOTALS, totals, strict=True)},
                 **pauses[q],
             ))
-        return out if len(out) == len(self.queues) else self._merged_figures(out)
-
-    def _groups(self, rows: Sequence[Any]) -> list[list[Any]]:
-        """Rows of physical queues grouped by logical queue, in settings order (partition 0 first)."""
-        by: dict[str, list[Any]] = {q: [] for q in self.queues}
-        for row in rows:
-            by[partitions.logical(row.queue)].append(row)
-        return list(by.values())
-
-    def _merged_stats(self, rows: list[QueueStats], raw: dict[str, list[Any]]) -> list[QueueStats]:
-        """One ``QueueStats`` per logical queue: the figures of its partitions summed (partitions.py)."""
-        out = []
-        for group in self._groups(rows):
-            first = group[0]
-            if len(group) == 1:
-                out.append(first)
-                continue
-            workers: dict[str, WorkerInfo] = {}
-            for row in group:
-                for w in row.workers:
-                    if w.name in workers:
-                        workers[w.name].holding += w.holding
-                    else:
-                        workers[w.name] = replace(w)
-            ages = [r.oldest_pending_age for r in group if r.oldest_pending_age is not None]
-            out.append(replace(
-                first, pending=sum(r.pending for r in group), scheduled=sum(r.scheduled for r in group),
-                running=sum(r.running for r in group), dead=sum(r.dead for r in group),
-                oldest_pending_age=max(ages) if ages else None,
-                processed_minute=sum(r.processed_minute for r in group), failed_minute=sum(r.failed_minute for r in group),
-                processed_hour=sum(r.processed_hour for r in group), failed_hour=sum(r.failed_hour for r in group),
-                dead_hour=sum(r.dead_hour for r in group),
-                series=[(m[0][0], sum(x[1] for x in m), sum(x[2] for x in m), sum(x[3] for x in m))
-                        for m in zip(*(r.series for r in group), strict=True)],
-                workers=list(workers.values()),
-                slowest=slowest([h for r in group for h in raw[r.queue]]),
-                limits=[lim for r in group for lim in r.limits],
-                paused=any(r.paused for r in group),
-            ))
-        return out
-
-    def _merged_figures(self, rows: list[QueueFigures]) -> list[QueueFigures]:
-        """One ``QueueFigures`` per logical queue: the figures of its partitions summed (partitions.py)."""
-        out = []
-        for group in self._groups(rows):
-            first = group[0]
-            if len(group) == 1:
-                out.append(first)
-                continue
-            out.append(replace(
-                first, pending=sum(r.pending for r in group), scheduled=sum(r.scheduled for r in group),
-                running=sum(r.running for r in group), dead=sum(r.dead for r in group),
-                oldest_pending_age=max(r.oldest_pending_age for r in group),
-                workers=max(r.workers for r in group),
-                totals={name: sum(r.totals.get(name, 0) for r in group) for name in first.totals},
-                paused=any(r.paused for r in group),
-            ))
-        return out
+        return out if len(out) == len(self.queues) else merged_figures(self.queues, out)
 
     def _worker(self, name: str, score: float, holding: int, info_json: str | None, now: int) -> WorkerInfo:
         ago = max(0.0, (now - score) / 1000)

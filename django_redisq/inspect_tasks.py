@@ -11,18 +11,19 @@ so its cost is page size / match rate, capped at ``SCAN_BUDGET`` entries per req
 Counting every match (the confirmation of a filtered bulk action) walks the whole set:
 about half a second for 100,000.
 A partitioned queue's dead letters are one list: a k-way merge of its partitions' dead
-sets (``_scan_merged``, below).
+sets (dead_merge.py).
 """
 
 from __future__ import annotations
 
 import json
-import math
-from collections import Counter, deque
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from . import scripts
+from .dead_merge import SCAN_CHUNK, MergedDeadScan, ascii_lower
 from .partitions import logical
 from .priority import ready_page, stored_priority
 from .records import Attempt, Pagination, Scan, TaskDetail, TaskRow, stored_errors, to_datetime
@@ -34,36 +35,11 @@ if TYPE_CHECKING:
     from .conf import Options
     from .keys import QueueKeys
 
-SCAN_CHUNK = 1000
-"""Entries one scan_dead.lua call examines: under 10 ms of Redis time, so workers' commands interleave."""
 SCAN_BUDGET = 50_000
 """Entries a filtered page may examine (about a quarter of a second) before it stops and offers to continue."""
 FACET_SAMPLE = 1000
 ROW_FIELDS = ("task", "state", "exc", "error", "failures", "deliveries", "enqueued_at", "last_attempted_at", "died_at", "reason",
               "prio")
-
-
-def _tail_is(value: str | None, wanted: str) -> bool:
-    """As ``tail_is`` in scan_dead.lua: a full dotted path or its trailing part."""
-    if not wanted:
-        return True
-    if not value:
-        return False
-    return value == wanted or (len(value) > len(wanted) and value.endswith("." + wanted))
-
-
-def _matches(task_id: str, fields: list[str | None], args: list[str]) -> bool:
-    """Whether a dead letter matches ``DeadFilter.args()``, exactly as scan_dead.lua decides."""
-    task, exc, error = fields
-    want_task, want_exc, search, typed = args
-    if not (_tail_is(task, want_task) and _tail_is(exc, want_exc)):
-        return False
-    return not search or task_id == typed or (error is not None and search in ascii_lower(error))
-
-
-def ascii_lower(text: str) -> str:
-    """Lowercase ASCII only, exactly as Lua's ``string.lower`` does inside Redis."""
-    return "".join(c.lower() if c.isascii() else c for c in text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +58,7 @@ class DeadFilter:
         return [self.task.strip(), self.exc.strip(), ascii_lower(self.search.strip()), self.search.strip()]
 
 
-class TaskReads:
+class TaskReads(MergedDeadScan):
     """The task half of ``Inspector``."""
 
     if TYPE_CHECKING:  # provided by Inspector
@@ -125,141 +101,6 @@ class TaskReads:
             at_end = pos >= total if direction > 0 else pos <= 0
             if at_end or n == 0 or (want and len(found) >= want) or (budget is not None and examined >= budget):
                 return Scan(top, total, pos, examined, matched, found, at_end or n == 0)
-
-    # -- the k-way merge of a partitioned queue's dead sets ---------------
-    #
-    # The merged order is died-at newest first, ties by partition number, then each set's own
-    # order: the order of one queue holding them all. A position is a rank in it, and the sum
-    # of the partitions' ranks at that point, so pages, ``before`` and ``Progress.pos`` stay
-    # plain numbers. ``_locate`` turns one into per-partition ranks with a binary search on the
-    # score (each step one pipelined ZCOUNT per partition); a walk then reads a window of each
-    # set (dead_window.lua) and merges: O(partitions x (log n x log range + page)) per page,
-    # whatever the page number. A filter is applied here, on one pipelined HMGET per entry.
-
-    def _window(self) -> Script:
-        if self._dead_window is None:
-            self._dead_window = self.client.register_script(scripts.source("dead_window"))
-        return self._dead_window
-
-    def _locate(self, dead: list[str], top: str, totals: list[int], rank: int) -> list[int]:
-        """Per-partition ranks whose sum is ``rank`` in the merged order (clamped to the ends)."""
-        if rank <= 0:
-            return [0] * len(dead)
-        if rank >= sum(totals):
-            return list(totals)
-
-        def counts(lo: str, hi: str) -> list[int]:
-            pipe = self.client.pipeline(transaction=False)
-            for key in dead:
-                pipe.zcount(key, lo, hi)
-            return [int(n) for n in pipe.execute()]
-
-        pipe = self.client.pipeline(transaction=False)
-        for key in dead:
-            pipe.zrangebyscore(key, "-inf", top, start=0, num=1, withscores=True)
-        oldest = [got[0][1] for got in pipe.execute() if got]
-        lo, hi = math.floor(min(oldest)), math.floor(float(top))  # scores are whole milliseconds
-        while lo < hi:  # the highest score s with more than ``rank`` entries at or above it (within top)
-            mid = (lo + hi + 1) // 2
-            if sum(counts(str(mid), top)) > rank:
-                lo = mid
-            else:
-                hi = mid - 1
-        newer = counts(f"({lo}", top)
-        ties = counts(str(lo), str(lo))
-        left = rank - sum(newer)
-        out = []
-        for n, t in zip(newer, ties, strict=True):
-            take = min(left, t)
-            out.append(n + take)
-            left -= take
-        return out
-
-    def _scan_merged(self, qs: list[str], flt: DeadFilter, top: str, start: int, direction: int, want: int,
-                     budget: int | None) -> Scan:
-        """``scan_dead`` over every partition of a queue, merged by died-at time; positions as for one set."""
-        keys = [self.keys(q) for q in qs]
-        dead = [k.dead for k in keys]
-        if top == "":
-            pipe = self.client.pipeline(transaction=False)
-            for key in dead:
-                pipe.zrevrange(key, 0, 0, withscores=True)
-            newest = [got[0][1] for got in pipe.execute() if got]
-            top = f"{max(newest):.17g}" if newest else "0"
-        pipe = self.client.pipeline(transaction=False)
-        for key in dead:
-            pipe.zcount(key, "-inf", top)
-        totals = [int(n) for n in pipe.execute()]
-        total = sum(totals)
-        start = max(0, min(start, total))
-        cursor = self._locate(dead, top, totals, start)  # forward: next rank to take; back: one past it
-        fetched = list(cursor)  # how far each partition's window reached
-        buffers: list[deque[tuple[str, float]]] = [deque() for _ in qs]
-        args = flt.args()
-        found: list[tuple[str, int]] = []
-        where: dict[str, str] = {}
-        examined = matched = 0
-        pos = start
-        forward = direction > 0
-
-        def refill(size: int) -> None:
-            need = [p for p, buf in enumerate(buffers)
-                    if not buf and (fetched[p] < totals[p] if forward else fetched[p] > 0)]
-            if not need:
-                return
-            pipe = self.client.pipeline(transaction=False)
-            for p in need:
-                lo, hi = (fetched[p], fetched[p] + size - 1) if forward else (max(0, fetched[p] - size), fetched[p] - 1)
-                self._window()(keys=[dead[p]], args=[top, lo, hi], client=pipe)
-            for p, out in zip(need, pipe.execute(), strict=True):
-                got = [(str(out[i]), float(out[i + 1])) for i in range(1, len(out), 2)]
-                if not forward:
-                    got.reverse()
-                buffers[p].extend(got)
-                fetched[p] += len(got) if forward else -len(got)
-                if not got:  # the set shrank under the snapshot: treat this partition as walked
-                    fetched[p] = totals[p] if forward else 0
-
-        while True:
-            size = want - len(found) if want and not flt else SCAN_CHUNK
-            if budget is not None:
-                size = max(0, min(size, budget - examined))
-            batch: list[tuple[str, int, int]] = []  # id, partition, its merged rank
-            while len(batch) < size:
-                refill(size)
-                heads = [(buf[0][1], -p, p) for p, buf in enumerate(buffers) if buf]
-                if not heads:
-                    break
-                _, _, p = max(heads) if forward else min(heads)
-                task_id, _ = buffers[p].popleft()
-                if forward:
-                    batch.append((task_id, p, pos))
-                    pos += 1
-                else:
-                    pos -= 1
-                    batch.append((task_id, p, pos))
-            fields: list[Any] = [None] * len(batch)
-            if flt and batch:
-                pipe = self.client.pipeline(transaction=False)
-                for task_id, p, _ in batch:
-                    pipe.hmget(keys[p].task(task_id), "task", "exc", "error")
-                fields = pipe.execute()
-            done = False
-            nxt = pos
-            for (task_id, p, rank), f in zip(batch, fields, strict=True):
-                examined += 1
-                if flt and not _matches(task_id, f, args):
-                    continue
-                matched += 1
-                if want:
-                    found.append((task_id, rank))
-                    where[task_id] = qs[p]
-                    if len(found) >= want:
-                        nxt, done = (rank + 1 if forward else rank), True
-                        break
-            at_end = nxt >= total if forward else nxt <= 0
-            if done or at_end or not batch or (budget is not None and examined >= budget):
-                return Scan(top, total, nxt, examined, matched, found, at_end or not batch, where)
 
     def dead_page(self, queue: str, flt: DeadFilter = DeadFilter(), *, start: int = 0, per_page: int = 50,
                   top: str = "", before: int | None = None, budget: int = 0) -> Pagination:
@@ -328,26 +169,17 @@ class TaskReads:
 
     def dead_partition_of(self, queue: str, ids: list[str]) -> dict[str, str]:
         """Which partition of ``queue`` (``queue`` itself if it has one) holds each dead id; the rest left out."""
-        qs = self.options.physical(queue) if queue in self.queues else [queue]
-        homes = [self.keys(q) for q in qs]
-        pipe = self.client.pipeline(transaction=False)
-        for k in homes:
-            for i in ids:
-                pipe.zscore(k.dead, i)
-        scores = iter(pipe.execute())
-        found: dict[str, str] = {}
-        for q in qs:
-            for i in ids:
-                if next(scores) is not None:
-                    found.setdefault(i, q)
-        return found
+        return self._dead_homes(self.options.physical(queue) if queue in self.queues else [queue], ids)
 
     def dead_queue_of(self, ids: list[str]) -> dict[str, str]:
         """Which configured queue's dead-letter set holds each id (ids found nowhere are left out).
 
         For a partitioned queue, the partition (``events~3``): a replay goes back there.
         """
-        qs = self.physical_queues
+        return self._dead_homes(self.physical_queues, ids)
+
+    def _dead_homes(self, qs: Sequence[str], ids: list[str]) -> dict[str, str]:
+        """The first of the physical queues ``qs`` whose dead-letter set holds each id, in one round trip."""
         pipe = self.client.pipeline(transaction=False)
         for q in qs:
             for i in ids:

@@ -93,6 +93,16 @@ def _point_settings_at_redis(request: pytest.FixtureRequest, django_db_blocker: 
 
 
 @pytest.fixture
+def own_server() -> Iterator[RedisServer]:
+    """A redis-server of the test's own, for tests that freeze it or kill its clients."""
+    binary = _server_binary()
+    if not binary:
+        pytest.skip("no redis-server")
+    with RedisServer(binary) as server:
+        yield server
+
+
+@pytest.fixture
 def r(redis_url: str) -> Iterator[redis.Redis]:
     """A plain client; the database is empty before and after each test."""
     client = redis.Redis.from_url(redis_url, decode_responses=True)

@@ -13,7 +13,6 @@ import asyncio
 import os
 import signal
 import time
-from collections.abc import Iterator
 
 import pytest
 import redis
@@ -21,17 +20,6 @@ import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError, ResponseError
 
 from django_redisq.achannel import Link
-from django_redisq.testing import RedisServer, find_redis_server
-
-
-@pytest.fixture
-def own_server() -> Iterator[RedisServer]:
-    """A redis-server of this test's own: it is frozen and its clients killed."""
-    binary = find_redis_server(os.environ.get("REDISQ_TEST_REDIS") or None)
-    if not binary:
-        pytest.skip("no redis-server")
-    with RedisServer(binary) as server:
-        yield server
 
 
 def link_to(url: str, **kwargs: object) -> Link:

@@ -13,7 +13,6 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 import redis
@@ -22,16 +21,6 @@ from redis.exceptions import NoScriptError, ResponseError
 from redis.retry import Retry
 
 from django_redisq import line
-from django_redisq.testing import RedisServer, find_redis_server
-
-
-@pytest.fixture
-def own_server() -> Iterator[RedisServer]:
-    binary = find_redis_server(os.environ.get("REDISQ_TEST_REDIS") or None)
-    if not binary:
-        pytest.skip("no redis-server")
-    with RedisServer(binary) as server:
-        yield server
 
 
 def client_for(url: str, **kwargs: object) -> redis.Redis:

@@ -246,8 +246,8 @@ def test_dead_letters_of_every_partition_list_in_died_at_order_across_pages(r):
 @pytest.mark.parametrize("flt", [{"task": "mul"}, {"exc": "ValueError"}, {"search": "boom 1"},
                                  {"task": "tests.testapp.tasks.add", "exc": "KeyError"}])
 def test_filters_cover_every_partition(r, flt):
+    from django_redisq.dead_merge import _matches
     from django_redisq.inspect import DeadFilter
-    from django_redisq.inspect_tasks import _matches
 
     with partitioned(4):
         order = seed_spread(r)
