@@ -39,5 +39,6 @@ def test_no_key_literal_outside_keys_py():
 def test_only_the_storage_modules_run_scripts():
     pattern = r"from \.+ import scripts|from \.?scripts import|django_redisq\.scripts"
     importers = {p.name for p in PKG.rglob("*.py") if re.search(pattern, p.read_text())}
-    # abroker.py: broker's async twin; inspect_tasks.py: the scan of inspect.py's Inspector
-    assert "broker.py" in importers and importers <= {"broker.py", "abroker.py", "inspect.py", "inspect_tasks.py", "operations.py"}
+    # abroker.py: broker's async twin; inspect_tasks.py and dead_merge.py: the scans of inspect.py's Inspector
+    assert "broker.py" in importers and importers <= {"broker.py", "abroker.py", "inspect.py", "inspect_tasks.py", "dead_merge.py",
+                                                      "operations.py"}
