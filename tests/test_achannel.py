@@ -23,6 +23,8 @@ from django_redisq.achannel import Link
 
 
 def link_to(url: str, **kwargs: object) -> Link:
+    """A link as aconnection.py makes one: its pool allows as many connections as ours (the fallback client opens one per call in flight)."""
+    kwargs.setdefault("max_connections", 1000)
     return Link(aioredis.ConnectionPool.from_url(url, decode_responses=True, encoding_errors="surrogateescape", protocol=2, **kwargs))
 
 
