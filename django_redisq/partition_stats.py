@@ -24,6 +24,15 @@ def _groups(queues: Sequence[str], rows: Sequence[Any]) -> list[list[Any]]:
     return list(by.values())
 
 
+COUNTS = ("pending", "scheduled", "running", "dead")
+"""The counts both kinds of row sum over a queue's partitions."""
+
+
+def _summed(group: Sequence[Any], names: Sequence[str]) -> dict[str, int]:
+    """Each named count summed over the partitions' rows."""
+    return {name: sum(getattr(r, name) for r in group) for name in names}
+
+
 def merged_stats(queues: Sequence[str], rows: list[QueueStats], raw: dict[str, list[Any]]) -> list[QueueStats]:
     """One ``QueueStats`` per logical queue: the figures of its partitions summed (partitions.py)."""
     out = []
@@ -41,12 +50,8 @@ def merged_stats(queues: Sequence[str], rows: list[QueueStats], raw: dict[str, l
                     workers[w.name] = replace(w)
         ages = [r.oldest_pending_age for r in group if r.oldest_pending_age is not None]
         out.append(replace(
-            first, pending=sum(r.pending for r in group), scheduled=sum(r.scheduled for r in group),
-            running=sum(r.running for r in group), dead=sum(r.dead for r in group),
+            first, **_summed(group, (*COUNTS, "processed_minute", "failed_minute", "processed_hour", "failed_hour", "dead_hour")),
             oldest_pending_age=max(ages) if ages else None,
-            processed_minute=sum(r.processed_minute for r in group), failed_minute=sum(r.failed_minute for r in group),
-            processed_hour=sum(r.processed_hour for r in group), failed_hour=sum(r.failed_hour for r in group),
-            dead_hour=sum(r.dead_hour for r in group),
             series=[(m[0][0], sum(x[1] for x in m), sum(x[2] for x in m), sum(x[3] for x in m))
                     for m in zip(*(r.series for r in group), strict=True)],
             workers=list(workers.values()),
@@ -66,8 +71,7 @@ def merged_figures(queues: Sequence[str], rows: list[QueueFigures]) -> list[Queu
             out.append(first)
             continue
         out.append(replace(
-            first, pending=sum(r.pending for r in group), scheduled=sum(r.scheduled for r in group),
-            running=sum(r.running for r in group), dead=sum(r.dead for r in group),
+            first, **_summed(group, COUNTS),
             oldest_pending_age=max(r.oldest_pending_age for r in group),
             workers=max(r.workers for r in group),
             totals={name: sum(r.totals.get(name, 0) for r in group) for name in first.totals},
