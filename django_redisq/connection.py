@@ -40,6 +40,8 @@ TRANSIENT_CLASSES = (
     redis.exceptions.TryAgainError,
     redis.exceptions.MasterDownError,
     redis.exceptions.ClusterDownError,
+    redis.exceptions.MovedError,  # a durable step still redirected after following the slot (durable.py): not run
+    redis.exceptions.AskError,
     NotDurable,  # DURABLE_REPLICAS: the replicas have not caught up yet (durable.py)
 )
 

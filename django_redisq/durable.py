@@ -135,6 +135,11 @@ class Pinned:
             self.pool.release(conn)
 
 
+def _moved(reply: Any) -> bool:
+    """A MOVED or ASK reply (redis-py's MovedError drops the "MOVED " of the reply's text; a bare ResponseError keeps it)."""
+    return isinstance(reply, (MovedError, AskError)) or (isinstance(reply, ResponseError) and str(reply).startswith(("MOVED ", "ASK ")))
+
+
 def _pool(client: Any, key: Any) -> Any:
     """Where a script on ``key`` runs: the node of its slot in a cluster, else the client's pool (a sentinel's: the master)."""
     if isinstance(client, RedisCluster):
@@ -153,16 +158,15 @@ def call(client: Any, options: Options, sha: str, source: str, keys: Sequence[An
     evalsha = ("EVALSHA", sha, len(keys), *keys, *args)
     pinned = Pinned(_pool(client, keys[0]))
     reply, acked = pinned.send(evalsha, wait)
-    for _ in range(2):  # at most one redirect, each place with its own script cache
+    for _ in range(4):  # a redirect and a load each, in either order, twice: a failover may move the slot on again
         if isinstance(reply, NoScriptError):  # a restart, SCRIPT FLUSH, a promoted replica: load it on this connection, run it again
             pinned.send(("SCRIPT", "LOAD", source))
-            reply, acked = pinned.send(evalsha, wait)
-        moved = isinstance(reply, (MovedError, AskError)) or (isinstance(reply, ResponseError) and str(reply).startswith(("MOVED ", "ASK ")))
-        if not (moved and isinstance(client, RedisCluster)):  # redis-py's MovedError drops the "MOVED " of the reply's text
+        elif _moved(reply) and isinstance(client, RedisCluster):  # the slot moved (a failover, resharding)
+            pinned.release()  # learn the layout and go to its new node, which has its own script cache
+            client.nodes_manager.initialize()
+            pinned = Pinned(_pool(client, keys[0]))
+        else:
             break
-        pinned.release()  # the slot moved (a failover, resharding): learn the layout and go to its new node once
-        client.nodes_manager.initialize()
-        pinned = Pinned(_pool(client, keys[0]))
         reply, acked = pinned.send(evalsha, wait)
     if isinstance(acked, Exception) or isinstance(reply, Exception):
         pinned.release()

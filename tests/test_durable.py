@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
@@ -184,6 +185,39 @@ def test_durable_enqueue_and_ack_on_the_cluster(redis_cluster: Any, r: Any, redi
             assert replica.hget(key, "state") == client.hget(key, "state")
     finally:
         connection.reset()
+        client.flushall()
+        client.close()
+
+
+@pytest.mark.cluster
+def test_a_durable_step_follows_a_slot_that_moves_twice_to_a_node_without_the_script(redis_cluster: Any):
+    """While a failover propagates, the refreshed slot map may still be stale: MOVED, MOVED again, then NOSCRIPT there."""
+    from django_redisq import durable
+
+    client = RedisCluster.from_url(redis_cluster.url, decode_responses=True)
+    try:
+        key, source = "{redirects}:k", "return redis.call('SET', KEYS[1], ARGV[1])"
+        sha = client.script_load(source)
+        client.script_flush()  # every node forgets it: the node the slot lands on must load it
+        slot, right = client.keyslot(key), client.get_node_from_key(key)
+        wrong = next(n for n in client.get_primaries() if n.name != right.name)
+        manager, initialize, stale = client.nodes_manager, client.nodes_manager.initialize, [2]
+
+        def refresh() -> None:  # the first refresh learns a map as stale as before
+            initialize()
+            if stale[0] > 1:
+                manager.slots_cache[slot] = [wrong]
+            stale[0] -= 1
+
+        manager.slots_cache[slot] = [wrong]
+        manager.initialize = refresh  # type: ignore[method-assign]
+        options = dataclasses.replace(get_options("default"), durable_replicas=1, durable_timeout=2.0)
+        assert wait_for(lambda: "state=online" in _call(int(right.port), "info", "replication"), 20), "the replica never synced"
+        assert durable.call(client, options, sha, source, [key], ["v"], lambda: "the step", settle=False) == "OK"
+        assert stale[0] == 0  # two redirects were followed
+        assert client.get(key) == "v"
+    finally:
+        client.nodes_manager.initialize = initialize  # type: ignore[method-assign]
         client.flushall()
         client.close()
 

@@ -193,6 +193,8 @@ def test_an_ack_refused_for_lack_of_memory_is_retried_not_dropped(r, make_worker
         (redis.exceptions.BusyLoadingError("Redis is loading the dataset in memory"), True),
         (redis.exceptions.ResponseError("MISCONF Redis is configured to save RDB snapshots, but it's currently unable to persist"), True),
         (redis.exceptions.ConnectionError("Connection reset by peer"), True),
+        (redis.exceptions.MovedError("3999 127.0.0.1:6381"), True),  # a slot still moving: the step did not run there
+        (redis.exceptions.AskError("3999 127.0.0.1:6381"), True),
         (redis.exceptions.ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value"), False),
         (redis.exceptions.ResponseError("ERR Error running script (call to f_1): @user_script:3: attempt to compare nil"), False),
         (redis.exceptions.NoPermissionError("NOPERM this user has no permissions"), False),
