@@ -1,7 +1,8 @@
 # make demo  -- set up a virtualenv and run the story of a few tasks on an embedded Redis
 # make test  -- the test suite (starts its own redis-server processes)
 # make test-oldest -- the suite on the oldest supported corner: Python 3.10 (else 3.11) + Django 5.2 + django-tasks
-#                    (without the Cluster and Sentinel suites, which make test runs)
+#                    (without the Cluster and Sentinel suites and the long fault runs, which make test runs)
+# make test-topologies -- the worker and invariant tests on a Redis Cluster, then through Sentinel
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
@@ -9,7 +10,7 @@ STAMP := $(VENV)/.installed-dev
 OLDEST_VENV ?= .venv-oldest
 OLDEST_STAMP := $(OLDEST_VENV)/.installed-dev
 
-.PHONY: demo test test-oldest lint type bench clean
+.PHONY: demo test test-oldest test-topologies lint type bench clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || { PYBIN=$$(sh .ci/find-python) || exit 1; "$$PYBIN" -m venv $(VENV); }
@@ -29,10 +30,18 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest
 
-# the topology suites (a 6-node Redis Cluster, a sentinel setup) test servers, not the Python and Django
-# corner: they run once, in `make test`, which keeps CI within its 30 minutes
+# the topology suites (a 6-node Redis Cluster, a sentinel setup) and the long fault runs test servers and
+# processes, not the Python and Django corner: they run once, in `make test`; the state machine runs a
+# bounded 30 examples here (100 in make test). That keeps CI within its 30 minutes.
 test-oldest: $(OLDEST_STAMP)
-	$(OLDEST_VENV)/bin/python -m pytest -m "not cluster and not sentinel"
+	REDISQ_SM_EXAMPLES=30 $(OLDEST_VENV)/bin/python -m pytest -m "not cluster and not sentinel and not fault_run"
+
+# the worker and invariant tests once more with TASKS, the tests' client and every runworker on the
+# session's 6-node Redis Cluster, then through its 3 sentinels (tests/conftest.py REDISQ_TEST_TOPOLOGY)
+TOPOLOGY_TESTS := tests/test_topology_pass.py tests/test_worker.py tests/test_invariants.py
+test-topologies: $(STAMP)
+	REDISQ_TEST_TOPOLOGY=cluster $(PY) -m pytest -q -m "not cluster and not sentinel" $(TOPOLOGY_TESTS)
+	REDISQ_TEST_TOPOLOGY=sentinel $(PY) -m pytest -q -m "not cluster and not sentinel" $(TOPOLOGY_TESTS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check django_redisq tests example_project $(wildcard bench)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import os
 import subprocess
 import sys
@@ -21,6 +22,13 @@ from django_redisq.conf import get_options
 from django_redisq.testing import RedisClusterServer, RedisServer, SentinelSetup, find_redis_server
 
 ROOT = Path(__file__).resolve().parent.parent
+TOPOLOGY = os.environ.get("REDISQ_TEST_TOPOLOGY", "single")
+"""``cluster`` or ``sentinel``: TASKS, ``r`` and runworker subprocesses go to that topology (a CI pass of the
+worker and invariant tests; Makefile ``test-topologies``). The tests' own ``redis_url`` stays the single server."""
+WORKER_ENV: dict[str, str] = {}
+"""What a runworker subprocess needs besides REDISQ_TEST_REDIS_URL to reach the session's topology."""
+if TOPOLOGY not in ("single", "cluster", "sentinel"):
+    raise RuntimeError(f"REDISQ_TEST_TOPOLOGY={TOPOLOGY!r}: expected single, cluster or sentinel")
 
 
 def _server_binary() -> str | None:
@@ -86,10 +94,38 @@ def _point_settings_at_redis(request: pytest.FixtureRequest, django_db_blocker: 
     url = request.getfixturevalue("redis_url")
     tasks = copy.deepcopy(settings.TASKS)
     tasks["default"]["OPTIONS"]["REDIS_URL"] = url
+    tasks["default"]["OPTIONS"].update(_topology_options(request))
     with override_settings(TASKS=tasks):
         connection.reset()
         yield
     connection.reset()
+
+
+def _topology_options(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """The OPTIONS of the session's topology (none for one server), and WORKER_ENV to match."""
+    if TOPOLOGY == "cluster":
+        cluster = request.getfixturevalue("redis_cluster")
+        WORKER_ENV.update(REDISQ_TEST_REDIS_URL=cluster.url, REDISQ_TEST_CLUSTER="1")
+        return {"REDIS_URL": cluster.url, "CLUSTER": True}
+    if TOPOLOGY == "sentinel":
+        setup = request.getfixturevalue("redis_sentinel")
+        url = f"redis://{setup.master_name}/0"
+        WORKER_ENV.update(REDISQ_TEST_REDIS_URL=url, REDISQ_TEST_SENTINELS=json.dumps(setup.sentinels),
+                          REDISQ_TEST_SENTINEL_MASTER=setup.master_name)
+        return {"REDIS_URL": url, "SENTINELS": setup.sentinels, "SENTINEL_MASTER": setup.master_name}
+    return {}
+
+
+def topology_client(request: pytest.FixtureRequest) -> Any:
+    """A client of the session's topology (RedisCluster; the sentinels' master), or None for one server."""
+    if TOPOLOGY == "cluster":
+        from redis.cluster import RedisCluster
+
+        return RedisCluster.from_url(request.getfixturevalue("redis_cluster").url, decode_responses=True)
+    if TOPOLOGY == "sentinel":
+        setup = request.getfixturevalue("redis_sentinel")
+        return redis.Redis(port=setup.master.port, decode_responses=True)
+    return None
 
 
 @pytest.fixture
@@ -103,9 +139,9 @@ def own_server() -> Iterator[RedisServer]:
 
 
 @pytest.fixture
-def r(redis_url: str) -> Iterator[redis.Redis]:
-    """A plain client; the database is empty before and after each test."""
-    client = redis.Redis.from_url(redis_url, decode_responses=True)
+def r(redis_url: str, request: pytest.FixtureRequest) -> Iterator[redis.Redis]:
+    """A plain client (of the topology's nodes in a topology pass); the data is gone before and after each test."""
+    client = topology_client(request) or redis.Redis.from_url(redis_url, decode_responses=True)
     client.flushall()
     yield client
     client.flushall()
@@ -133,7 +169,8 @@ class WorkerProcess:
     """A ``runworker`` subprocess (for signal and SIGKILL tests)."""
 
     def __init__(self, url: str, *args: str, env: dict[str, str] | None = None) -> None:
-        full_env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.worker_settings", "REDISQ_TEST_REDIS_URL": url, **(env or {})}
+        full_env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.worker_settings", "REDISQ_TEST_REDIS_URL": url,
+                    **WORKER_ENV, **(env or {})}
         full_env["PYTHONPATH"] = str(ROOT) + os.pathsep + full_env.get("PYTHONPATH", "")
         # a file, not a pipe: a pipe nobody reads fills up and blocks the worker's logging
         self.log = tempfile.TemporaryFile(mode="w+")

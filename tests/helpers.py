@@ -3,10 +3,21 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import redis
 
 from django_redisq.keys import QueueKeys
+
+
+def node_of(r: Any, key: str) -> redis.Redis:
+    """The client of the one server holding ``key``: ``r`` itself, or on a Redis Cluster the node of its slot
+    (for what only a node can answer: INFO, CONFIG RESETSTAT, TIME as the scripts see it)."""
+    from redis.cluster import RedisCluster
+
+    if isinstance(r, RedisCluster):
+        return r.get_redis_connection(r.get_node_from_key(key))
+    return r
 
 
 def keys(queue: str = "default") -> QueueKeys:

@@ -45,6 +45,7 @@ SEQUENCE = [
 
 
 @pytest.mark.slow
+@pytest.mark.fault_run
 @pytest.mark.timeout(240)
 @pytest.mark.skipif(sys.version_info < (3, 12), reason="bench/chaos.py is a developer tool written for Python 3.12+")
 def test_short_chaos_run_loses_nothing(tmp_path):
@@ -111,6 +112,7 @@ PROCESS_SEQUENCE = ["child_kill", "sigkill", "freeze", "child_kill", "sigterm", 
 
 
 @pytest.mark.slow
+@pytest.mark.fault_run
 @pytest.mark.timeout(150)
 @pytest.mark.skipif(sys.version_info < (3, 12), reason="bench/chaos.py is a developer tool written for Python 3.12+")
 def test_short_chaos_run_with_the_process_pool(tmp_path):

@@ -66,6 +66,7 @@ def _ms(text: str) -> int:
     return int(datetime.fromisoformat(text).timestamp() * 1000)
 
 
+@pytest.mark.fault_run
 def test_the_fleet_run_keeps_every_policy_under_kills_freezes_a_redis_restart_and_a_gap(tmp_path):
     """bench/periodic.py at a small scale (the long run is ``python bench/periodic.py``): three schedules, one
     per catch-up policy, through a SIGKILL, a freeze past WORKER_TIMEOUT, a redis-server restart and a

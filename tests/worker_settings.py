@@ -11,6 +11,11 @@ TASKS["default"]["OPTIONS"].update(
 )
 if os.environ.get("REDISQ_TEST_CLUSTER"):  # REDISQ_TEST_REDIS_URL names a node of a Redis Cluster (tests/test_cluster.py)
     TASKS["default"]["OPTIONS"]["CLUSTER"] = True
+if os.environ.get("REDISQ_TEST_SENTINELS"):  # a sentinel topology pass (tests/conftest.py REDISQ_TEST_TOPOLOGY)
+    import json
+
+    TASKS["default"]["OPTIONS"]["SENTINELS"] = [tuple(s) for s in json.loads(os.environ["REDISQ_TEST_SENTINELS"])]
+    TASKS["default"]["OPTIONS"]["SENTINEL_MASTER"] = os.environ["REDISQ_TEST_SENTINEL_MASTER"]
 if os.environ.get("REDISQ_QUEUE_OPTIONS"):  # e.g. partitioned queues (tests/test_cluster.py)
     import json
 

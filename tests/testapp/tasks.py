@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any, cast
 
 import redis
 
@@ -12,10 +13,29 @@ from django_redisq import Retry, TaskTimeout, task
 EFFECTS = "test:effects"
 
 
+_topology_clients: dict[str, Any] = {}
+
+
 def _effects() -> redis.Redis:
+    """A client of where the tests' tasks run: one Redis, or the cluster or sentinels of a topology pass (conftest)."""
     from django.conf import settings
 
-    return redis.Redis.from_url(settings.TASKS["default"]["OPTIONS"]["REDIS_URL"], decode_responses=True)
+    options = settings.TASKS["default"]["OPTIONS"]
+    if not (options.get("CLUSTER") or options.get("SENTINELS")):
+        return redis.Redis.from_url(options["REDIS_URL"], decode_responses=True)
+    key = repr(sorted(options.items()))
+    client = _topology_clients.get(key)
+    if client is None:  # discovering the topology takes round trips: once per process
+        if options.get("CLUSTER"):
+            from redis.cluster import RedisCluster
+
+            client = RedisCluster.from_url(options["REDIS_URL"], decode_responses=True)
+        else:
+            from redis.sentinel import Sentinel
+
+            client = Sentinel(options["SENTINELS"]).master_for(options["SENTINEL_MASTER"], decode_responses=True)
+        client = _topology_clients.setdefault(key, client)
+    return cast("redis.Redis", client)
 
 
 def record(key: str) -> int:
