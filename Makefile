@@ -37,11 +37,12 @@ test-oldest: $(OLDEST_STAMP)
 	REDISQ_SM_EXAMPLES=30 $(OLDEST_VENV)/bin/python -m pytest -m "not cluster and not sentinel and not fault_run"
 
 # the worker and invariant tests once more with TASKS, the tests' client and every runworker on the
-# session's 6-node Redis Cluster, then through its 3 sentinels (tests/conftest.py REDISQ_TEST_TOPOLOGY)
+# session's 6-node Redis Cluster, then through its 3 sentinels with the script tests too (make test runs
+# those on the cluster already) (tests/conftest.py REDISQ_TEST_TOPOLOGY)
 TOPOLOGY_TESTS := tests/test_topology_pass.py tests/test_worker.py tests/test_invariants.py
 test-topologies: $(STAMP)
 	REDISQ_TEST_TOPOLOGY=cluster $(PY) -m pytest -q -m "not cluster and not sentinel" $(TOPOLOGY_TESTS)
-	REDISQ_TEST_TOPOLOGY=sentinel $(PY) -m pytest -q -m "not cluster and not sentinel" $(TOPOLOGY_TESTS)
+	REDISQ_TEST_TOPOLOGY=sentinel $(PY) -m pytest -q -m "not cluster and not sentinel" $(TOPOLOGY_TESTS) tests/scripts
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check django_redisq tests example_project $(wildcard bench)

@@ -19,6 +19,7 @@ SCHEDULES = {"fleet": {"task": "tests.testapp.tasks.on_tick", "every": 1, "kwarg
 ENV = {"REDISQ_SCHEDULES": json.dumps(SCHEDULES), "REDISQ_OPT_HEARTBEAT_INTERVAL": "0.5", "REDISQ_OPT_WORKER_TIMEOUT": "2"}
 
 
+@pytest.mark.fault_run
 def test_three_workers_fire_each_tick_once_through_kill_stop_and_restart(r, run_worker_process, make_worker):
     from django_redisq.scheduler import Scheduler
 

@@ -29,7 +29,7 @@ from redis.cluster import ClusterPipeline, RedisCluster
 
 from django_redisq import connection, scripts
 from django_redisq.topology import QueueCluster
-from tests.conftest import topology_settings
+from tests.conftest import TOPOLOGY, topology_client, topology_settings
 
 STRICT = "#!lua\n"
 """A shebang without flags: the script may touch keys of its declared slot only."""
@@ -61,8 +61,10 @@ def _recording(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture(params=["single", pytest.param("cluster", marks=pytest.mark.cluster)])
 def r(request: pytest.FixtureRequest, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     """A plain client of one Redis, or of the session's cluster with TASKS pointing at it; empty before and after."""
-    if request.param == "single":
-        client: Any = redis.Redis.from_url(redis_url, decode_responses=True)
+    if request.param == "single":  # in a sentinel pass (make test-topologies), the master the sentinels name
+        if TOPOLOGY == "cluster":
+            pytest.skip("the cluster pass: the scripts run on the cluster in make test (the cluster parameter)")
+        client: Any = topology_client(request) or redis.Redis.from_url(redis_url, decode_responses=True)
         client.flushall()
         yield client
         client.flushall()
