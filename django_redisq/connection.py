@@ -15,6 +15,7 @@ from typing import Any
 import redis
 from redis.backoff import AbstractBackoff, ExponentialWithJitterBackoff, NoBackoff
 from redis.retry import Retry
+from redis.sentinel import MasterNotFoundError
 
 from . import topology
 from .conf import Options
@@ -172,6 +173,8 @@ def check_server(options: Options) -> dict[str, Any]:
         infos = topology.node_infos(get_client(options), "server")
     except redis.AuthenticationError:
         raise RedisUnavailable(f"Redis at {where} refused our credentials (check the password/username).") from None
+    except MasterNotFoundError as exc:  # the sentinels' account, one line: a wrong SENTINEL_KWARGS password is one of its causes
+        raise RedisUnavailable(topology.no_master(options, where, exc)) from None
     except redis.RedisError as exc:
         raise RedisUnavailable(f"cannot reach Redis at {where}: {type(exc).__name__}: {_scrub(str(exc))}") from None
     except OSError as exc:

@@ -79,17 +79,21 @@ class RedisServer:
             if self.proc.poll() is not None:
                 log = Path(self.dir, "redis.log")
                 raise RuntimeError(f"redis-server exited at start: {log.read_text()[-2000:] if log.exists() else ''}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
-                    s.sendall(b"PING\r\n")
-                    reply = s.recv(64)
-                if reply.startswith((b"+PONG", b"-NOAUTH")):  # answering (not -LOADING)
-                    return self
-            except OSError:
-                pass
+            if self._answering():
+                return self
             time.sleep(0.02)
         self.stop()
         raise RuntimeError(f"redis-server did not answer on port {self.port}")
+
+    def _answering(self) -> bool:
+        """Whether the server answers PING (or asks for AUTH), not -LOADING; a TLS-only server's subclass asks over TLS."""
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
+                s.sendall(b"PING\r\n")
+                reply = s.recv(64)
+        except OSError:
+            return False
+        return reply.startswith((b"+PONG", b"-NOAUTH"))
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.proc and self.proc.poll() is None:
@@ -205,21 +209,29 @@ class SentinelSetup:
     def sentinels(self) -> list[tuple[str, int]]:
         return [("127.0.0.1", p) for p in self.sentinel_ports]
 
-    def _start_sentinel(self, port: int) -> None:
-        conf = Path(self.dir, f"sentinel-{port}.conf")  # a sentinel rewrites its config: one file each
-        conf.write_text("\n".join([
+    def _cli(self, port: int, *command: str) -> str:
+        """One command to a server or sentinel of the setup (a subclass adds TLS and AUTH flags)."""
+        return _call(port, *command)
+
+    def _sentinel_config(self, port: int) -> list[str]:
+        """The lines of one sentinel's config file (a subclass adds TLS and passwords)."""
+        return [
             f"port {port}", "bind 127.0.0.1", f"dir {self.dir}", f"logfile sentinel-{port}.log",
             f"sentinel monitor {self.master_name} 127.0.0.1 {self.master.port} 2",
             f"sentinel down-after-milliseconds {self.master_name} {self.down_after_ms}",
             f"sentinel failover-timeout {self.master_name} {self.failover_timeout_ms}",
-            f"sentinel parallel-syncs {self.master_name} 1", "",
-        ]))
+            f"sentinel parallel-syncs {self.master_name} 1",
+        ]
+
+    def _start_sentinel(self, port: int) -> None:
+        conf = Path(self.dir, f"sentinel-{port}.conf")  # a sentinel rewrites its config: one file each
+        conf.write_text("\n".join([*self._sentinel_config(port), ""]))
         self.procs.append(subprocess.Popen([self.binary, str(conf), "--sentinel"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
 
     def master_port(self) -> int | None:
         """The master's port as the first answering sentinel reports it."""
         for port in self.sentinel_ports:
-            lines = _call(port, "sentinel", "get-master-addr-by-name", self.master_name).split()
+            lines = self._cli(port, "sentinel", "get-master-addr-by-name", self.master_name).split()
             if len(lines) == 2:
                 return int(lines[1])
         return None
@@ -227,8 +239,8 @@ class SentinelSetup:
     def _settled(self) -> bool:
         """Every sentinel knows the other two and sees the replica up."""
         for port in self.sentinel_ports:
-            others = _call(port, "sentinel", "sentinels", self.master_name).split().count("runid")
-            replicas = _call(port, "sentinel", "replicas", self.master_name)
+            others = self._cli(port, "sentinel", "sentinels", self.master_name).split().count("runid")
+            replicas = self._cli(port, "sentinel", "replicas", self.master_name)
             if others < 2 or f"\n{self.replica.port}\n" not in replicas or "s_down" in replicas:
                 return False
         return True
@@ -237,7 +249,7 @@ class SentinelSetup:
         try:
             self.master.start()
             self.replica.start()
-            _wait_for("the replica in sync", lambda: "master_link_status:up" in _call(self.replica.port, "info", "replication"), 20)
+            _wait_for("the replica in sync", lambda: "master_link_status:up" in self._cli(self.replica.port, "info", "replication"), 20)
             for port in self.sentinel_ports:
                 self._start_sentinel(port)
             _wait_for("sentinels that know each other and the replica", self._settled, 30)

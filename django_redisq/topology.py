@@ -28,7 +28,9 @@ from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlsplit
 
 import redis
+import redis.retry
 from django.core.exceptions import ImproperlyConfigured
+from redis.backoff import NoBackoff
 from redis.cluster import REDIS_ALLOWED_KEYS, ClusterPipeline, RedisCluster
 from redis.commands.core import Script
 from redis.exceptions import RedisClusterException
@@ -209,10 +211,32 @@ def _sentinel_kwargs(options: Options, kwargs: dict[str, Any]) -> dict[str, Any]
     return out
 
 
-def _sentinel_own(options: Options, kwargs: dict[str, Any]) -> dict[str, Any]:
-    """How to reach the sentinels: short timeouts (a dead sentinel must not stall the search), then SENTINEL_KWARGS."""
+def _sentinel_own(options: Options, kwargs: dict[str, Any], retry: Any = None) -> dict[str, Any]:
+    """How to reach the sentinels: short timeouts and no retries (a dead sentinel must not stall the search), then SENTINEL_KWARGS.
+
+    ``retry`` is a ``Retry`` that does not retry (``redis.asyncio``'s for the asyncio
+    client; the sync one by default). Without it each sentinel's client has
+    redis-py's default (3 retries, backoff from 1 s): one sentinel down cost every
+    master lookup about 4 s, and a wrong sentinel password (AuthenticationError is a
+    ConnectionError) about 12 s per lookup, 53 s before ``check_server`` could say
+    so. The lookup goes on to the next sentinel by itself, and the master
+    connection's own retry (``connection.pool_kwargs``) repeats the whole lookup.
+    """
     timeout = min(SENTINEL_TIMEOUT, float(kwargs.get("socket_timeout") or SENTINEL_TIMEOUT) / max(1, len(options.sentinels)))
-    return {"socket_timeout": timeout, "socket_connect_timeout": timeout, **options.sentinel_kwargs}
+    once = retry if retry is not None else redis.retry.Retry(NoBackoff(), 0)
+    return {"socket_timeout": timeout, "socket_connect_timeout": timeout, "retry": once, **options.sentinel_kwargs}
+
+
+def no_master(options: Options, where: str, exc: Exception) -> str:
+    """One line for a ``MasterNotFoundError``: redis-py's text holds a repr of every sentinel's client (about 1,500
+    characters each, passwords redacted), and a wrong SENTINEL_KWARGS password shows only as one of the class names in it."""
+    text = str(exc)
+    if "AuthenticationError" in text:
+        return f"Redis at {where}: the sentinels refused our credentials (check SENTINEL_KWARGS' password/username)."
+    named = f"no sentinel named a master {options.sentinel_master!r} that is up"
+    if " : " in text:  # redis-py collected errors: some sentinels (maybe all) could not be asked
+        return f"cannot reach Redis at {where}: {named}, and some could not be reached (check SENTINELS, their TLS and SENTINEL_KWARGS)."
+    return f"cannot reach Redis at {where}: {named}."
 
 
 def async_client(options: Options, kwargs: dict[str, Any], pool_kwargs: Any) -> aioredis.Redis:
@@ -236,10 +260,12 @@ def async_client(options: Options, kwargs: dict[str, Any], pool_kwargs: Any) -> 
         out["retry_on_error"] = kwargs.get("retry_on_error")
         return cast("aioredis.Redis", AsyncCluster(**{k: v for k, v in out.items() if k in accepted}))
     if options.sentinels:
+        from redis.asyncio.retry import Retry as AsyncRetry
         from redis.asyncio.sentinel import Sentinel as AsyncSentinel
 
         settings = _sentinel_kwargs(options, kwargs)
-        manager = AsyncSentinel(list(options.sentinels), sentinel_kwargs=_sentinel_own(options, kwargs))
+        own = _sentinel_own(options, kwargs, AsyncRetry(NoBackoff(), 0))
+        manager = AsyncSentinel(list(options.sentinels), sentinel_kwargs=own)
         return manager.master_for(options.sentinel_master, redis_class=aioredis.Redis, **settings)
     return aioredis.Redis(connection_pool=aioredis.ConnectionPool(**pool_kwargs))
 

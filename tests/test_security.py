@@ -229,11 +229,8 @@ def _openssl(*args: str, cwd: Path) -> None:
     subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
 
 
-@pytest.fixture(scope="module")
-def tls_server(tmp_path_factory) -> Iterator[tuple[RedisServer, int, Path]]:
-    if not shutil.which("openssl"):
-        pytest.skip("no openssl CLI to make a test certificate")
-    d = tmp_path_factory.mktemp("tls")
+def make_certificates(d: Path) -> None:
+    """A throwaway CA (``d/ca.crt``) and a certificate for 127.0.0.1 it signed (``d/server.crt``, ``d/server.key``)."""
     # a CA with key usage and basic constraints: Python 3.13 verifies strictly (VERIFY_X509_STRICT)
     _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-days", "2",
              "-subj", "/CN=redisq-test-ca", "-addext", "basicConstraints=critical,CA:TRUE",
@@ -246,6 +243,14 @@ def tls_server(tmp_path_factory) -> Iterator[tuple[RedisServer, int, Path]]:
     )
     _openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
              "-out", "server.crt", "-days", "2", "-extfile", "ext.cnf", cwd=d)
+
+
+@pytest.fixture(scope="module")
+def tls_server(tmp_path_factory) -> Iterator[tuple[RedisServer, int, Path]]:
+    if not shutil.which("openssl"):
+        pytest.skip("no openssl CLI to make a test certificate")
+    d = tmp_path_factory.mktemp("tls")
+    make_certificates(d)
     tls_port = free_port()
     server = RedisServer(
         None, None, "--tls-port", str(tls_port), "--tls-cert-file", str(d / "server.crt"),
