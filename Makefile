@@ -28,7 +28,7 @@ demo: $(STAMP)
 	cd example_project && ../$(PY) manage.py demo
 
 test: $(STAMP)
-	$(PY) -m pytest
+	$(PY) -m pytest --durations=15
 
 # the topology suites (a 6-node Redis Cluster, a sentinel setup) and the long fault runs test servers and
 # processes, not the Python and Django corner: they run once, in `make test`; the state machine runs a
