@@ -104,8 +104,8 @@ def main() -> int:
         from django.test import Client
         from django.urls import reverse
 
-        from django_redisq.broker import Broker
         from django_redisq.conf import get_options
+        from django_redisq.store.broker import Broker
         from tests.seed import seed_dead
 
         call_command("migrate", verbosity=0)

@@ -132,7 +132,7 @@ PROCESS_FAULTS = ("child_kill",)
 """Fault kinds of ``--pool processes`` only (in its default mix at ``CHILD_KILL_WEIGHT``)."""
 CHILD_KILL_WEIGHT = 0.10
 POOLS = ("threads", "processes", "asyncio")
-CHILD_MODULE = "django_redisq.pools.child"
+CHILD_MODULE = "django_redisq.worker.pools.child"
 KILLS = ("sigkill", "same_name_restart")
 WINDOW_EXPLAINERS = ("restart", "restart_crash", "client_kill", "pause")
 """Redis faults that explain a duplicate falling between its first and last run."""

@@ -224,7 +224,7 @@ class Bench:
         from benchapp.tasks import astamp, cpu, io_sleep, noop, rpush, sleep_io, stamp
         from django.tasks import task_backends
 
-        from django_redisq.keys import QueueKeys
+        from django_redisq.store.keys import QueueKeys
 
         self.noop, self.stamp = noop, stamp
         self.workloads: dict[str, Any] = {"noop": noop, "io": io_sleep, "cpu": cpu, "stamp": stamp, "astamp": astamp,

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .exceptions import InvalidArguments, LeaseLost, RedisQError, Retry, TaskCancelled, TaskTimeout
-from .task import RedisTask, task
+from django_redisq.exceptions import InvalidArguments, LeaseLost, RedisQError, Retry, TaskCancelled, TaskTimeout
+from django_redisq.task import RedisTask, task
 
 if TYPE_CHECKING:
-    from .compat import TaskResult
+    from django_redisq.compat import TaskResult
 
 
 def cancel(task_id_or_result: str | TaskResult, *, backend: str = "default", who: str = "api") -> str:
@@ -19,7 +19,7 @@ def cancel(task_id_or_result: str | TaskResult, *, backend: str = "default", who
     dead: nothing changed). ``TaskNotFound`` for an unknown id. Details in ``backend.cancel``,
     imported on the first call so that importing this package stays light.
     """
-    from .backend import cancel as cancel_task
+    from django_redisq.backend import cancel as cancel_task
 
     return cancel_task(task_id_or_result, backend=backend, who=who)
 

@@ -14,9 +14,8 @@ from typing import Any
 from django.utils import timezone
 from django.utils.module_loading import autodiscover_modules
 
-from . import abroker, partitions
-from .broker import Broker, Enqueued
-from .compat import (
+from django_redisq import partitions
+from django_redisq.compat import (
     DEFAULT_TASK_BACKEND_ALIAS,
     UTC,
     BaseTaskBackend,
@@ -31,16 +30,19 @@ from .compat import (
     task_backends,
     task_enqueued,
 )
-from .conf import Options, build_options, check_errors
-from .exceptions import InvalidArguments, TaskNotFound
-from .limits import task_limits
-from .message import OVERRIDES, encode_arguments
-from .message import encode as encode_message
-from .metadata import attach, stored
-from .metadata import encode as encode_metadata
-from .priority import stored_priority
-from .records import stored_errors
-from .task import RedisTask, get_registered
+from django_redisq.conf import build_options, check_errors
+from django_redisq.exceptions import InvalidArguments, TaskNotFound
+from django_redisq.limits import task_limits
+from django_redisq.message import OVERRIDES, encode_arguments
+from django_redisq.message import encode as encode_message
+from django_redisq.metadata import attach, stored
+from django_redisq.metadata import encode as encode_metadata
+from django_redisq.options import Options
+from django_redisq.store import async_broker as abroker
+from django_redisq.store.broker import Broker, Enqueued
+from django_redisq.store.priority import stored_priority
+from django_redisq.store.records import stored_errors
+from django_redisq.task import RedisTask, get_registered
 
 # The one table from our task states to Django's statuses.
 STATE_TO_STATUS: dict[str, TaskResultStatus] = {
@@ -75,7 +77,7 @@ class RedisQueueBackend(BaseTaskBackend):
     supports_defer = True
     supports_async_task = True
     supports_get_result = True
-    supports_priority = True  # higher first, FIFO within a priority (scripts/lib/ready.lua)
+    supports_priority = True  # higher first, FIFO within a priority (store/scripts/lib/ready.lua)
     supports_metadata = True  # Task.metadata and save_metadata(), where the running Django has them
     result_class: type[TaskResult] = TaskResult
     """The results this backend and its workers build (a subclass may give others; the tests' stand-ins do)."""
@@ -115,7 +117,7 @@ class RedisQueueBackend(BaseTaskBackend):
         return abroker.AsyncBroker(self.broker)
 
     def check(self, **kwargs: Any) -> list[Any]:
-        from . import schedules
+        from django_redisq import schedules
 
         where = f"TASKS[{self.alias!r}]"
         return check_errors(self.alias, self.params, obj=where) + schedules.check_errors(self.alias, self.params, obj=where)
@@ -190,7 +192,7 @@ class RedisQueueBackend(BaseTaskBackend):
         return results
 
     async def aenqueue(self, task: Task, args: Sequence[Any], kwargs: dict[str, Any]) -> TaskResult:
-        """``enqueue`` on the running event loop, with no thread (abroker.py): the same script and result."""
+        """``enqueue`` on the running event loop, with no thread (store/async_broker.py): the same script and result."""
         return (await self.aenqueue_many(task, [(args, kwargs)]))[0]
 
     async def aenqueue_many(self, task: Task, arg_sets: Iterable[tuple[Sequence[Any], dict[str, Any]]]) -> list[TaskResult]:
@@ -304,7 +306,7 @@ class RedisQueueBackend(BaseTaskBackend):
         return self._found_result(result_id, self.broker.get_task(result_id, sorted(self.queues)))
 
     async def aget_result(self, result_id: str) -> TaskResult:
-        """``get_result`` on the running event loop, with no thread (abroker.py); ``arefresh`` comes here too."""
+        """``get_result`` on the running event loop, with no thread (store/async_broker.py); ``arefresh`` comes here too."""
         if not isinstance(result_id, str) or not 0 < len(result_id) <= 64:
             raise TaskResultDoesNotExist(result_id)
         return self._found_result(result_id, await self.abroker.get_task(result_id, sorted(self.queues)))

@@ -136,3 +136,12 @@ class WorkerLost(RedisQError):
     Recorded as the attempt's error; the attempt counts as failed and is retried
     by the task's policy, then dead-lettered with reason ``worker_lost``.
     """
+
+
+class UnknownQueue(RedisQError, LookupError):
+    """A queue (or backend) the settings do not name, perhaps removed since its tasks were stored."""
+
+
+RedisError = redis.RedisError
+"""redis-py's base error: every failure of Redis the store lets through is one. Code above the store catches it
+from here (only the store and the connection layer import redis)."""

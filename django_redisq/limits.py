@@ -1,6 +1,6 @@
 """Fleet-wide limits, the Python side: what ``max_running`` and ``rate_limit`` mean, and their checks.
 
-The limits themselves live in Redis (scripts/lib/limits.lua, DESIGN invariant 12):
+The limits themselves live in Redis (store/scripts/lib/limits.lua, DESIGN invariant 12):
 a task's own come with it (the task hash's ``maxr`` and ``rate``, written at
 enqueue from ``@task(max_running=3, rate_limit="10/s")``), a queue's come from
 ``QUEUE_OPTIONS[q]["MAX_RUNNING"]`` / ``["RATE_LIMIT"]`` and are passed by the
@@ -13,10 +13,7 @@ the hand-back or the reaper frees; a rate limit spaces starts evenly, one every
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any
-
-from .keys import QueueKeys
 
 UNITS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 RATE_RE = re.compile(r"^\s*(\d+)\s*/\s*(\d*)\s*([smhd])\s*$")
@@ -75,45 +72,3 @@ def task_limits(task: Any) -> str:
     if not maxr and not rate:
         return ""
     return f"{maxr or ''}|{rate_spec(rate)}"
-
-
-@dataclass(slots=True)
-class LimitState:
-    """One fleet-wide concurrency limit of a queue, as the admin and ``redisq stats`` show it."""
-
-    name: str  # the task's dotted path, or '' for the queue's own MAX_RUNNING
-    limit: int
-    running: int  # slots taken
-    waiting: int  # tasks in its blocked list
-
-
-ASKED = 3
-"""Replies ``ask`` adds to a pipeline."""
-
-
-def ask(pipe: Any, k: QueueKeys) -> None:
-    """Add the queue's limit reads to the first of two pipelined round trips (see ``states``)."""
-    pipe.hgetall(k.limits)
-    pipe.zcard(k.slots)
-    pipe.llen(k.blocked)
-
-
-def ask_named(pipe: Any, k: QueueKeys, named: dict[str, str]) -> None:
-    """Add, to the second round trip, the reads of the task limits P:limits named (2 replies each)."""
-    for name in sorted(named):
-        pipe.zcard(k.task_slots(name))
-        pipe.llen(k.task_blocked(name))
-
-
-def states(queue_max: int, asked: list[Any], named_replies: list[Any]) -> tuple[int, list[LimitState]]:
-    """The tasks waiting for a slot (counted as pending) and the queue's limits, from the replies of both round trips.
-
-    The task limits are those P:limits names (a task's ``max_running``, recorded
-    when a worker first took a slot for it); the queue's own is its options'.
-    """
-    named, queue_running, queue_waiting = asked
-    out = [LimitState("", queue_max, int(queue_running), int(queue_waiting))] if queue_max or queue_running or queue_waiting else []
-    for i, name in enumerate(sorted(named)):
-        limit = int(named[name]) if str(named[name]).isdigit() else 0
-        out.append(LimitState(name, limit, int(named_replies[2 * i]), int(named_replies[2 * i + 1])))
-    return sum(s.waiting for s in out), out

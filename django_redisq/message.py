@@ -26,7 +26,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from .exceptions import BadMessage, InvalidArguments, UnknownSchema
+from django_redisq.exceptions import BadMessage, InvalidArguments, UnknownSchema
 
 VERSION = 1
 
@@ -78,7 +78,7 @@ def encode_arguments(args: Any, kwargs: Any, limit: int) -> tuple[list[Any], dic
     Returns the arguments as they will arrive (tuples become lists) and the
     encoded size in bytes.
     """
-    from .compat import normalize_json
+    from django_redisq.compat import normalize_json
 
     if args.__class__ in (tuple, list) and kwargs.__class__ is dict and _flat(args) and _flat_kwargs(kwargs):
         return _encode_flat(list(args), dict(kwargs), limit)

@@ -36,8 +36,8 @@ import functools
 import json
 from typing import Any, cast
 
-from .compat import normalize_json
-from .message import dumps
+from django_redisq.compat import normalize_json
+from django_redisq.message import dumps
 
 RESERVED_PREFIX = "_"
 """Metadata keys starting with this are reserved for backends: hidden from ``metadata``, kept by saves."""

@@ -1,6 +1,6 @@
 """``DeadLetter``: a placeholder with no table, for the admin index and permissions.
 
-Task data lives in Redis and is read through ``inspect.py``. The model only
+Task data lives in Redis and is read through ``ops/inspector.py``. The model only
 gives the admin an entry and two permissions: "view" to look at queues,
 dead letters and schedules, "change" to replay, delete and purge dead letters
 and to pause, resume or run now a schedule.

@@ -4,7 +4,7 @@
 ``events`` as 8 physical queues: ``events`` (partition 0, today's keys, so
 adding partitions later moves nothing) and ``events~1`` .. ``events~7``, each
 with its own hash tag (``{events~3}``) and so, on a Redis Cluster, possibly on
-its own master. ``~`` cannot appear in a queue name (``keys.NAME_RE``), so a
+its own master. ``~`` cannot appear in a queue name (``options.NAME_RE``), so a
 physical name never collides with a configured queue.
 
 This module is the one place that maps logical to physical names and picks
@@ -26,7 +26,7 @@ import zlib
 from collections.abc import Iterator
 
 SEP = "~"
-"""Between a logical queue name and a partition number: not allowed in queue names (keys.NAME_RE)."""
+"""Between a logical queue name and a partition number: not allowed in queue names (options.NAME_RE)."""
 MAX_PARTITIONS = 1024
 """A worker runs one fetch thread per partition it serves and an admin page reads every partition of
 a queue in one pipeline: a cap that keeps both bounded, far above a cluster's count of masters."""

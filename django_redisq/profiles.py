@@ -11,7 +11,7 @@ process manager's command line::
     }
 
 ``QUEUES`` as a dict of queue -> weight is the weighted order, as a list the
-strict order (order.py). ``CONCURRENCY``, ``POOL`` and ``PREFETCH`` are
+strict order (worker/queue_order.py). ``CONCURRENCY``, ``POOL`` and ``PREFETCH`` are
 runworker's options of the same names; given on the command line as well,
 the command line wins. System checks E040-E046 report a bad profile.
 """
@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .keys import NAME_RE
-from .order import MAX_WEIGHT, parse_weight
+from django_redisq.options import NAME_RE
+from django_redisq.worker.queue_order import MAX_WEIGHT, parse_weight
 
 PROFILE_KEYS = ("QUEUES", "CONCURRENCY", "POOL", "PREFETCH")
 POOL_NAMES = ("threads", "processes", "asyncio")

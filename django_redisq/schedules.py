@@ -24,7 +24,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
-from .keys import NAME_RE
+from django_redisq.options import NAME_RE
 
 T = TypeVar("T")
 
@@ -310,7 +310,7 @@ def build(name: str, entry: Any, queues: tuple[str, ...], default_tz: str, find_
     if not isinstance(args, (list, tuple)) or not isinstance(kwargs, dict) or any(not isinstance(k, str) for k in kwargs):
         problems.append(Problem("E027", f"{where}: args must be a list and kwargs a dict with str keys.", "Use JSON values."))
     else:
-        from .message import encode_arguments
+        from django_redisq.message import encode_arguments
 
         try:
             encode_arguments(args, kwargs, 1 << 20)
@@ -330,7 +330,7 @@ def find_task(path: str) -> Any:
     """The registered task of a dotted path from settings (loading the apps' tasks modules first)."""
     from django.utils.module_loading import autodiscover_modules, import_string
 
-    from .task import get_registered
+    from django_redisq.task import get_registered
 
     found = get_registered(path)
     if found is None:

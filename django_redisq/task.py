@@ -16,9 +16,9 @@ from typing import Any, TypeVar, cast, overload
 
 from django.db import transaction
 
-from .backoff import check_backoff
-from .compat import DEFAULT_TASK_BACKEND_ALIAS, DEFAULT_TASK_PRIORITY, DEFAULT_TASK_QUEUE_NAME, InvalidTask, Task, TaskResult
-from .limits import check_max_running, check_rate
+from django_redisq.backoff import check_backoff
+from django_redisq.compat import DEFAULT_TASK_BACKEND_ALIAS, DEFAULT_TASK_PRIORITY, DEFAULT_TASK_QUEUE_NAME, InvalidTask, Task, TaskResult
+from django_redisq.limits import check_max_running, check_rate
 
 T = TypeVar("T")
 
@@ -181,7 +181,7 @@ def task(
         raise TypeError("run_after cannot be set in @task; use .using(run_after=...) when enqueueing.")
 
     def wrapper(f: Callable[..., Any]) -> RedisTask:
-        from .compat import task_backends
+        from django_redisq.compat import task_backends
 
         cls = task_backends[backend].task_class
         if not (isclass(cls) and issubclass(cls, RedisTask)):

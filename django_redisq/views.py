@@ -23,7 +23,7 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from .metrics import exposition
+from django_redisq.ops.metrics import exposition
 
 View = Callable[..., HttpResponse]
 

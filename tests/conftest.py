@@ -17,8 +17,8 @@ import redis
 from django.test import override_settings
 
 from django_redisq import connection
-from django_redisq.broker import Broker
 from django_redisq.conf import get_options
+from django_redisq.store.broker import Broker
 from django_redisq.testing import RedisClusterServer, RedisServer, SentinelSetup, find_redis_server
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -156,7 +156,7 @@ def broker(r: redis.Redis) -> Broker:
 @pytest.fixture
 def make_worker(r: redis.Redis) -> Callable[..., Any]:
     """Build a Worker, burst by default, so a test can drain the queues in-process."""
-    from django_redisq.worker import Worker
+    from django_redisq.worker.worker import Worker
 
     def build(*queues: str, **kwargs: Any) -> Worker:
         kwargs.setdefault("burst", True)

@@ -7,7 +7,7 @@ from typing import Any
 
 import redis
 
-from django_redisq.keys import QueueKeys
+from django_redisq.store.keys import QueueKeys
 
 
 def node_of(r: Any, key: str) -> redis.Redis:

@@ -14,7 +14,7 @@ from typing import Any
 
 from django.utils.crypto import get_random_string
 
-from django_redisq.broker import Broker
+from django_redisq.store.broker import Broker
 
 SEED_WORKER = "seed-worker"
 

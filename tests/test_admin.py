@@ -13,8 +13,9 @@ from django.contrib.auth.models import Permission, User
 from django.test import Client, override_settings
 from django.urls import reverse
 
-from django_redisq import admin as redisq_admin
-from django_redisq import inspect_tasks, operations
+from django_redisq.admin import site as redisq_admin
+from django_redisq.ops import operations
+from django_redisq.store import task_reads as inspect_tasks
 from tests import helpers
 from tests.seed import seed_dead
 from tests.testapp import tasks

@@ -293,7 +293,7 @@ def test_operator_pauses_and_resumes_a_queue_while_a_worker_runs(r, page):
 
     from playwright.sync_api import expect
 
-    from django_redisq.worker import Worker
+    from django_redisq.worker.worker import Worker
     from tests.helpers import keys, wait_for
     from tests.testapp.tasks import SPANS
 

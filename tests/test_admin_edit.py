@@ -9,7 +9,7 @@ from django.contrib.admin.models import CHANGE, LogEntry
 from django.test import override_settings
 from django.urls import reverse
 
-from django_redisq.admin_edit import sha1
+from django_redisq.admin.edit import sha1
 from tests import helpers
 from tests.test_admin import changer, follow_post, viewer  # noqa: F401 - fixtures
 from tests.testapp import tasks

@@ -1,4 +1,4 @@
-"""Pausing and resuming a queue from the admin's Queues page (admin_pause.py): POST + confirm, permission, CSRF, log."""
+"""Pausing and resuming a queue from the admin's Queues page (admin/pause.py): POST + confirm, permission, CSRF, log."""
 
 from __future__ import annotations
 

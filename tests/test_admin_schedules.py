@@ -1,4 +1,4 @@
-"""The admin's Schedules page (admin.py) with Django's test client: listing, permissions, POST + confirm, audit log."""
+"""The admin's Schedules page (admin/site.py) with Django's test client: listing, permissions, POST + confirm, audit log."""
 
 from __future__ import annotations
 

@@ -15,9 +15,11 @@ from asgiref.sync import async_to_sync
 from django.test import override_settings
 from django.utils import timezone
 
-from django_redisq import achannel, aconnection, connection
+from django_redisq import connection
 from django_redisq.compat import BaseTaskBackend, TaskResult, TaskResultDoesNotExist, TaskResultStatus, task_backends, task_enqueued
 from django_redisq.conf import get_options
+from django_redisq.connection import async_pools as aconnection
+from django_redisq.connection import async_wire as achannel
 from django_redisq.testing import RedisServer
 from tests.helpers import keys
 from tests.testapp import tasks
@@ -150,13 +152,13 @@ def test_aenqueue_many(r):
 def recording(monkeypatch, fresh_pools):
     """Every command the loop's channel sends, with the thread and the running loop it was sent from."""
     seen: list[tuple[int, asyncio.AbstractEventLoop, bytes]] = []
-    send = achannel.Channel.call
+    send = achannel.WireProtocol.call
 
-    async def call(self: achannel.Channel, args: Any) -> Any:
+    async def call(self: achannel.WireProtocol, args: Any) -> Any:
         seen.append((threading.get_ident(), asyncio.get_running_loop(), str(args[0]).encode()))
         return await send(self, args)
 
-    monkeypatch.setattr(achannel.Channel, "call", call)
+    monkeypatch.setattr(achannel.WireProtocol, "call", call)
     return seen
 
 
@@ -205,7 +207,7 @@ def test_each_loop_has_its_own_link_and_a_closed_loops_link_is_closed_and_never_
     async def use() -> tuple[asyncio.AbstractEventLoop, Any]:
         await tasks.noop.aenqueue(1)
         loop = asyncio.get_running_loop()
-        (link,) = aconnection.links_of(loop)
+        (link,) = aconnection.wires_of(loop)
         assert link.connected
         return loop, link
 
@@ -223,7 +225,7 @@ def test_each_loop_has_its_own_link_and_a_closed_loops_link_is_closed_and_never_
     links = [found["a"][1], found["b"][1], link_c]
     assert len({id(p) for p in links}) == 3 and r.llen(keys().pending) == 3
     for loop, link in (found["a"], found["b"], (loop_c, link_c)):
-        assert loop.is_closed() and aconnection.links_of(loop) == []
+        assert loop.is_closed() and aconnection.wires_of(loop) == []
         assert not link.connected  # closed with its loop
     assert async_to_sync(use)()[1] not in links  # asgiref's loop per call (an async view under WSGI) too
 
@@ -233,7 +235,7 @@ def test_a_loop_closed_without_shutting_down_is_forgotten(r, fresh_pools):
     loop.run_until_complete(tasks.noop.aenqueue(1))
     loop.close()  # no shutdown_asyncgens: its pools were not closed
     asyncio.run(tasks.noop.aenqueue(2))
-    assert aconnection.links_of(loop) == [] and r.llen(keys().pending) == 2
+    assert aconnection.wires_of(loop) == [] and r.llen(keys().pending) == 2
 
 
 # -- failures --------------------------------------------------------------------------------
@@ -320,11 +322,11 @@ def test_embedded(tmp_path, make_worker, fresh_pools):
 def test_aclose_closes_the_running_loops_links_and_the_next_call_opens_new_ones(r, fresh_pools):
     async def run() -> tuple[Any, Any]:
         await tasks.noop.aenqueue(1)
-        (before,) = aconnection.links_of(asyncio.get_running_loop())
+        (before,) = aconnection.wires_of(asyncio.get_running_loop())
         await aconnection.aclose()
-        assert aconnection.links_of(asyncio.get_running_loop()) == []
+        assert aconnection.wires_of(asyncio.get_running_loop()) == []
         await tasks.noop.aenqueue(2)
-        (after,) = aconnection.links_of(asyncio.get_running_loop())
+        (after,) = aconnection.wires_of(asyncio.get_running_loop())
         assert after.connected and not before.connected
         return before, after
 

@@ -16,7 +16,7 @@ def test_flags_are_honest():
 
 
 def test_status_table_covers_every_state():
-    from django_redisq.keys import STATES
+    from django_redisq.store.keys import STATES
 
     assert set(STATE_TO_STATUS) == set(STATES)
 

@@ -33,16 +33,16 @@ def test_rejects_zero():
 
 
 def _delivery(failures: int = 0):
-    from django_redisq.broker import Delivery
+    from django_redisq.store.broker import Delivery
 
     return Delivery("id", "default", 1, "{}", failures + 1, failures)
 
 
 @pytest.mark.parametrize(("answer", "delay_ms"), [(0, 0), (30, 30_000), (0.25, 250), (timedelta(minutes=2), 120_000)])
 def test_a_backoff_function_gives_the_delay_in_seconds(answer, delay_ms):
-    from django_redisq.conf import Options
-    from django_redisq.outcome import RETRY, failure
+    from django_redisq.options import Options
     from django_redisq.task import RedisTask
+    from django_redisq.worker.outcome import RETRY, failure
     from tests.testapp.contract_tasks import ours_add
 
     task = RedisTask(func=ours_add.func, **TASK_FIELDS, backoff=lambda exc, result: answer)
@@ -51,10 +51,10 @@ def test_a_backoff_function_gives_the_delay_in_seconds(answer, delay_ms):
 
 
 def test_retry_with_a_delay_wins_over_the_backoff_function_and_none_stops_retrying():
-    from django_redisq.conf import Options
     from django_redisq.exceptions import Retry
-    from django_redisq.outcome import DEAD, RETRY, failure
+    from django_redisq.options import Options
     from django_redisq.task import RedisTask
+    from django_redisq.worker.outcome import DEAD, RETRY, failure
     from tests.testapp.contract_tasks import ours_add
 
     task = RedisTask(func=ours_add.func, **TASK_FIELDS, backoff=lambda exc, result: None)

@@ -26,9 +26,9 @@ from redis.cluster import RedisCluster
 from django_redisq import connection
 from django_redisq.compat import TaskResultStatus, task_backends
 from django_redisq.conf import get_options
-from django_redisq.inspect import Inspector
-from django_redisq.keys import QueueKeys
-from django_redisq.worker import Worker
+from django_redisq.ops.inspector import Inspector
+from django_redisq.store.keys import QueueKeys
+from django_redisq.worker.worker import Worker
 from tests.conftest import topology_settings
 from tests.helpers import wait_for
 from tests.testapp import topology_tasks

@@ -31,7 +31,7 @@ import redis
 from redis.cluster import RedisCluster
 
 from django_redisq import connection
-from django_redisq.keys import QueueKeys
+from django_redisq.store.keys import QueueKeys
 from django_redisq.testing import RedisServer, _call, _wait_for
 from tests.conftest import topology_settings
 from tests.helpers import wait_for
@@ -114,7 +114,7 @@ def leftovers(client: RedisCluster, queue: str) -> dict[str, int]:
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("mode", [
-    "graceful-durable",  # durable.py follows redis-py's MovedError (its text has no "MOVED ") to the new master
+    "graceful-durable",  # store/durable.py follows redis-py's MovedError (its text has no "MOVED ") to the new master
     "graceful",
     # a forced failover of a SIGSTOPped master: it measures what asynchronous replication can lose (0 or 1 of
     # 300 here); promotion under CI load took longer than 30 s once in 4 runs, so it runs when asked for

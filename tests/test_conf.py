@@ -4,7 +4,8 @@ from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 from django.test import override_settings
 
-from django_redisq.conf import Options, build_options, get_options, validate
+from django_redisq.conf import build_options, get_options, validate
+from django_redisq.options import Options
 
 BACKEND = "django_redisq.backend.RedisQueueBackend"
 

@@ -30,9 +30,9 @@ from django_redisq import connection
 from django_redisq.compat import TaskResultStatus, task_backends
 from django_redisq.conf import get_options, validate
 from django_redisq.exceptions import NotDurable, RedisUnavailable
-from django_redisq.keys import QueueKeys
+from django_redisq.store.keys import QueueKeys
 from django_redisq.testing import RedisServer, SentinelSetup, _call, _wait_for, find_redis_server
-from django_redisq.worker import Worker
+from django_redisq.worker.worker import Worker
 from tests.conftest import topology_settings
 from tests.helpers import wait_for
 from tests.testapp import topology_tasks
@@ -192,7 +192,7 @@ def test_durable_enqueue_and_ack_on_the_cluster(redis_cluster: Any, r: Any, redi
 @pytest.mark.cluster
 def test_a_durable_step_follows_a_slot_that_moves_twice_to_a_node_without_the_script(redis_cluster: Any):
     """While a failover propagates, the refreshed slot map may still be stale: MOVED, MOVED again, then NOSCRIPT there."""
-    from django_redisq import durable
+    from django_redisq.store import durable
 
     client = RedisCluster.from_url(redis_cluster.url, decode_responses=True)
     try:

@@ -6,8 +6,8 @@ from collections import Counter
 
 import pytest
 
-from django_redisq import durations
-from django_redisq.inspect import Inspector
+from django_redisq.ops.inspector import Inspector
+from django_redisq.store import durations
 from tests import helpers
 from tests.testapp import tasks
 

@@ -35,7 +35,7 @@ def spans(r) -> list[tuple[str, float, float]]:
 def test_weighted_order_runs_queues_in_proportion_to_their_weights(r):
     """6:3:1 over the first 1,800 starts while every queue has work; strict order would give emails 100 %, no weights
     a third each. One standard deviation of a share is at most 0.0115 here: the bounds are 4.6 or more of them."""
-    from django_redisq.worker import Worker
+    from django_redisq.worker.worker import Worker
 
     fill({q: 1800 for q in Q3})
     run_in_thread(Worker({"emails": 6, "default": 3, "low": 1}, concurrency=4, burst=True, max_tasks=2200), timeout=120)
@@ -47,7 +47,7 @@ def test_weighted_order_runs_queues_in_proportion_to_their_weights(r):
 
 def test_a_low_weight_queue_is_never_starved(r):
     """3,000 tasks of weight 10 and 40 of weight 1: every one of the 40 starts while a thousand or more of the heavy queue still wait."""
-    from django_redisq.worker import Worker
+    from django_redisq.worker.worker import Worker
 
     fill({"emails": 3000, "low": 40})
     w = Worker({"emails": 10, "low": 1}, concurrency=2, burst=True, max_tasks=1500)
@@ -96,7 +96,7 @@ def overlap_max(intervals: list[tuple[float, float]]) -> int:
 def test_worker_concurrency_caps_a_queue_in_one_worker_and_the_other_queues_use_the_free_lanes(r):
     """emails capped at 2 in a 4-thread worker: never a third email at once, defaults run beside them, and the
     worker never holds more than 2 emails (the rest wait in Redis for any worker)."""
-    from django_redisq.worker import Worker
+    from django_redisq.worker.worker import Worker
 
     opts = copy.deepcopy(settings.TASKS)
     opts["default"]["OPTIONS"]["QUEUE_OPTIONS"] = {"emails": {"WORKER_CONCURRENCY": 2}}

@@ -17,9 +17,9 @@ import pytest
 import redis
 
 from django_redisq import connection
-from django_redisq.broker import Broker
 from django_redisq.compat import TaskResultStatus
 from django_redisq.conf import get_options, validate
+from django_redisq.store.broker import Broker
 from tests.helpers import held_by, keys, run_in_thread, seed_pending, wait_for, where_is
 from tests.testapp import tasks
 from tests.testapp.tasks import EFFECTS, RUNS
@@ -52,7 +52,7 @@ def test_a_task_raising_keyboard_interrupt_or_system_exit_fails_and_the_thread_g
 
 
 def test_a_database_that_fails_between_tasks_does_not_stop_the_worker(r, make_worker, monkeypatch):
-    import django_redisq.runner as runner_mod
+    import django_redisq.worker.runner as runner_mod
 
     def broken() -> None:
         raise RuntimeError("database went away")
@@ -189,7 +189,7 @@ def test_an_ack_refused_for_lack_of_memory_is_retried_not_dropped(r, make_worker
         (redis.exceptions.ResponseError("BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE."), True),
         (redis.exceptions.ResponseError("ERR Error running script (call to f_1): @user_script:9: -OOM command not allowed"), True),
         (redis.exceptions.TryAgainError("Multiple keys request during rehashing of slot"), True),
-        (redis.exceptions.MasterDownError("Link with MASTER is down"), True),
+        (redis.exceptions.MasterDownError("AsyncWire with MASTER is down"), True),
         (redis.exceptions.BusyLoadingError("Redis is loading the dataset in memory"), True),
         (redis.exceptions.ResponseError("MISCONF Redis is configured to save RDB snapshots, but it's currently unable to persist"), True),
         (redis.exceptions.ConnectionError("Connection reset by peer"), True),

@@ -1,4 +1,4 @@
-"""inspect.py against a real Redis: figures, dead-letter pages and filters, task details."""
+"""ops/inspector.py against a real Redis: figures, dead-letter pages and filters, task details."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from django_redisq import inspect_tasks
 from django_redisq.conf import get_options
-from django_redisq.inspect import DeadFilter, Inspector, UnknownQueue
+from django_redisq.ops.inspector import DeadFilter, Inspector, UnknownQueue
+from django_redisq.store import task_reads as inspect_tasks
 from tests import helpers
 from tests.seed import SEED_WORKER, seed_dead
 from tests.testapp import tasks

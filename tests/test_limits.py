@@ -9,7 +9,7 @@ import time
 import pytest
 
 from django_redisq.compat import InvalidTask, TaskResultStatus
-from django_redisq.worker import Worker
+from django_redisq.worker.worker import Worker
 from tests.helpers import keys, wait_for, where_is
 from tests.testapp import tasks
 from tests.testapp.tasks import LIMIT_SPANS as SPANS
@@ -118,8 +118,8 @@ def test_the_admin_and_the_cli_show_the_limits(r, settings, admin_client, make_w
     from django.core.management import call_command
     from django.urls import reverse
 
-    from django_redisq.broker import Broker
     from django_redisq.conf import get_options
+    from django_redisq.store.broker import Broker
 
     tasks_setting = copy.deepcopy(settings.TASKS)
     tasks_setting["default"]["OPTIONS"]["QUEUE_OPTIONS"] = {"default": {"MAX_RUNNING": 5, "RATE_LIMIT": "50/s"}}
@@ -138,9 +138,9 @@ def test_the_admin_and_the_cli_show_the_limits(r, settings, admin_client, make_w
 
 
 def test_tasks_waiting_for_a_slot_count_as_pending(r):
-    from django_redisq.broker import Broker
     from django_redisq.conf import get_options
-    from django_redisq.inspect import Inspector
+    from django_redisq.ops.inspector import Inspector
+    from django_redisq.store.broker import Broker
 
     tasks.limited.enqueue_many([([f"k{i}"], {"seconds": 0}) for i in range(5)])
     broker = Broker(get_options("default"))

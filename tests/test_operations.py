@@ -1,4 +1,4 @@
-"""operations.py: replay and delete, one by one and over every match, here or into another queue."""
+"""ops/operations.py: replay and delete, one by one and over every match, here or into another queue."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from django_redisq import operations
 from django_redisq.conf import get_options
-from django_redisq.inspect import DeadFilter, Inspector, UnknownQueue
-from django_redisq.operations import DELETE, REPLAY, Operations, Progress
+from django_redisq.ops import operations
+from django_redisq.ops.inspector import DeadFilter, Inspector, UnknownQueue
+from django_redisq.ops.operations import DELETE, REPLAY, Operations, Progress
 from tests import helpers
 from tests.seed import seed_dead
 from tests.testapp import tasks

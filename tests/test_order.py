@@ -1,4 +1,4 @@
-"""Queue order (order.py), worker profiles (profiles.py) and their checks; no worker runs here."""
+"""Queue order (worker/queue_order.py), worker profiles (profiles.py) and their checks; no worker runs here."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ from django.conf import settings
 from django.core.management import CommandError, call_command
 from django.test import override_settings
 
-from django_redisq.broker import RUN, Delivery
 from django_redisq.conf import validate
-from django_redisq.holding import Held
-from django_redisq.order import QueueOrder, parse_queue_args
-from django_redisq.pools import POOLS
 from django_redisq.profiles import POOL_NAMES, get_profile
+from django_redisq.store.broker import RUN, Delivery
+from django_redisq.worker.held import Held
+from django_redisq.worker.pools import POOLS
+from django_redisq.worker.queue_order import QueueOrder, parse_queue_args
 
 Q3 = ["emails", "default", "low"]
 W = {"emails": 6, "default": 3, "low": 1}

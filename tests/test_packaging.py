@@ -4,7 +4,7 @@ from importlib import resources
 import pytest
 from django.core.management import call_command
 
-from django_redisq import scripts
+from django_redisq.store import scripts
 
 
 @pytest.mark.parametrize("name", scripts.NAMES)
@@ -15,7 +15,7 @@ def test_every_script_loads_and_declares_its_contract(name):
 
 
 def test_every_lua_file_is_listed():
-    files = {p.name[:-4] for p in resources.files("django_redisq.scripts").iterdir() if p.name.endswith(".lua")}
+    files = {p.name[:-4] for p in resources.files("django_redisq.store.scripts").iterdir() if p.name.endswith(".lua")}
     assert files == set(scripts.NAMES)
 
 

@@ -22,10 +22,10 @@ from django.test import override_settings
 from django_redisq import connection, partitions
 from django_redisq.compat import TaskResultStatus, task_backends
 from django_redisq.conf import get_options, validate
-from django_redisq.inspect import Inspector
-from django_redisq.keys import QueueKeys
-from django_redisq.order import QueueOrder
-from django_redisq.worker import Worker
+from django_redisq.ops.inspector import Inspector
+from django_redisq.store.keys import QueueKeys
+from django_redisq.worker.queue_order import QueueOrder
+from django_redisq.worker.worker import Worker
 from tests.testapp import topology_tasks
 from tests.testapp.topology_tasks import always_fails, mark, runs
 
@@ -189,7 +189,7 @@ def test_pause_and_resume_every_partition(low):
     assert Worker(["low"], burst=True).run() == N
 
 
-# -- dead letters of a partitioned queue: one merged list (inspect_tasks.py's k-way merge) -------------
+# -- dead letters of a partitioned queue: one merged list (store/task_reads.py's k-way merge) -------------
 
 P4 = ["low", "low~1", "low~2", "low~3"]
 
@@ -223,7 +223,7 @@ def walk(ins: Inspector, flt: Any, per_page: int) -> list[str]:
 
 
 def test_dead_letters_of_every_partition_list_in_died_at_order_across_pages(r):
-    from django_redisq.inspect import DeadFilter
+    from django_redisq.ops.inspector import DeadFilter
 
     with partitioned(4):
         order = seed_spread(r)
@@ -246,8 +246,8 @@ def test_dead_letters_of_every_partition_list_in_died_at_order_across_pages(r):
 @pytest.mark.parametrize("flt", [{"task": "mul"}, {"exc": "ValueError"}, {"search": "boom 1"},
                                  {"task": "tests.testapp.tasks.add", "exc": "KeyError"}])
 def test_filters_cover_every_partition(r, flt):
-    from django_redisq.dead_merge import _matches
-    from django_redisq.inspect import DeadFilter
+    from django_redisq.ops.inspector import DeadFilter
+    from django_redisq.store.dead_scan import _matches
 
     with partitioned(4):
         order = seed_spread(r)

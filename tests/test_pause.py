@@ -12,8 +12,8 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from django_redisq.compat import TaskResultStatus
-from django_redisq.inspect import Inspector
-from django_redisq.operations import QueueOperations
+from django_redisq.ops.inspector import Inspector
+from django_redisq.ops.operations import QueueOperations
 from tests.helpers import keys, wait_for
 from tests.testapp import tasks
 from tests.testapp.tasks import SPANS
@@ -109,7 +109,7 @@ def test_health_mentions_a_paused_queue_without_failing(r):
 
 
 def test_the_metrics_have_a_paused_gauge_per_queue(r):
-    from django_redisq.metrics import exposition
+    from django_redisq.ops.metrics import exposition
 
     ops().act("pause", "emails", "ops")
     text = exposition()[0].decode()

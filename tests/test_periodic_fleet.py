@@ -21,7 +21,7 @@ ENV = {"REDISQ_SCHEDULES": json.dumps(SCHEDULES), "REDISQ_OPT_HEARTBEAT_INTERVAL
 
 @pytest.mark.fault_run
 def test_three_workers_fire_each_tick_once_through_kill_stop_and_restart(r, run_worker_process, make_worker):
-    from django_redisq.scheduler import Scheduler
+    from django_redisq.worker.scheduler import Scheduler
 
     workers = [run_worker_process("-c", "2", env=ENV) for _ in range(3)]
     time.sleep(3)

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 import pytest
 
 from django_redisq.compat import TaskResultStatus
-from django_redisq.worker import Worker
+from django_redisq.worker.worker import Worker
 from tests.helpers import keys, wait_for, where_is
 from tests.testapp import tasks
 from tests.testapp.tasks import EFFECTS, STOPS
@@ -324,5 +324,5 @@ def test_a_child_that_cannot_set_up_stops_the_worker_with_the_reason(r):
     assert where_is(r, res.id) == ["pending"]  # nothing was fetched
     import subprocess
 
-    found = subprocess.run(["pgrep", "-P", str(os.getpid()), "-f", "django_redisq.pools.child"], capture_output=True, text=True)
+    found = subprocess.run(["pgrep", "-P", str(os.getpid()), "-f", "django_redisq.worker.pools.child"], capture_output=True, text=True)
     assert found.stdout.split() == []  # the child that did start was stopped too

@@ -6,7 +6,7 @@ import time
 import pytest
 
 from django_redisq.compat import InvalidTask, TaskResultStatus
-from django_redisq.worker import Worker
+from django_redisq.worker.worker import Worker
 from tests.helpers import drain, keys, wait_for
 from tests.testapp import tasks
 from tests.testapp.tasks import ORDER
@@ -73,9 +73,9 @@ def test_an_idle_worker_wakes_at_once_for_a_prioritized_task(r, settings):
 
 
 def test_a_periodic_task_fires_at_its_priority(r):
-    from django_redisq.broker import Broker
     from django_redisq.conf import get_options
-    from django_redisq.schedule_steps import Claim
+    from django_redisq.store.broker import Broker
+    from django_redisq.store.schedule_steps import Claim
 
     broker = Broker(get_options("default"))
     now = broker.server_time_ms()

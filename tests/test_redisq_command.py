@@ -8,7 +8,7 @@ import json
 import pytest
 from django.core.management import CommandError, call_command
 
-from django_redisq import operations
+from django_redisq.ops import operations
 from tests import helpers
 from tests.seed import seed_dead
 from tests.testapp import tasks

@@ -18,7 +18,7 @@ def test_burst_runs_everything_and_exits_zero(r, run_worker_process):
     out = wp.output()
     assert wp.proc.returncode == 0, out
     assert all(tasks.add.get_result(x.id).return_value == 2 * i for i, x in enumerate(results))
-    # at INFO, successes are summed up (tasklog.py): the last window's line is written when the worker stops
+    # at INFO, successes are summed up (worker/tasklog.py): the last window's line is written when the worker stops
     assert "outcome=success" not in out and "INFO settled 20 task(s) in " in out and ": 20 success; slowest tests.testapp.tasks.add id=" in out, out
 
 
@@ -82,8 +82,8 @@ def test_second_signal_exits_at_once_and_leaves_the_task_for_the_reaper(r, run_w
     assert place.startswith("processing:aborter.")  # the name plus this process's incarnation
     from dataclasses import replace
 
-    from django_redisq.broker import Broker
     from django_redisq.conf import get_options
+    from django_redisq.store.broker import Broker
 
     broker = Broker(replace(get_options("default"), worker_timeout=1))
     assert wait_for(lambda: broker.reap("default")[0] == 0 and where_is(r, res.id) == ["pending"], timeout=10)

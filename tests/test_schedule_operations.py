@@ -1,4 +1,4 @@
-"""Pause, resume and run now (operations.py, scripts/schedule_*.lua, fire.lua) against a real redis-server."""
+"""Pause, resume and run now (ops/operations.py, store/scripts/schedule_*.lua, fire.lua) against a real redis-server."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from django_redisq.conf import get_options
-from django_redisq.inspect import Inspector, UnknownSchedule, schedule_rows
-from django_redisq.operations import ScheduleOperations
-from django_redisq.scheduler import id_base
+from django_redisq.ops.inspector import Inspector, UnknownSchedule, schedule_rows
+from django_redisq.ops.operations import ScheduleOperations
+from django_redisq.worker.scheduler import id_base
 from tests.helpers import keys, redis_ms, wait_for
 from tests.test_scheduler import TASK, claim_now, downtime, every, marker, pending_ticks, scheduler, with_schedules
 from tests.testapp.tasks import TICKS

@@ -1,4 +1,4 @@
-"""The scheduler and scripts/fire.lua against a real redis-server: once per tick, catch-up, overlap, clocks, key slots."""
+"""The scheduler and store/scripts/fire.lua against a real redis-server: once per tick, catch-up, overlap, clocks, key slots."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from django.test import override_settings
 
-from django_redisq.broker import Broker
 from django_redisq.conf import get_options
-from django_redisq.scheduler import Scheduler
+from django_redisq.store.broker import Broker
+from django_redisq.worker.scheduler import Scheduler
 from tests.helpers import keys, redis_ms, wait_for
 from tests.testapp.tasks import TICKS
 
@@ -271,7 +271,7 @@ def test_redisq_schedules_lists_next_and_last_runs_and_counts(r):
 
 
 def test_a_non_burst_worker_runs_the_scheduler_and_no_scheduler_opts_out(r):
-    from django_redisq.worker import Worker
+    from django_redisq.worker.worker import Worker
 
     with with_schedules({"s": every(1)}):
         assert Worker(burst=False).scheduler is not None

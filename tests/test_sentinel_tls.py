@@ -34,13 +34,15 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 from redis.sentinel import SentinelManagedSSLConnection
 
-from django_redisq import aconnection, connection
+from django_redisq import connection
 from django_redisq.compat import TaskResultStatus
 from django_redisq.conf import build_options, get_options, validate
+from django_redisq.connection import async_pools as aconnection
 from django_redisq.exceptions import RedisUnavailable
-from django_redisq.keys import QueueKeys
+from django_redisq.store import server
+from django_redisq.store.keys import QueueKeys
 from django_redisq.testing import RedisServer, SentinelSetup, _call, find_redis_server, free_port
-from django_redisq.worker import Worker
+from django_redisq.worker.worker import Worker
 from tests.conftest import topology_settings
 from tests.helpers import wait_for
 from tests.test_security import ALICE_PW, PASSWORD, SECRETS, make_certificates, no_secret_in
@@ -171,7 +173,7 @@ def test_a_task_runs_through_tls_sentinels_and_is_stored_on_the_master_and_repli
     assert pool.connection_class is SentinelManagedSSLConnection
     assert all(s.connection_pool.connection_class is redis.SSLConnection for s in pool.sentinel_manager.sentinels)
     assert pool.get_master_address() == ("127.0.0.1", setup.master.port)
-    assert connection.check_server(get_options())["redis_version"]
+    assert server.check_server(get_options())["redis_version"]
 
     result = tasks.add.enqueue(20, 22)
     assert Worker(["default"], burst=True).run() == 1
@@ -202,7 +204,7 @@ def test_a_wrong_password_gives_a_clear_error_without_the_password(tls_sentinels
     options = build_options("default", {"OPTIONS": opts})
     try:
         with pytest.raises(RedisUnavailable) as exc:
-            connection.check_server(options)
+            server.check_server(options)
         assert expected in str(exc.value), str(exc.value)
         assert f"Redis master {tls_sentinels.master_name!r} of sentinels 127.0.0.1:" in str(exc.value)
         assert "\n" not in str(exc.value)
@@ -231,7 +233,7 @@ def test_a_dead_sentinel_first_in_the_list_costs_no_retries(tls_sentinels):
     options = build_options("default", {"OPTIONS": opts})
     try:
         started = time.monotonic()
-        assert connection.check_server(options)["redis_version"]
+        assert server.check_server(options)["redis_version"]
         assert time.monotonic() - started < 1.0
     finally:
         connection.reset()
@@ -248,7 +250,7 @@ def test_aenqueue_and_aget_result_through_tls_sentinels(on_tls_sentinels):
 
     async def enqueue() -> list[str]:
         results = await asyncio.gather(*(tasks.add.aenqueue(i, i) for i in range(n)))
-        [link] = aconnection.links_of(asyncio.get_running_loop())
+        [link] = aconnection.wires_of(asyncio.get_running_loop())
         pool: Any = link.pool
         assert pool.connection_class is AsyncSentinelSSLConnection
         assert all(s.connection_pool.connection_class.__name__ == "SSLConnection" for s in pool.sentinel_manager.sentinels)

@@ -7,8 +7,9 @@ from typing import Any
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from django_redisq import connection, topology
+from django_redisq import connection
 from django_redisq.conf import build_options, validate
+from django_redisq.connection import topology
 
 
 def ids(options: dict[str, Any]) -> list[str]:

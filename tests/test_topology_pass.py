@@ -17,7 +17,7 @@ from redis.cluster import RedisCluster
 
 from django_redisq import connection
 from django_redisq.conf import get_options
-from django_redisq.keys import QueueKeys
+from django_redisq.store.keys import QueueKeys
 from tests.conftest import TOPOLOGY
 from tests.testapp import tasks
 

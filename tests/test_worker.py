@@ -7,7 +7,7 @@ import redis
 from django.core.exceptions import ImproperlyConfigured
 
 from django_redisq.compat import TaskResultStatus
-from django_redisq.worker import Worker
+from django_redisq.worker.worker import Worker
 from tests.helpers import drain, keys, message, seed_pending, wait_for, where_is
 from tests.testapp import tasks
 from tests.testapp.tasks import EFFECTS
@@ -198,7 +198,7 @@ def test_bad_worker_arguments():
 
 
 def test_db_connections_are_closed_around_each_task(r, make_worker, monkeypatch):
-    import django_redisq.runner as runner_mod
+    import django_redisq.worker.runner as runner_mod
 
     calls = []
     real = runner_mod.close_old_connections

@@ -27,8 +27,9 @@ import pytest
 import redis
 from redis.cluster import ClusterPipeline, RedisCluster
 
-from django_redisq import connection, scripts
-from django_redisq.topology import QueueCluster
+from django_redisq import connection
+from django_redisq.connection.topology import QueueCluster
+from django_redisq.store import scripts
 from tests.conftest import TOPOLOGY, topology_client, topology_settings
 
 STRICT = "#!lua\n"

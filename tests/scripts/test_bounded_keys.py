@@ -5,9 +5,9 @@ import random
 
 import pytest
 
-from django_redisq.broker import Broker
 from django_redisq.conf import get_options
-from django_redisq.keys import QueueKeys
+from django_redisq.store.broker import Broker
+from django_redisq.store.keys import QueueKeys
 from tests.helpers import keys, message, seed_dead, seed_processing, where_is
 
 ERR = {"exc": "builtins.ValueError", "msg": "boom", "tb": "Traceback...", "at": 1}

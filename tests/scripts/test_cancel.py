@@ -8,8 +8,8 @@ import pytest
 import redis
 from redis.cluster import RedisCluster
 
-from django_redisq.broker import CANCELLED, CANCELLED_EXC, cancelled_error
 from django_redisq.compat import TaskResultStatus, task_backends
+from django_redisq.store.broker import CANCELLED, CANCELLED_EXC, cancelled_error
 from tests.helpers import keys, redis_ms, seed_dead, seed_hash, seed_pending, seed_processing, seed_scheduled, set_heartbeat_age, where_is
 
 K = keys()
@@ -34,7 +34,7 @@ def assert_cancelled(r, task_id: str, who: str, failures: str = "0") -> dict:
 
 
 def test_the_exception_path_is_the_same_in_lua_and_python():
-    lua = resources.files("django_redisq.scripts").joinpath("lib", "cancel.lua").read_text()
+    lua = resources.files("django_redisq.store.scripts").joinpath("lib", "cancel.lua").read_text()
     assert re.search(r"CANCELLED_EXC = '([^']+)'", lua).group(1) == CANCELLED_EXC == EXC  # type: ignore[union-attr]
     assert re.search(r"CANCELLED = '([^']+)'", lua).group(1) == CANCELLED  # type: ignore[union-attr]
 
@@ -145,7 +145,7 @@ def _queue_node(r) -> dict:
 
 
 def test_a_call_walks_pending_within_its_budget_and_the_rest_is_sent_again(r, broker, monkeypatch):
-    from django_redisq import operator_steps as broker_module
+    from django_redisq.store import operator_steps as broker_module
 
     monkeypatch.setattr(broker_module, "CANCEL_SCAN", 10)
     for i in range(30):

@@ -4,9 +4,9 @@ import threading
 
 import pytest
 
-from django_redisq.broker import RUN
 from django_redisq.exceptions import QueuePaused
-from django_redisq.priority import MARKER, ready_page
+from django_redisq.store.broker import RUN
+from django_redisq.store.priority import MARKER, ready_page
 from tests.helpers import keys, where_is
 
 
@@ -73,7 +73,7 @@ def test_markers_wake_one_worker_each_and_never_mix_with_ids(r, broker):
 def test_markers_stay_bounded_under_a_steady_stream_of_priorities(r, broker):
     """Each task taken straight from the set leaves its marker: they stop at MARKERS_MAX, and a fetch that reaches
     the list drops them all (the state machine found them piling up one per task)."""
-    from django_redisq.priority import MARKERS_MAX
+    from django_redisq.store.priority import MARKERS_MAX
 
     for i in range(3 * MARKERS_MAX):
         put(broker, (f"p{i}", 5))

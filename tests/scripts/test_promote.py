@@ -29,7 +29,7 @@ def test_concurrent_promoters_never_duplicate(r, broker):
         seed_scheduled(r, f"t{i}", -1)
 
     def promote() -> None:
-        from django_redisq.broker import Broker
+        from django_redisq.store.broker import Broker
 
         b = Broker(broker.options)
         while b.promote("default", batch=7)[0]:

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from django_redisq.exceptions import LeaseLost
-from django_redisq.keys import QueueKeys
+from django_redisq.store.keys import QueueKeys
 from tests.helpers import keys, message, redis_ms, seed_dead, seed_processing, seed_scheduled, where_is
 
 ERR = {"exc": "builtins.ValueError", "msg": "boom", "tb": "Traceback...", "at": 1}

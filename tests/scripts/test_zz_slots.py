@@ -13,18 +13,18 @@ from hashlib import sha1
 
 import pytest
 
-from django_redisq import scripts
-from django_redisq.broker import Broker
 from django_redisq.conf import get_options
-from django_redisq.inspect import Inspector
-from django_redisq.inspect_tasks import DeadFilter
+from django_redisq.ops.inspector import Inspector
+from django_redisq.store import scripts
+from django_redisq.store.broker import Broker
+from django_redisq.store.dead_scan import DeadFilter
 from tests.conftest import topology_settings
 from tests.helpers import keys, redis_ms, seed_dead, seed_hash, seed_processing
 from tests.scripts.conftest import EXECUTED, STRICT
 
 
 def test_fire_claims_a_tick_once(r):
-    from django_redisq.scheduler import Scheduler
+    from django_redisq.worker.scheduler import Scheduler
 
     schedule = {"task": "tests.testapp.tasks.on_tick", "every": 60, "kwargs": {"key": "k"}, "timezone": "UTC"}
     with topology_settings(SCHEDULES={"s": schedule}):

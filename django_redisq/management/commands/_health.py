@@ -13,13 +13,13 @@ import json
 from dataclasses import asdict
 from typing import Any
 
-import redis
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from django_redisq.connection import describe
+from django_redisq.exceptions import RedisError
 from django_redisq.health import Thresholds, breaches, configured
-from django_redisq.inspect import Inspector
+from django_redisq.ops.inspector import Inspector
+from django_redisq.store.server import describe
 
 OK, BREACHED, UNREACHABLE = 0, 1, 2
 
@@ -57,7 +57,7 @@ def run(command: BaseCommand, ins: Inspector, opts: dict[str, Any]) -> None:
     health = params.get("OPTIONS", {}).get("HEALTH")
     try:
         figures = [f for f in ins.figures() if f.queue in queues]
-    except (redis.RedisError, OSError) as exc:
+    except (RedisError, OSError) as exc:
         line = f"Redis unreachable at {describe(ins.options)}: {type(exc).__name__}"
         emit(command, opts, {"status": "unreachable", "breaches": [line], "queues": {}}, [line])
         raise SystemExit(UNREACHABLE) from None

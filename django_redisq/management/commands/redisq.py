@@ -12,7 +12,7 @@
     redisq cancel ID [ID ...] [--queue Q] [--json]
     redisq health [--max-pending N] [--max-age SECONDS] [--max-dead N] [--min-workers N] [--queue Q ...] [--json]
 
-It reads through ``inspect.py`` and changes through ``operations.py``, as
+It reads through ``ops/inspector.py`` and changes through ``ops/operations.py``, as
 the admin does. Long runs draw a progress bar on stderr.
 """
 
@@ -30,20 +30,10 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_redisq.exceptions import InvalidArguments
-from django_redisq.inspect import DeadFilter, Inspector, UnknownQueue, UnknownSchedule, schedule_rows
 from django_redisq.management.commands import _health
 from django_redisq.management.commands.runworker import positive
-from django_redisq.operations import (
-    DELETE,
-    PAUSE,
-    REPLAY,
-    RUN_NOW,
-    TASK_ID_RE,
-    Operations,
-    Progress,
-    QueueOperations,
-    ScheduleOperations,
-)
+from django_redisq.ops.inspector import DeadFilter, Inspector, UnknownQueue, UnknownSchedule, schedule_rows
+from django_redisq.ops.operations import DELETE, PAUSE, REPLAY, RUN_NOW, TASK_ID_RE, Operations, Progress, QueueOperations, ScheduleOperations
 
 
 def _json_default(value: Any) -> Any:

@@ -16,9 +16,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils.module_loading import autodiscover_modules
 
 from django_redisq.compat import LOGGER_NAME
-from django_redisq.connection import check_server, describe, durability_warnings
 from django_redisq.exceptions import RedisUnavailable
-from django_redisq.pools import POOLS
+from django_redisq.store.server import check_server, describe, durability_warnings
+from django_redisq.worker.pools import POOLS
 
 LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
 
@@ -133,7 +133,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **opts: Any) -> None:
         self._configure_logging(opts["verbosity"])
         autodiscover_modules("tasks")
-        from django_redisq.worker import Worker
+        from django_redisq.worker.worker import Worker
 
         try:
             queues, concurrency, pool, prefetch = self._served(opts)
@@ -174,8 +174,8 @@ class Command(BaseCommand):
     def _served(self, opts: dict[str, Any]) -> tuple[list[str] | dict[str, int], int, str, int | None]:
         """Queues (a dict of weights for the weighted order), concurrency, pool, prefetch: the command line, else the profile."""
         from django_redisq.conf import get_options
-        from django_redisq.order import parse_queue_args
         from django_redisq.profiles import get_profile
+        from django_redisq.worker.queue_order import parse_queue_args
 
         if opts["profile"] is None:
             try:

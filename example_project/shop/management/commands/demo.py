@@ -26,9 +26,9 @@ from django.utils import timezone
 
 from django_redisq import signals
 from django_redisq.compat import LOGGER_NAME, TaskResult, TaskResultStatus
-from django_redisq.connection import check_server, describe
 from django_redisq.exceptions import RedisUnavailable
-from django_redisq.worker import Worker
+from django_redisq.store.server import check_server, describe
+from django_redisq.worker.worker import Worker
 from shop import tasks
 from shop.models import Order
 

@@ -1,0 +1,420 @@
+"""Admin pages over Redis: queues, dead letters, pending, scheduled and running tasks, periodic schedules.
+
+The ``DeadLetter`` model is a placeholder (no table) that gives the admin an
+index entry and two permissions: "view" to look, "change" to replay, delete
+and purge dead letters, to cancel tasks (admin/cancel.py), to pause,
+resume or run now a schedule, and to pause or resume a queue (admin/pause.py). Reads go
+through ``ops/inspector.py`` and changes through ``ops/operations.py``. Every change is a POST that first shows a confirmation
+page (the count and a sample), is CSRF-protected, and is written to the
+admin log. Bulk runs do about a second of work per request and then show
+their progress, continuing by themselves.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import time
+from collections import Counter
+from typing import Any
+
+from django.contrib import admin, messages
+from django.contrib.admin.models import CHANGE, DELETION, LogEntry
+from django.contrib.admin.utils import unquote
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect, QueryDict
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils.http import urlencode
+
+from django_redisq.admin.cancel import cancel_view
+from django_redisq.admin.common import LIST_STATES, MAX_SELECTED, SAMPLE, change_post
+from django_redisq.admin.edit import edit_form, edit_view
+from django_redisq.admin.pause import queue_action_view
+from django_redisq.conf import get_options
+from django_redisq.exceptions import RedisError, RedisUnavailable
+from django_redisq.models import DeadLetter
+from django_redisq.ops.inspector import DeadFilter, Inspector, Pagination, UnknownQueue, UnknownSchedule, WorkerInfo, backend_aliases, schedule_rows
+from django_redisq.ops.operations import (
+    DELETE,
+    PAUSE,
+    REPLAY,
+    RESUME,
+    RUN_NOW,
+    SCHEDULE_ACTIONS,
+    TASK_ID_RE,
+    Operations,
+    Progress,
+    ScheduleOperations,
+)
+from django_redisq.store.server import describe
+
+ID_RE = TASK_ID_RE
+TOP_RE = re.compile(r"^\d{1,17}$")
+SLICE_SECONDS = 1.0  # work one request does on a bulk action before it shows progress
+PAST = {REPLAY: "Replayed", DELETE: "Deleted"}
+
+
+def _int(value: Any, default: int, low: int = 0, high: int = 10**9) -> int:
+    try:
+        return max(low, min(high, int(value)))
+    except (TypeError, ValueError):
+        return default
+
+
+def chart(series: list[tuple[Any, int, int, int]], width: int = 180, height: int = 36) -> dict[str, Any]:
+    """Polyline points for processed and failed-or-dead per minute: a server-side SVG, no script."""
+    peak = max([max(p, f + d) for _, p, f, d in series] + [1])
+    step = width / max(1, len(series) - 1)
+
+    def points(values: list[int]) -> str:
+        return " ".join(f"{i * step:.1f},{height - v * (height - 2) / peak - 1:.1f}" for i, v in enumerate(values))
+
+    return {
+        "width": width, "height": height, "peak": peak,
+        "processed": points([p for _, p, _, _ in series]),
+        "failed": points([f + d for _, _, f, d in series]),
+    }
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "—"
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds:.1f} s"
+
+
+def run_time(seconds: float) -> str:
+    """A task's run time: milliseconds below a second, then as ``duration``."""
+    return f"{seconds * 1000:.3g} ms" if seconds < 1 else duration(seconds)
+
+
+def _filter(params: QueryDict) -> DeadFilter:
+    return DeadFilter(params.get("task", "")[:200], params.get("exc", "")[:200], params.get("q", "")[:200])
+
+
+@admin.register(DeadLetter)
+class DeadLetterAdmin(admin.ModelAdmin):
+    list_per_page = 50
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # deleting dead letters is a "change" of the queue, checked in action_view
+
+    def get_urls(self) -> list[URLPattern]:
+        name = "django_redisq_deadletter"
+
+        def wrap(view: Any) -> Any:
+            return self.admin_site.admin_view(self._redis_guard(view))
+
+        return [
+            path("", wrap(self.changelist_view), name=f"{name}_changelist"),
+            path("queues/", wrap(self.queues_view), name=f"{name}_queues"),
+            path("queues/action/", wrap(self.queue_action_view), name=f"{name}_queue_action"),
+            path("tasks/<str:state>/", wrap(self.tasks_view), name=f"{name}_tasks"),
+            path("task/<str:alias>/<str:queue>/<str:task_id>/", wrap(self.detail_view), name=f"{name}_detail"),
+            path("task/<str:alias>/<str:queue>/<str:task_id>/edit/", wrap(self.edit_view), name=f"{name}_edit"),
+            path("action/", wrap(self.action_view), name=f"{name}_action"),
+            path("cancel/", wrap(self.cancel_view), name=f"{name}_cancel"),
+            path("schedules/", wrap(self.schedules_view), name=f"{name}_schedules"),
+            path("schedules/action/", wrap(self.schedule_action_view), name=f"{name}_schedule_action"),
+            path("<path:object_id>/change/", wrap(self.log_link_view), name=f"{name}_change"),
+        ]
+
+    # -- helpers ---------------------------------------------------------
+
+    def _redis_guard(self, view: Any) -> Any:
+        """Render Redis being down as an admin page (503) that says so, not a server error."""
+
+        @functools.wraps(view)
+        def guarded(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            try:
+                response = view(request, *args, **kwargs)
+                if isinstance(response, TemplateResponse):
+                    response.render()  # so an error while rendering is caught here too
+                return response
+            except (RedisError, RedisUnavailable) as exc:
+                try:
+                    where = describe(get_options(request.GET.get("backend") or "default"))
+                except Exception:  # noqa: BLE001 - an unknown alias: say less, still no 500
+                    where = "Redis"
+                context = self.page_context(request, "Redis unavailable", error=f"{where}: {type(exc).__name__}")
+                response = self.render_page(request, "unavailable.html", context)
+                response.status_code = 503
+                return response
+
+        return guarded
+
+    def page_context(self, request: HttpRequest, title: str, **extra: Any) -> dict[str, Any]:
+        return {
+            **self.admin_site.each_context(request), "opts": self.model._meta, "title": title,
+            "has_change_permission": self.has_change_permission(request), "aliases": backend_aliases(), **extra,
+        }
+
+    def render_page(self, request: HttpRequest, template: str, context: dict[str, Any]) -> TemplateResponse:
+        return TemplateResponse(request, f"admin/django_redisq/deadletter/{template}", context)
+
+    def _require_view(self, request: HttpRequest) -> None:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+
+    def inspector_for(self, alias: str | None) -> Inspector:
+        aliases = backend_aliases()
+        if not aliases:
+            raise Http404("TASKS has no django_redisq backend")
+        alias = alias or aliases[0]
+        if alias not in aliases:
+            raise Http404(f"TASKS has no django_redisq backend {alias!r}")
+        return Inspector(get_options(alias))
+
+    def _list_url(self, alias: str, queue: str, **params: str) -> str:
+        query = urlencode({"backend": alias, "queue": queue, **{k: v for k, v in params.items() if v}})
+        return reverse("admin:django_redisq_deadletter_changelist") + "?" + query
+
+    def log_ids(self, request: HttpRequest, ids: list[str], flag: int, message: str) -> None:
+        user_id = request.user.pk
+        assert user_id is not None  # admin_view lets only logged-in staff through
+        LogEntry.objects.log_actions(user_id, [DeadLetter(id=i) for i in ids], flag, message)
+
+    # -- pages -----------------------------------------------------------
+
+    def queues_view(self, request: HttpRequest) -> TemplateResponse:
+        self._require_view(request)
+        backends = []
+        for alias in backend_aliases():
+            stats = Inspector(get_options(alias)).stats()
+            workers: dict[str, WorkerInfo] = {}
+            for s in stats:
+                for w in s.workers:  # a worker serving several queues is listed once
+                    if w.name in workers:
+                        workers[w.name].holding += w.holding
+                    else:
+                        workers[w.name] = w
+            rows = [(s, chart(s.series), duration(s.oldest_pending_age), "—" if s.failure_rate is None else f"{s.failure_rate:.1%}")
+                    for s in stats]
+            slow = [(s.queue, t, run_time(t.p50), run_time(t.p95)) for s in stats for t in s.slowest]
+            limits = [(s.queue, limit, "") for s in stats for limit in s.limits] + [(s.queue, None, s.rate_limit) for s in stats if s.rate_limit]
+            backends.append((alias, rows, sorted(workers.values(), key=lambda w: w.name), slow, limits))
+        return self.render_page(request, "queues.html", self.page_context(request, "Queues", backends=backends))
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        self._require_view(request)
+        ins = self.inspector_for(request.GET.get("backend"))
+        queue = request.GET.get("queue") or ins.queues[0]
+        if queue not in ins.queues:
+            messages.error(request, f"Queue {queue!r} is not in TASKS[{ins.options.alias!r}]['QUEUES'] any more.")
+            return HttpResponseRedirect(reverse("admin:django_redisq_deadletter_changelist"))
+        flt = _filter(request.GET)
+        top = request.GET.get("top", "")
+        top = top if TOP_RE.match(top) else ""
+        before = request.GET.get("before")
+        page = ins.dead_page(queue, flt, start=_int(request.GET.get("start"), 0), per_page=self.list_per_page,
+                             top=top, before=_int(before, 0) if before is not None else None)
+        tasks, excs = ins.facets(queue)
+        context = self.page_context(
+            request, "Dead letters", alias=ins.options.alias, queue=queue, queues=ins.dead_counts(), flt=flt,
+            page=page, pages=self._page_links(page), task_facets=tasks.most_common(15), exc_facets=excs.most_common(15),
+            targets=[q for q in ins.queues if q != queue], **(extra_context or {}),
+        )
+        return self.render_page(request, "change_list.html", context)
+
+    def _page_links(self, page: Pagination) -> list[tuple[Any, int | None]]:
+        return [(n, (n - 1) * page.per_page if isinstance(n, int) else None) for n in page.page_range()]
+
+    def tasks_view(self, request: HttpRequest, state: str) -> TemplateResponse:
+        self._require_view(request)
+        if state not in LIST_STATES:
+            raise Http404(f"no list of {state!r} tasks")
+        ins = self.inspector_for(request.GET.get("backend"))
+        queue = request.GET.get("queue") or ins.queues[0]
+        if queue not in ins.queues:
+            raise Http404(f"queue {queue!r} is not configured")
+        page: Pagination = getattr(ins, f"{state}_page")(queue, _int(request.GET.get("p"), 1, low=1), self.list_per_page)
+        context = self.page_context(request, f"{state.capitalize()} tasks", alias=ins.options.alias, queue=queue,
+                                queues=ins.queues, state=state, page=page)
+        return self.render_page(request, "tasks.html", context)
+
+    def detail_view(self, request: HttpRequest, alias: str, queue: str, task_id: str, form: Any = None) -> TemplateResponse:
+        """One task; a dead letter with readable arguments also gets the edit-then-replay form (``form``: one with errors)."""
+        self._require_view(request)
+        ins = self.inspector_for(alias)
+        try:
+            detail = ins.task(queue, task_id)
+        except UnknownQueue:
+            raise Http404(f"queue {queue!r} is not configured") from None
+        if detail is None:
+            raise Http404(f"no task {task_id!r} in queue {queue!r}")
+        context = self.page_context(
+            request, "Dead letter" if detail.dead_score else f"{detail.row.state.capitalize() or 'Unknown'} task",
+            alias=alias, queue=queue, detail=detail,
+            args_json=json.dumps(detail.args, indent=2, ensure_ascii=False, sort_keys=True),
+            kwargs_json=json.dumps(detail.kwargs, indent=2, ensure_ascii=False, sort_keys=True),
+            targets=[q for q in ins.queues if q != queue],
+            workers=list(Counter(detail.workers).items()),  # one per delivery: shown once each, with a count
+        )
+        if detail.dead_score and not detail.message_error and context["has_change_permission"]:
+            context["edit_form"] = form or edit_form(detail, ins.options.max_message_bytes)
+        return self.render_page(request, "detail.html", context)
+
+    def edit_view(self, request: HttpRequest, alias: str, queue: str, task_id: str) -> HttpResponse:
+        """Edit a dead letter's arguments, then replay it (admin/edit.py)."""
+        return edit_view(self, request, alias, queue, task_id)
+
+    def cancel_view(self, request: HttpRequest) -> HttpResponse:
+        """Cancel tasks selected on a pending, scheduled or running list (admin/cancel.py)."""
+        return cancel_view(self, request)
+
+    def queue_action_view(self, request: HttpRequest) -> HttpResponse:
+        """Pause or resume a queue from the Queues page (admin/pause.py)."""
+        return queue_action_view(self, request)
+
+    def log_link_view(self, request: HttpRequest, object_id: str) -> HttpResponseRedirect:
+        """Where an admin-log entry links: the task, or the queue's dead letters."""
+        self._require_view(request)
+        parts = unquote(object_id).split("/")
+        if len(parts) == 2 and parts[1].startswith("schedule:"):
+            return HttpResponseRedirect(self._schedules_url(parts[0]))
+        if len(parts) == 2 and parts[1].startswith("queue:"):
+            return HttpResponseRedirect(reverse("admin:django_redisq_deadletter_queues"))
+        if len(parts) == 3:
+            return HttpResponseRedirect(reverse("admin:django_redisq_deadletter_detail", args=parts))
+        if len(parts) == 2:
+            return HttpResponseRedirect(self._list_url(*parts))
+        raise Http404("not a dead letter reference")
+
+    # -- changes ---------------------------------------------------------
+
+    @change_post
+    def action_view(self, request: HttpRequest, post: QueryDict, ins: Inspector) -> HttpResponse:
+        queue, action, to = post.get("queue", ""), post.get("action", ""), post.get("to") or None
+        ops = Operations(ins)
+        try:
+            ops.check(action, queue, to)
+        except (UnknownQueue, ValueError) as exc:
+            messages.error(request, str(exc))
+            return HttpResponseRedirect(reverse("admin:django_redisq_deadletter_changelist"))
+        if post.get("scope") == "all":
+            return self._act_all(request, ops, action, queue, to)
+        ids = [i for i in post.getlist("ids") if ID_RE.match(i)][:MAX_SELECTED]
+        present = ins.present_dead(queue, ids)
+        back = self._list_url(ins.options.alias, queue)
+        if not present:
+            messages.warning(request, "None of the selected tasks is in this queue's dead letters (any more).")
+            return HttpResponseRedirect(back)
+        if post.get("confirm") != "yes":
+            return self._confirm(request, ins, action, queue, to, count=len(present),
+                                 sample=ins.rows(queue, present[:SAMPLE]), hidden={"ids": present, "scope": "selected"})
+        done, skipped = ops.act(action, queue, present, to)
+        where = f" into queue {to}" if to else ""
+        now_in = to if action == REPLAY and to else queue  # where the log entry's link finds the task
+        self.log_ids(request, [f"{ins.options.alias}/{now_in}/{i}" for i in present],
+                  CHANGE if action == REPLAY else DELETION, f"{PAST[action]} dead letter{where} (from queue {queue})")
+        self._report(request, action, done, skipped, to)
+        return HttpResponseRedirect(self._list_url(ins.options.alias, queue))
+
+    def _act_all(self, request: HttpRequest, ops: Operations, action: str, queue: str, to: str | None) -> HttpResponse:
+        post, ins = request.POST, ops.inspector
+        flt = _filter(post)
+        top = post.get("top", "")
+        top = top if TOP_RE.match(top) else ""
+        if post.get("confirm") != "yes":
+            page = ins.dead_page(queue, flt, per_page=SAMPLE, top=top)  # fixes the snapshot the count and the run use
+            total = ins.count_dead(queue, flt, page.top)
+            return self._confirm(request, ins, action, queue, to, count=total, sample=page.items, flt=flt,
+                                 hidden={"scope": "all", "top": page.top, "total": total})
+        progress = Progress(total=_int(post.get("total"), 0), done=_int(post.get("done"), 0),
+                            skipped=_int(post.get("skipped"), 0), pos=_int(post.get("pos"), 0), top=top)
+        before = progress.done
+        ops.act_matching(action, queue, flt, progress, to, deadline=time.monotonic() + SLICE_SECONDS)
+        described = ", ".join(f"{k}={v!r}" for k, v in (("task", flt.task), ("exception", flt.exc), ("search", flt.search)) if v)
+        where = f" into queue {to}" if to else ""
+        self.log_ids(request, [f"{ins.options.alias}/{queue}"], CHANGE if action == REPLAY else DELETION,
+                  f"{PAST[action]} {progress.done - before} dead letters{where} of queue {queue}"
+                  + (f" matching {described}" if described else ""))
+        if progress.finished:
+            self._report(request, action, progress.done, progress.skipped, to)
+            return HttpResponseRedirect(self._list_url(ins.options.alias, queue))
+        return self._confirm(request, ins, action, queue, to, count=progress.total, sample=[], flt=flt, progress=progress,
+                             hidden={"scope": "all", "top": progress.top, "total": progress.total, "done": progress.done,
+                                     "skipped": progress.skipped, "pos": progress.pos, "confirm": "yes"})
+
+    def _confirm(self, request: HttpRequest, ins: Inspector, action: str, queue: str, to: str | None, *, count: int,
+                 sample: list[Any], hidden: dict[str, Any], flt: DeadFilter | None = None,
+                 progress: Progress | None = None) -> TemplateResponse:
+        fields: list[tuple[str, Any]] = [("backend", ins.options.alias), ("queue", queue), ("action", action)]
+        if to:
+            fields.append(("to", to))
+        if flt:
+            fields += [(k, v) for k, v in (("task", flt.task), ("exc", flt.exc), ("q", flt.search)) if v]
+        for key, value in hidden.items():
+            fields += [(key, v) for v in value] if isinstance(value, list) else [(key, value)]
+        verb = "Replay" if action == REPLAY else "Delete"
+        context = self.page_context(
+            request, f"{verb} dead letters?" if progress is None else f"{verb} in progress",
+            alias=ins.options.alias, queue=queue, action=action, verb=verb, to=to, count=count, sample=sample,
+            flt=flt, fields=fields, progress=progress, back=self._list_url(ins.options.alias, queue),
+            percent=round(100 * progress.done / progress.total) if progress and progress.total else 0,
+        )
+        return self.render_page(request, "confirm.html", context)
+
+    def _report(self, request: HttpRequest, action: str, done: int, skipped: int, to: str | None) -> None:
+        noun = "dead letter" if done == 1 else "dead letters"
+        where = f" into queue {to}" if to else ""
+        messages.success(request, f"{PAST[action]} {done:,} {noun}{where}.")
+        if skipped:
+            messages.warning(request, f"{skipped:,} could not be moved: their message does not decode, so it cannot be "
+                                      "rewritten for another queue. Replay them in their own queue or delete them.")
+
+    # -- periodic schedules ----------------------------------------------
+
+    def _schedules_url(self, alias: str) -> str:
+        return reverse("admin:django_redisq_deadletter_schedules") + "?" + urlencode({"backend": alias})
+
+    def schedules_view(self, request: HttpRequest) -> TemplateResponse:
+        self._require_view(request)
+        backends = [(alias, schedule_rows(Inspector(get_options(alias)))) for alias in backend_aliases()]
+        return self.render_page(request, "schedules.html", self.page_context(request, "Schedules", backends=backends))
+
+    def schedule_action_view(self, request: HttpRequest) -> HttpResponse:
+        """Pause, resume or run now one schedule: a confirmation page first, then the change (POST only)."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        if not self.has_change_permission(request):
+            raise PermissionDenied
+        post = request.POST
+        ins = self.inspector_for(post.get("backend"))
+        alias, name, action = ins.options.alias, post.get("name", "")[:200], post.get("action", "")
+        back = self._schedules_url(alias)
+        row = next((r for r in schedule_rows(ins) if r.name == name), None)
+        if action not in SCHEDULE_ACTIONS:
+            messages.error(request, f"Unknown action {action[:40]!r}; expected one of {', '.join(SCHEDULE_ACTIONS)}.")
+            return HttpResponseRedirect(back)
+        if row is None or row.problems:
+            messages.error(request, f"Schedule {name!r} cannot be changed: " + (" ".join(row.problems) if row else "it is not configured."))
+            return HttpResponseRedirect(back)
+        if post.get("confirm") != "yes":
+            verb = {PAUSE: "Pause", RESUME: "Resume", RUN_NOW: "Run now"}[action]
+            context = self.page_context(request, f"{verb}: schedule {name}?", alias=alias, row=row, action=action, verb=verb,
+                                    back=back, fields=[("backend", alias), ("name", name), ("action", action)])
+            return self.render_page(request, "schedule_confirm.html", context)
+        by = request.user.get_username()
+        try:
+            change = ScheduleOperations(ins).act(action, name, by)
+        except UnknownSchedule as exc:  # removed or broken between the page and the click
+            messages.error(request, str(exc))
+            return HttpResponseRedirect(back)
+        if action == RUN_NOW:
+            self.log_ids(request, [f"{alias}/{change.queue}/{change.task_id}"], CHANGE, f"Ran schedule {name} now")
+            messages.success(request, f"Enqueued the task of schedule {name} now, as {change.task_id} on queue {change.queue}.")
+        elif not change.changed:
+            messages.warning(request, f"Schedule {name} was {'paused already' if action == PAUSE else 'not paused'}; nothing changed.")
+        else:
+            self.log_ids(request, [f"{alias}/schedule:{name}"], CHANGE, f"{'Paused' if action == PAUSE else 'Resumed'} schedule {name}")
+            messages.success(request, f"Paused schedule {name}: no worker runs its ticks until it is resumed." if action == PAUSE else
+                             f"Resumed schedule {name}: its next tick runs as usual (ticks that passed while it was paused are not run).")
+        return HttpResponseRedirect(back)

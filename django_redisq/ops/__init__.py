@@ -1,0 +1,8 @@
+"""What operators read and do, for the admin, ``manage.py redisq`` and metrics.
+
+``inspector.py`` (``Inspector``) reads a backend's queues, tasks, workers and
+schedules; ``operations.py`` (``Operations``) changes them (replay, purge,
+cancel, pause, edit); ``metrics.py`` renders the fleet's Prometheus figures;
+``partition_stats.py`` sums a partitioned queue's figures. Each is a thin layer
+over the store's bounded reads and atomic steps.
+"""

@@ -1,0 +1,92 @@
+"""Fleet-wide Prometheus metrics, read from Redis at scrape time (``django_redisq.views.metrics``).
+
+The figures live in Redis, kept by the scripts that change the state they
+count (ack, retry, bury, reap: DESIGN invariant 5's "count inside the same
+script"), so every web process serves the same numbers and a scrape costs
+``Inspector.figures``: two pipelined round trips, O(queues + workers),
+however many tasks wait (bench/metrics_scrape.py measures it at 1,000,000).
+
+Per-worker runtime figures (durations, queue wait, busy executors) are not
+here: they are served by each worker, ``runworker --metrics-port``
+(``worker/metrics.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+from django_redisq.exceptions import RedisError
+from django_redisq.ops.inspector import Inspector, backend_aliases
+from django_redisq.store.records import QueueFigures
+from django_redisq.worker.metrics import prometheus
+
+logger = logging.getLogger("django_redisq")
+
+STATES = ("pending", "scheduled", "running", "dead")
+COUNTERS = (
+    # metric (without _total), help, how it is computed from the scripts' counters
+    ("redisq_tasks_processed", "Tasks that succeeded (acked).", ("processed",)),
+    ("redisq_tasks_failed", "Task attempts that failed (raised, timed out, lost their process), retried or not.",
+     ("failed", "failed_final")),
+    ("redisq_tasks_retried", "Failed attempts scheduled for another attempt.", ("retried",)),
+    ("redisq_tasks_dead_lettered", "Tasks moved to the dead-letter queue, for any reason.", ("dead_count",)),
+    ("redisq_tasks_recovered", "Tasks handed back to pending after their worker died (reaped).", ("recovered",)),
+)
+
+
+def families(figures: Sequence[QueueFigures], up: dict[str, bool]) -> Iterator[Any]:
+    """The metric families of these queue figures (``up``: alias -> whether its Redis answered)."""
+    prometheus()  # a clear error without the extra
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    labels = ["backend", "queue"]
+    gup = GaugeMetricFamily("redisq_up", "1 if the backend's Redis answered this scrape, else 0.", labels=["backend"])
+    for alias, ok in up.items():
+        gup.add_metric([alias], 1.0 if ok else 0.0)
+    yield gup
+    tasks = GaugeMetricFamily("redisq_queue_tasks", "Tasks of a queue in each state now.", labels=[*labels, "state"])
+    latency = GaugeMetricFamily("redisq_queue_latency_seconds", "Age of the oldest pending task (0 when none waits).", labels=labels)
+    workers = GaugeMetricFamily("redisq_queue_workers", "Live workers serving the queue (heartbeat within WORKER_TIMEOUT).",
+                                labels=labels)
+    paused = GaugeMetricFamily("redisq_queue_paused", "1 while the queue is paused (workers start none of its tasks), else 0.",
+                               labels=labels)
+    counters = [CounterMetricFamily(name, text, labels=labels) for name, text, _ in COUNTERS]
+    for f in figures:
+        key = [f.alias, f.queue]
+        for state in STATES:
+            tasks.add_metric([*key, state], float(getattr(f, state)))
+        latency.add_metric(key, f.oldest_pending_age)
+        workers.add_metric(key, float(f.workers))
+        paused.add_metric(key, 1.0 if f.paused else 0.0)
+        for family, (_, _, parts) in zip(counters, COUNTERS, strict=True):
+            family.add_metric(key, float(sum(f.totals[p] for p in parts)))
+    yield from (tasks, latency, workers, paused, *counters)
+
+
+class FleetCollector:
+    """A ``prometheus_client`` collector over the queues of the given backend aliases (default: all)."""
+
+    def __init__(self, aliases: Iterable[str] | None = None) -> None:
+        self.aliases = list(aliases) if aliases is not None else None
+
+    def collect(self) -> Iterator[Any]:
+        figures: list[QueueFigures] = []
+        up: dict[str, bool] = {}
+        for alias in self.aliases if self.aliases is not None else backend_aliases():
+            try:
+                figures += Inspector.for_alias(alias).figures()
+                up[alias] = True
+            except RedisError as exc:  # a scrape says Redis is down rather than failing
+                logger.warning("metrics: Redis of backend %s did not answer (%s: %s)", alias, type(exc).__name__, exc)
+                up[alias] = False
+        yield from families(figures, up)
+
+
+def exposition(aliases: Iterable[str] | None = None) -> tuple[bytes, str]:
+    """The text a scrape gets, and its content type."""
+    pc = prometheus()
+    registry = pc.CollectorRegistry(auto_describe=False)
+    registry.register(FleetCollector(aliases))
+    return pc.generate_latest(registry), pc.CONTENT_TYPE_LATEST

@@ -1,0 +1,147 @@
+"""The whole Redis key schema: the only module that spells key names.
+
+Every key of one queue shares the hash tag ``{<queue>}``, so each Lua script
+touches a single Redis Cluster slot (DESIGN invariant 6). Scripts that must
+reach a per-task key receive the queue's prefix as an ARGV and append to it,
+which keeps the key in the same slot.
+
+=================================  ======  =================================================
+key                                type    meaning
+=================================  ======  =================================================
+``P:pending``                      LIST    ids ready to run (priority 0); LPUSH in, taken from the right;
+                                           or only ``~redisq:wake`` markers (a reserved id) that wake a blocked worker for
+                                           ``P:prioritized`` (never both)
+``P:prioritized``                  ZSET    ids ready to run of a priority other than 0, scored
+                                           ``(100 - priority) * 2^44 + n`` (store/scripts/lib/ready.lua)
+``P:prioseq``                      STRING  the counter ``n`` of those: FIFO within a priority
+``P:scheduled``                    ZSET    id -> due time (Redis ms): delayed and retried
+``P:slots`` / ``P:slots:<task>``   ZSET    fleet-wide concurrency: ids holding a slot of the queue's
+                                           MAX_RUNNING / of the task's max_running -> taken at (ms)
+``P:blocked`` / ``P:blocked:<t>``  LIST    ids waiting for such a slot (pending, not in a worker)
+``P:rate`` / ``P:rate:<task>``     STRING  fleet-wide rate limit: the earliest next start (Redis ms)
+``P:limits``                       HASH    task path -> its max_running, for the tasks that have one
+                                           (store/scripts/lib/limits.lua)
+``P:processing:<worker>``          LIST    ids one worker has taken and not yet settled
+``P:dead``                         ZSET    id -> died at (Redis ms): the dead-letter queue
+``P:workers``                      ZSET    worker id -> last heartbeat (Redis ms)
+``P:alive``                        HASH    worker id -> start of its unbroken run of heartbeats
+``P:worker:<worker>``              STRING  JSON about a live worker (host, pid, queues)
+``P:t:<id>``                       HASH    the task: message, state, attempts, errors, result
+``P:status:<id>``                  STRING  idempotency guard: ``running:<worker>`` or ``success``
+``P:idem:<key>``                   STRING  user idempotency key -> id of the task holding it
+``P:cancels``                      HASH    task id -> ``<Redis ms>|<who>``: cancel requests for running
+                                           tasks (store/scripts/cancel.lua), polled by their workers; deleted
+                                           by the script that settles the task (ack, bury, retry, reap,
+                                           release), so at most one per task in a processing list
+``P:paused``                       STRING  present while the queue is paused: ``<Redis ms>|<who>``;
+                                           fetch.lua takes nothing while it exists
+``P:sched:<name>``                 HASH    a periodic schedule's marker: last claimed tick, last run,
+                                           counters (store/scripts/fire.lua), pause and last "run now"
+                                           (store/scripts/schedule_*.lua); expires unless renewed, never
+                                           while paused
+``P:processed`` / ``P:failed``     STRING  counters of acks / failed attempts retry.lua took / dead letters
+``P:dead_count``
+``P:retried`` / ``P:failed_final`` STRING  totals only: retries scheduled / failed last attempts (bury.lua) /
+``P:recovered``                            tasks reap.lua gave back after their worker died
+``P:<counter>:<minute>``           STRING  the same counters per minute (kept 2 hours)
+``P:durations:<minute>``           HASH    run times of the tasks acked that minute: ``<task>|<bucket>``
+                                           -> runs, ``<task>|n`` -> runs, ``~names``; at most 50 task
+                                           names (then ``~other``); kept 65 minutes (store/durations.py)
+``<any key above>:corrupt``        any     a key found of the wrong type, set aside by a script
+                                           (lib/types.lua); expires (``t:<id>:corrupt`` after
+                                           the dead-letter retention, and goes with its dead letter)
+=================================  ======  =================================================
+
+``P`` is ``<KEY_PREFIX>:{<queue>}`` (``redisq:{default}`` by default). A partitioned queue
+(``QUEUE_OPTIONS[q]["PARTITIONS"] = N``, partitions.py) has every key above once per partition:
+partition 0 under ``{<queue>}`` (today's keys), partition ``i`` under ``{<queue>~i}``, e.g.
+``redisq:{events~3}:pending``; ``~`` is not allowed in queue names (``NAME_RE``), so these never
+collide with a configured queue. Nothing else is kept for the logical queue.
+Task hash fields: ``msg`` (the JSON message), ``task`` (dotted path), ``prio`` (its priority, only when
+not 0), ``maxr`` / ``rate`` (its own fleet-wide limits, when it has them), ``slot`` (the slots it holds:
+``t`` its task's, ``q`` its queue's), ``rl`` (the start its rate limit booked for it), ``state``
+(pending, scheduled, running, finished, dead), ``enqueued_at``,
+``started_at``, ``last_attempted_at``, ``finished_at``, ``died_at`` (Redis ms),
+``deliveries``, ``failures``, ``workers`` (comma-joined worker ids),
+``errors`` (JSON list), ``error``/``exc`` (the last failure), ``result`` (JSON),
+``idem`` (the user idempotency key), ``reason`` (why it was dead-lettered:
+``failed``, ``timeout``, ``cancelled``, ``bad_message``, ...),
+``errors_len`` / ``errors_dropped`` (see store/scripts/lib/errors.lua), ``replayed``,
+``edited`` (replays with arguments edited in the admin), ``replayed_from``, ``moving_to`` (a dead letter being replayed into that queue).
+"""
+
+from __future__ import annotations
+
+from django_redisq.options import DEFAULT_PREFIX, NAME_RE, WORKER_NAME_MAX
+
+__all__ = ["DEFAULT_PREFIX", "NAME_RE", "STATES", "WORKER_NAME_MAX", "QueueKeys"]
+
+STATES = ("pending", "scheduled", "running", "finished", "dead", "moving")
+"""``moving``: a dead letter being replayed into another queue (store/scripts/move_out.lua)."""
+
+
+class QueueKeys:
+    """Key names of one queue; cheap to build, so callers may cache or not."""
+
+    __slots__ = ("alive", "blocked", "cancels", "dead", "limits", "paused", "pending", "prefix", "prioritized", "prioseq", "queue",
+                 "rate", "scheduled", "slots", "workers")
+
+    def __init__(self, queue: str, key_prefix: str = DEFAULT_PREFIX) -> None:
+        self.queue = queue
+        base = f"{key_prefix}:{{{queue}}}"
+        self.prefix = base + ":"
+        self.pending = base + ":pending"
+        self.prioritized = base + ":prioritized"
+        self.prioseq = base + ":prioseq"
+        self.slots = base + ":slots"
+        self.blocked = base + ":blocked"
+        self.rate = base + ":rate"
+        self.limits = base + ":limits"
+        self.scheduled = base + ":scheduled"
+        self.dead = base + ":dead"
+        self.workers = base + ":workers"
+        self.alive = base + ":alive"
+        self.cancels = base + ":cancels"
+        self.paused = base + ":paused"
+
+    def processing(self, worker: str) -> str:
+        return f"{self.prefix}processing:{worker}"
+
+    def worker_info(self, worker: str) -> str:
+        return f"{self.prefix}worker:{worker}"
+
+    def task(self, task_id: str) -> str:
+        return f"{self.prefix}t:{task_id}"
+
+    def status(self, task_id: str) -> str:
+        return f"{self.prefix}status:{task_id}"
+
+    def schedule(self, name: str) -> str:
+        """The marker of periodic schedule ``name`` (kept in its target queue's slot)."""
+        return f"{self.prefix}sched:{name}"
+
+    def task_slots(self, path: str) -> str:
+        """The fleet-wide slots of task ``path``'s ``max_running`` (built the same way by lib/limits.lua)."""
+        return f"{self.prefix}slots:{path}"
+
+    def task_blocked(self, path: str) -> str:
+        """The tasks of ``path`` waiting for one of those slots."""
+        return f"{self.prefix}blocked:{path}"
+
+    def idem(self, key: str) -> str:
+        return f"{self.prefix}idem:{key}"
+
+    @staticmethod
+    def corrupt(key: str) -> str:
+        """Where a script sets aside ``key`` when it finds it of the wrong type."""
+        return key + ":corrupt"
+
+    def durations(self, minute: int) -> str:
+        """The run times of the tasks acked in ``minute`` (Redis ms // 60000), built the same way by ack.lua."""
+        return f"{self.prefix}durations:{minute}"
+
+    def counter(self, name: str, minute: int | None = None) -> str:
+        """``processed``, ``failed``, ``dead_count`` (per minute too), ``retried``, ``failed_final``, ``recovered``."""
+        if minute is None:
+            return self.prefix + name
+        return f"{self.prefix}{name}:{minute}"

@@ -1,0 +1,296 @@
+"""Bounded, pipelined reads of a backend's queues: their figures, their workers, their limits, schedule markers.
+
+What ``Inspector`` (ops/inspector.py) shows: ``stats`` for the admin and
+``redisq stats``, ``figures`` for metrics scrapes and health probes, each two
+pipelined round trips whatever the backlog. The tasks in the queues are read by
+``TaskReads`` (task_reads.py), of which ``QueueReads`` is made. Nothing here
+changes Redis.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import redis
+from redis.commands.core import Script
+
+from django_redisq import partitions
+from django_redisq.compat import UTC
+from django_redisq.connection import get_client
+from django_redisq.exceptions import UnknownQueue
+from django_redisq.options import Options
+from django_redisq.store.durations import slowest
+from django_redisq.store.keys import QueueKeys
+from django_redisq.store.partition_stats import merged_figures, merged_stats
+from django_redisq.store.priority import MARKER, list_length
+from django_redisq.store.records import TOTALS, QueueFigures, QueueStats, WorkerInfo, pause_state, to_datetime
+from django_redisq.store.task_reads import TaskReads
+
+MINUTES = 60
+"""The per-minute series ``stats`` reads: the last hour."""
+
+
+@dataclass(slots=True)
+class LimitState:
+    """One fleet-wide concurrency limit of a queue, as the admin and ``redisq stats`` show it."""
+
+    name: str  # the task's dotted path, or '' for the queue's own MAX_RUNNING
+    limit: int
+    running: int  # slots taken
+    waiting: int  # tasks in its blocked list
+
+
+_ASKED = 3
+"""Replies ``_ask`` adds to a pipeline."""
+
+
+def _ask(pipe: Any, k: QueueKeys) -> None:
+    """Add the queue's limit reads to the first of two pipelined round trips (see ``_limit_states``)."""
+    pipe.hgetall(k.limits)
+    pipe.zcard(k.slots)
+    pipe.llen(k.blocked)
+
+
+def _ask_named(pipe: Any, k: QueueKeys, named: dict[str, str]) -> None:
+    """Add, to the second round trip, the reads of the task limits P:limits named (2 replies each)."""
+    for name in sorted(named):
+        pipe.zcard(k.task_slots(name))
+        pipe.llen(k.task_blocked(name))
+
+
+def _limit_states(queue_max: int, asked: list[Any], named_replies: list[Any]) -> tuple[int, list[LimitState]]:
+    """The tasks waiting for a slot (counted as pending) and the queue's limits, from the replies of both round trips.
+
+    The task limits are those P:limits names (a task's ``max_running``, recorded
+    when a worker first took a slot for it); the queue's own is its options'.
+    """
+    named, queue_running, queue_waiting = asked
+    out = [LimitState("", queue_max, int(queue_running), int(queue_waiting))] if queue_max or queue_running or queue_waiting else []
+    for i, name in enumerate(sorted(named)):
+        limit = int(named[name]) if str(named[name]).isdigit() else 0
+        out.append(LimitState(name, limit, int(named_replies[2 * i]), int(named_replies[2 * i + 1])))
+    return sum(s.waiting for s in out), out
+
+
+class QueueReads(TaskReads):
+    """The bounded reads of one backend alias's queues: their figures here, the tasks in them in ``TaskReads``."""
+
+    def __init__(self, options: Options, client: redis.Redis | None = None) -> None:
+        self.options = options
+        self.client = client or get_client(options)
+        self._scan: Script | None = None
+        self._dead_window: Script | None = None
+
+    @property
+    def queues(self) -> tuple[str, ...]:
+        return self.options.queues
+
+    @property
+    def physical_queues(self) -> list[str]:
+        """Every partition of every queue (partitions.py): the queues themselves when none is partitioned."""
+        return self.options.physical_all(self.options.queues)
+
+    def keys(self, queue: str) -> QueueKeys:
+        """The keys of a queue, or of one partition of a partitioned queue (``events~3``)."""
+        if queue not in self.options.queues and not (
+                partitions.SEP in queue and partitions.logical(queue) in self.options.queues
+                and queue in self.options.physical(partitions.logical(queue))):
+            raise UnknownQueue(f"queue {queue!r} is not in TASKS[{self.options.alias!r}]['QUEUES'] {list(self.options.queues)}")
+        return QueueKeys(queue, self.options.key_prefix)
+
+    def now_ms(self) -> int:
+        sec, usec = self.client.time()
+        return int(sec) * 1000 + int(usec) // 1000
+
+    # -- queue figures ---------------------------------------------------
+
+    def stats(self) -> list[QueueStats]:
+        """Figures for every configured queue in two round trips, the hour's slowest task names included."""
+        qs = self.physical_queues
+        now = self.now_ms()
+        minute = now // 60000
+        minutes = range(minute - MINUTES + 1, minute + 1)
+        pipe = self.client.pipeline(transaction=False)
+        for q in qs:
+            k = self.keys(q)
+            pipe.llen(k.pending)
+            pipe.zcard(k.scheduled)
+            pipe.zcard(k.dead)
+            pipe.lindex(k.pending, -1)
+            pipe.zrange(k.workers, 0, -1, withscores=True)
+            pipe.zcard(k.prioritized)
+            pipe.zrange(k.prioritized, 0, 0)
+            _ask(pipe, k)
+            for name in ("processed", "failed", "dead_count"):
+                pipe.execute_command("MGET", *[k.counter(name, m) for m in minutes])  # not pipe.mget: a cluster pipeline refuses it (the keys share a slot)
+            for m in minutes:  # bounded: at most (MAX_NAMES + 1) x BUCKETS fields each (store/durations.py)
+                pipe.hgetall(k.durations(m))
+        self._pipe_paused(pipe, qs)
+        first = pipe.execute(raise_on_error=False)
+        pauses = self._paused_from(first, qs)
+        head_n = 10 + _ASKED
+        stride = head_n + MINUTES
+        pipe = self.client.pipeline(transaction=False)
+        per_queue = []
+        raw: dict[str, list[Any]] = {}  # per queue: its minute hashes of run times
+        for i, q in enumerate(qs):
+            k = self.keys(q)
+            row = first[i * stride : i * stride + head_n]
+            length, scheduled, dead, oldest, workers, ranked, head = row[:7]
+            asked, counters = row[7 : 7 + _ASKED], row[7 + _ASKED :]
+            raw[q] = first[i * stride + head_n : (i + 1) * stride]
+            times = slowest(raw[q])
+            pending = list_length(length, oldest) + int(ranked)
+            oldest = oldest if oldest and oldest != MARKER else (head[0] if head else None)  # the next to run
+            if oldest:
+                pipe.hget(k.task(oldest), "enqueued_at")
+            else:
+                pipe.execute_command("ECHO", "")
+            for w, _ in workers:
+                pipe.llen(k.processing(w))
+                pipe.get(k.worker_info(w))
+            _ask_named(pipe, k, asked[0])
+            per_queue.append((q, pending, scheduled, dead, workers, counters, times, asked))
+        second = iter(pipe.execute())
+        out = []
+        fraction = (now % 60000) / 60000
+        for q, pending, scheduled, dead, workers, counters, times, asked in per_queue:
+            enq = next(second)
+            processed, failed, died = ([int(v or 0) for v in c] for c in counters)
+            infos = [self._worker(name, score, next(second), next(second), now) for name, score in workers]
+            waiting, limited = _limit_states(self.options.for_queue(q).max_running, asked,
+                                             [next(second) for _ in range(2 * len(asked[0]))])
+            pending += waiting
+            out.append(QueueStats(
+                alias=self.options.alias, queue=q, pending=pending, scheduled=scheduled, dead=dead,
+                running=sum(w.holding for w in infos),
+                oldest_pending_age=(now - int(enq)) / 1000 if enq else None,
+                # a sliding last-60-seconds estimate from the current and previous minute buckets
+                processed_minute=round(processed[-1] + processed[-2] * (1 - fraction)),
+                failed_minute=round(failed[-1] + died[-1] + (failed[-2] + died[-2]) * (1 - fraction)),
+                processed_hour=sum(processed), failed_hour=sum(failed) + sum(died), dead_hour=sum(died),
+                series=[(to_datetime(m * 60000) or datetime.now(UTC), p, f, d)
+                        for m, p, f, d in zip(minutes, processed, failed, died, strict=True)],
+                workers=infos, slowest=times, limits=limited, rate_limit=self.options.for_queue(q).rate_limit, **pauses[q],
+            ))
+        return out if len(out) == len(self.queues) else merged_stats(self.queues, out, raw)
+
+    def _pipe_paused(self, pipe: Any, qs: Sequence[str]) -> None:
+        """Queue a GET of the pause key of every queue of ``qs`` at the end of ``pipe`` (read back by ``_paused_from``)."""
+        for q in qs:
+            pipe.get(self.keys(q).paused)
+
+    def _paused_from(self, replies: list[Any], qs: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """The pause fields of each queue from the last replies of a pipeline ``_pipe_paused`` ended; raises the others' errors."""
+        n = len(qs)
+        head, tail = replies[: len(replies) - n], replies[len(replies) - n :]
+        for reply in head:
+            if isinstance(reply, Exception):
+                raise reply
+        out = {}
+        for q, value in zip(qs, tail, strict=True):
+            if isinstance(value, redis.ResponseError):  # another type: fetch.lua sees it exist, so paused
+                value = "0|"
+            elif isinstance(value, Exception):
+                raise value
+            paused, since, who = pause_state(value)
+            out[q] = {"paused": paused, "paused_at": since, "paused_by": who}
+        del replies[len(replies) - n :]
+        return out
+
+    def figures(self) -> list[QueueFigures]:
+        """Gauges and totals of every queue in two pipelined round trips, O(queues + workers) whatever the backlog.
+
+        For metrics scrapes and health probes, which run every few seconds:
+        unlike ``stats`` no per-minute series and no worker details are read.
+        """
+        qs = self.physical_queues
+        pipe = self.client.pipeline(transaction=False)
+        pipe.execute_command("TIME")  # not pipe.time() nor pipe.echo(): a cluster pipeline refuses those methods
+        for q in qs:
+            k = self.keys(q)
+            pipe.llen(k.pending)
+            pipe.zcard(k.scheduled)
+            pipe.zcard(k.dead)
+            pipe.lindex(k.pending, -1)  # the oldest: O(1) from the tail
+            pipe.zrange(k.workers, 0, -1, withscores=True)
+            pipe.execute_command("MGET", *[k.counter(name) for name in TOTALS])  # not pipe.mget: a cluster pipeline refuses it (the keys share a slot)
+            pipe.zcard(k.prioritized)
+            pipe.zrange(k.prioritized, 0, 0)  # with no plain task pending, the next prioritized one is the oldest shown
+            _ask(pipe, k)
+        self._pipe_paused(pipe, qs)
+        first = pipe.execute(raise_on_error=False)
+        pauses = self._paused_from(first, qs)
+        stride = 8 + _ASKED
+        sec, usec = first[0]
+        now = int(sec) * 1000 + int(usec) // 1000
+        pipe = self.client.pipeline(transaction=False)
+        for i, q in enumerate(qs):
+            k = self.keys(q)
+            row = first[1 + i * stride : 1 + (i + 1) * stride]
+            oldest, workers, head = row[3], row[4], row[7]
+            oldest = oldest if oldest and oldest != MARKER else (head[0] if head else None)
+            pipe.hget(k.task(oldest), "enqueued_at") if oldest else pipe.execute_command("ECHO", "")
+            for w, _ in workers:
+                pipe.llen(k.processing(w))
+            _ask_named(pipe, k, row[8])
+        second = iter(pipe.execute())
+        out = []
+        for i, q in enumerate(qs):
+            row = first[1 + i * stride : 1 + (i + 1) * stride]
+            length, scheduled, dead, tail, workers, totals, ranked, _ = row[:8]
+            enq = next(second)
+            running = sum(int(next(second)) for _ in workers)
+            waiting, _ = _limit_states(0, row[8:], [next(second) for _ in range(2 * len(row[8]))])
+            pending = list_length(length, tail) + int(ranked) + waiting
+            age = (now - int(enq)) / 1000 if enq and str(enq).isdigit() else 0.0
+            out.append(QueueFigures(
+                alias=self.options.alias, queue=q, pending=int(pending), scheduled=int(scheduled), running=running, dead=int(dead),
+                oldest_pending_age=max(0.0, age), workers=sum(1 for _, score in workers if now - score <= self.options.worker_timeout * 1000),
+                totals={name: int(v) if v and str(v).isdigit() else 0 for name, v in zip(TOTALS, totals, strict=True)},
+                **pauses[q],
+            ))
+        return out if len(out) == len(self.queues) else merged_figures(self.queues, out)
+
+    def _worker(self, name: str, score: float, holding: int, info_json: str | None, now: int) -> WorkerInfo:
+        ago = max(0.0, (now - score) / 1000)
+        w = WorkerInfo(name=name, last_seen=to_datetime(score), seen_ago=ago,
+                       alive=ago <= self.options.worker_timeout, holding=int(holding))
+        try:
+            info = json.loads(info_json) if info_json else {}
+        except ValueError:
+            info = {}
+        if isinstance(info, dict):
+            w.host, w.pid = str(info.get("host", "")), info.get("pid")
+            w.queues, w.concurrency = list(info.get("queues") or []), info.get("concurrency")
+            w.pool = str(info.get("pool") or "threads")
+            w.processed, w.current = info.get("processed"), [str(i) for i in info.get("current") or []]
+            w.started_at = to_datetime(info.get("started_at"))
+        return w
+
+    # -- periodic schedules ----------------------------------------------
+
+    def schedule_markers(self, where: Sequence[tuple[str, str]]) -> list[dict[str, str]]:
+        """The marker hash of each ``(queue, schedule name)`` (store/scripts/fire.lua writes them), in one round trip."""
+        if not where:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for queue, name in where:
+            pipe.hgetall(self.keys(queue).schedule(name))
+        return list(pipe.execute())
+
+    def task_states(self, where: Sequence[tuple[str, str]]) -> list[str | None]:
+        """The state of each ``(queue, task id)`` (``None`` for an empty id or an expired task), in one round trip."""
+        if not where:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for queue, task_id in where:
+            if task_id:
+                pipe.hget(self.keys(queue).task(task_id), "state")
+            else:
+                pipe.execute_command("ECHO", "")
+        return [state or None for state in pipe.execute()]

@@ -1,0 +1,234 @@
+"""Plain records the inspect layer returns: rows, details, pages, worker and queue figures.
+
+No Redis here; ``ops/inspector.py`` fills them in, the admin and the command show them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.core.paginator import Paginator
+
+from django_redisq.compat import UTC
+from django_redisq.store.durations import TaskTimes
+
+ERRORS_FIRST = 1
+"""Attempts kept at the start of a long error history (``ERRORS_FIRST`` in store/scripts/lib/errors.lua)."""
+
+
+def to_datetime(ms: Any) -> datetime | None:
+    try:
+        value = int(ms)
+    except (TypeError, ValueError):
+        return None
+    return datetime.fromtimestamp(value / 1000, tz=UTC) if value > 0 else None
+
+
+def pause_state(value: str | None) -> tuple[bool, datetime | None, str]:
+    """A queue's pause key ``<Redis ms>|<who>`` as (paused, since, who); None: not paused."""
+    if value is None:
+        return False, None, ""
+    since, _, who = str(value).partition("|")
+    return True, to_datetime(since), who
+
+
+def stored_errors(text: str | None, dropped: Any = None) -> list[dict[str, Any]]:
+    """A task hash's error history as ``{"exc", "msg", "tb", "at"}`` dicts, whatever shape was stored.
+
+    The scripts keep ``errors`` a JSON list of objects (store/scripts/lib/errors.lua), but
+    another producer or an older version may have left anything: what does not decode
+    is shown as text, never raised. A marker entry stands for the attempts left out
+    (``errors_dropped``) after the first ``ERRORS_FIRST``.
+    """
+    try:
+        value: Any = json.loads(text or "[]")
+    except (ValueError, TypeError, RecursionError):
+        value = [{"msg": "the stored error history does not decode", "tb": text or ""}]
+    if not isinstance(value, list):
+        value = [value]
+    out: list[dict[str, Any]] = []
+    for e in value:
+        if not isinstance(e, dict):
+            e = {"msg": e if isinstance(e, str) else json.dumps(e)}
+        out.append({"exc": str(e.get("exc") or ""), "msg": str(e.get("msg") or ""), "tb": str(e.get("tb") or ""),
+                    "at": e.get("at")})
+    try:
+        omitted = int(dropped or 0)
+    except (TypeError, ValueError):
+        omitted = 0
+    if omitted > 0 and out:
+        note = f"({omitted} attempts omitted)"
+        out.insert(ERRORS_FIRST, {"exc": "", "msg": note, "tb": note, "at": None})
+    return out
+
+
+@dataclass(slots=True)
+class TaskRow:
+    """One line of a task list, from one HMGET."""
+
+    id: str
+    queue: str
+    task: str = ""
+    state: str = ""
+    exc: str = ""
+    error: str = ""
+    failures: int = 0
+    deliveries: int = 0
+    enqueued_at: datetime | None = None
+    last_attempted_at: datetime | None = None
+    died_at: datetime | None = None
+    reason: str = ""
+    due_at: datetime | None = None  # scheduled tasks
+    worker: str = ""  # running tasks
+    priority: int = 0  # Django's priority (-100..100, higher runs first)
+
+    @property
+    def exc_name(self) -> str:
+        return self.exc.rsplit(".", 1)[-1]
+
+
+@dataclass(slots=True)
+class Attempt:
+    exc: str
+    message: str
+    traceback: str
+    at: datetime | None
+
+
+@dataclass(slots=True)
+class TaskDetail:
+    row: TaskRow
+    args: Any = None
+    kwargs: Any = None
+    message_error: str = ""  # why the stored message does not decode ('' = it does)
+    raw_message: str = ""
+    attempts: list[Attempt] = field(default_factory=list)
+    workers: list[str] = field(default_factory=list)
+    idempotency_key: str = ""
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    result: str | None = None
+    replayed: bool = False
+    dead_score: datetime | None = None  # set while the id is in the dead-letter queue
+
+
+@dataclass(slots=True)
+class Scan:
+    """What a walk of the dead set saw: see scan_dead.lua."""
+
+    top: str
+    total: int
+    next: int
+    examined: int
+    matched: int
+    found: list[tuple[str, int]]
+    exhausted: bool
+    where: dict[str, str] = field(default_factory=dict)  # id -> partition, for a partitioned queue's walk
+
+
+@dataclass(slots=True)
+class Pagination:
+    """A page of a list. ``total`` is None when a filter makes it unknown without a full scan."""
+
+    items: list[TaskRow]
+    per_page: int
+    start: int
+    total: int | None
+    next_start: int | None
+    top: str = ""
+    scanned: int = 0
+    budget_hit: bool = False
+
+    @property
+    def number(self) -> int:
+        return self.start // self.per_page + 1
+
+    @property
+    def num_pages(self) -> int | None:
+        return None if self.total is None else max(1, -(-self.total // self.per_page))
+
+    @property
+    def has_previous(self) -> bool:
+        return self.start > 0
+
+    @property
+    def has_next(self) -> bool:
+        return self.next_start is not None
+
+    def page_range(self) -> list[int | str]:
+        if self.total is None:
+            return []
+        last = self.num_pages or 1
+        return list(Paginator(range(self.total), self.per_page).get_elided_page_range(min(self.number, last)))
+
+
+@dataclass(slots=True)
+class WorkerInfo:
+    name: str
+    last_seen: datetime | None
+    seen_ago: float  # seconds since the last heartbeat
+    alive: bool
+    holding: int  # ids in its processing list of this queue
+    host: str = ""
+    pid: int | None = None
+    queues: list[str] = field(default_factory=list)
+    concurrency: int | None = None
+    pool: str = ""  # threads, processes or asyncio
+    processed: int | None = None
+    current: list[str] = field(default_factory=list)
+    started_at: datetime | None = None
+
+
+@dataclass(slots=True)
+class QueueStats:
+    alias: str
+    queue: str
+    pending: int
+    scheduled: int
+    running: int
+    dead: int
+    oldest_pending_age: float | None  # seconds
+    processed_minute: int
+    failed_minute: int
+    processed_hour: int
+    failed_hour: int
+    dead_hour: int
+    series: list[tuple[datetime, int, int, int]]  # minute, processed, failed, dead (oldest first)
+    workers: list[WorkerInfo]
+    slowest: list[TaskTimes] = field(default_factory=list)  # by p95 run time over the hour, slowest first
+    limits: list[Any] = field(default_factory=list)  # fleet-wide concurrency limits (queue_reads.LimitState)
+    rate_limit: str = ""  # the queue's RATE_LIMIT, as configured
+    paused: bool = False  # the queue is paused (redisq queue pause, the admin): workers start none of its tasks
+    paused_at: datetime | None = None
+    paused_by: str = ""
+
+    @property
+    def failure_rate(self) -> float | None:
+        """Failed attempts and dead letters as a share of all settled attempts over the hour (None: none settled)."""
+        settled = self.processed_hour + self.failed_hour
+        return self.failed_hour / settled if settled else None
+
+
+TOTALS = ("processed", "failed", "failed_final", "retried", "dead_count", "recovered")
+"""The counters the scripts keep per queue (store/keys.py), read by ``Inspector.figures``."""
+
+
+@dataclass(slots=True)
+class QueueFigures:
+    """What a metrics scrape or a health probe needs of one queue: O(1) reads, no per-minute series."""
+
+    alias: str
+    queue: str
+    pending: int
+    scheduled: int
+    running: int  # ids in every registered worker's processing list
+    dead: int
+    oldest_pending_age: float  # seconds; 0 when nothing is pending
+    workers: int  # live: heartbeat within WORKER_TIMEOUT
+    totals: dict[str, int]  # TOTALS -> count since the counters began
+    paused: bool = False
+    paused_at: datetime | None = None
+    paused_by: str = ""

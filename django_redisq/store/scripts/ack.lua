@@ -1,0 +1,95 @@
+-- ack: tasks succeeded. For each: prove ownership, record the result, arm the
+-- idempotency guard with 'success', start the idempotency key's countdown,
+-- count it, and add the batch's run times to the minute's durations hash (bounded:
+-- see store/durations.py). Many tasks per call, so a busy worker settles a batch in one round trip.
+--
+-- KEYS[1] -> P:processing:<worker>  (LIST)
+-- KEYS[2] -> P:dead                 (ZSET), for a task whose hash turned out corrupt
+-- KEYS[3] -> P:cancels              (HASH, task id -> cancel request): the batch's requests are
+--                                   deleted, lost leases included (their 'success' guard means no
+--                                   copy runs again); one TYPE per call, one HDEL only if it exists
+-- KEYS[4] -> P:pending, KEYS[5] -> P:prioritized, KEYS[6] -> P:prioseq, KEYS[7] -> P:slots,
+-- KEYS[8] -> P:blocked  (lib/limits.lua): a slot the task held is freed and one task waiting for it made ready
+-- ARGV[1] -> P:                the queue's key prefix (task hashes P:t:<id>, guards P:status:<id>,
+--                              idempotency keys, counters)
+-- ARGV[2] -> result TTL in ms (how long a finished task hash is kept)
+-- ARGV[3] -> success TTL in ms (how long the guard and the idempotency key say 'done')
+-- ARGV[4] -> ms a corrupt task key set aside is kept (the dead-letter retention)
+-- ARGV[5] -> most task names one minute's durations hash keeps (later ones count under '~other')
+-- ARGV[6] -> ms the durations hash P:durations:<minute> lives (HASH, see store/durations.py)
+-- ARGV[7] -> k: how many run-time triples follow
+-- ARGV[8..7+3k] -> triples: task name, bucket index, runs (the worker groups its batch)
+-- ARGV[8+3k..] -> pairs: id, result JSON
+--
+-- Returns: the ids whose lease was lost (not in this worker's processing list: they
+--   were reaped and redelivered). For those the 'success' guard is still written, so
+--   the redelivered copy is acked without running again, and so is the result if
+--   the task hash still exists (a purged task is not brought back as a bare result).
+-- A held task whose key is not a hash is set aside and dead-lettered ('corrupt'), result kept.
+--! include dead.lua
+--! include limits.lua
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local prefix, result_ttl, success_ttl, corrupt_ttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+want(KEYS[1], 'list')
+want(KEYS[2], 'zset')
+local cancels = want(KEYS[3], 'hash')
+local q = {pending = KEYS[4], prioritized = KEYS[5], seq = KEYS[6], slots = KEYS[7], blocked = KEYS[8]}
+local lost = {}
+local acked = 0
+local first = 8 + 3 * tonumber(ARGV[7])
+
+-- run times (of lost leases too: the runs happened), in the minute's bounded hash
+if first > 8 then
+  local dkey = prefix .. 'durations:' .. math.floor(now / 60000)
+  want(dkey, 'hash')
+  local cap, names = tonumber(ARGV[5]), tonumber(redis.call('HGET', dkey, '~names')) or 0
+  for i = 8, first - 1, 3 do
+    local name, runs = ARGV[i], ARGV[i + 2]
+    if redis.call('HEXISTS', dkey, name .. '|n') == 0 then
+      if names >= cap then
+        name = '~other'
+      else
+        names = names + 1
+        redis.call('HSET', dkey, '~names', names)
+      end
+    end
+    redis.call('HINCRBY', dkey, name .. '|' .. ARGV[i + 1], runs)
+    redis.call('HINCRBY', dkey, name .. '|n', runs)
+  end
+  redis.call('PEXPIRE', dkey, ARGV[6])
+end
+
+for i = first, #ARGV, 2 do
+  local id, result = ARGV[i], ARGV[i + 1]
+  local tkey = prefix .. 't:' .. id
+  local kind = redis.call('TYPE', tkey)['ok']
+  redis.call('SET', prefix .. 'status:' .. id, 'success', 'PX', success_ttl)  -- SET replaces a key of any type
+  local owned = redis.call('LREM', KEYS[1], 1, id) == 1
+  if not owned then
+    -- whoever holds it now settles it: only note the result where the task still is
+    if kind == 'hash' then
+      redis.call('HSET', tkey, 'result', result)
+      idem_expire(prefix, redis.call('HGET', tkey, 'idem'), id, success_ttl)
+    end
+    lost[#lost + 1] = id
+  elseif kind ~= 'hash' and kind ~= 'none' then
+    redis.call('HSET', bury_corrupt(prefix, KEYS[2], id, now, corrupt_ttl), 'result', result)
+  else
+    redis.call('HSET', tkey, 'state', 'finished', 'result', result, 'finished_at', now)
+    redis.call('PEXPIRE', tkey, result_ttl)
+    if kind == 'hash' then
+      local h = redis.call('HMGET', tkey, 'idem', 'slot', 'task')
+      idem_expire(prefix, h[1], id, success_ttl)
+      if h[2] then free_slots(prefix, q, id, h[3], h[2]) end
+    end
+    acked = acked + 1
+  end
+end
+count(prefix, 'processed', acked, now)
+if cancels == 'hash' then
+  local ids = {}
+  for i = first, #ARGV, 2 do ids[#ids + 1] = ARGV[i] end
+  for lo = 1, #ids, 1000 do redis.call('HDEL', KEYS[3], unpack(ids, lo, math.min(lo + 999, #ids))) end
+end
+return lost

@@ -1,0 +1,128 @@
+"""The heartbeat: keeps a worker registered, its guards leased, and tells it when it was reaped.
+
+Each beat (every HEARTBEAT_INTERVAL, on its own connection whose timeout fits
+the beat's budget) refreshes the worker's score on every queue, renews the
+idempotency guards of what it holds, and returns the queues on which the
+worker was no longer registered: it was reaped there while paused (SIGSTOP, a
+long GC pause, C code holding the GIL) or cut off from Redis. Then the worker
+drops, unstarted, every task of that queue it still holds locally: those went
+back to pending and may already have run elsewhere (the fence, DESIGN
+invariant 8).
+
+The beat also grants the worker a lease: executors start a task only while
+``may_start()``, that is within WORKER_TIMEOUT less one interval of the last
+beat Redis answered. No other worker can have reaped it before that, so after
+a pause the executors wait for the next beat, which fences them if needed,
+and only tasks already running when the pause began can run twice.
+
+The sweep hands back ids in the worker's processing list that the worker never
+heard of (a fetch whose reply was lost), once seen twice in a row.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from django_redisq.exceptions import RedisError
+from django_redisq.options import Options
+from django_redisq.store.broker import Broker
+
+logger = logging.getLogger("django_redisq")
+
+
+class Heartbeat:
+    def __init__(
+        self,
+        broker: Broker,
+        options: Options,
+        worker_id: str,
+        queues: Sequence[str],
+        info: Callable[[], dict[str, Any]],
+        known: Callable[[], set[str]],
+        on_fenced: Callable[[str], None],
+        on_beat: Callable[[bool], None] | None = None,
+    ) -> None:
+        """``broker``: one on the heartbeat's own connections (``Broker.for_heartbeat``), whose short timeouts keep a
+        beat's round trip within the lease; ``on_beat`` is told of each beat's success (health file, metrics)."""
+        self.options, self.worker_id, self.queues = options, worker_id, list(queues)
+        self.info, self.known, self.on_fenced = info, known, on_fenced
+        self.broker = broker
+        self.lease_until = 0.0  # monotonic: executors may start tasks before this
+        self.on_beat = on_beat
+        self._registered = False
+        self._suspects: dict[str, set[str]] = {}
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+
+    def may_start(self) -> bool:
+        """Whether no other worker can have reaped this one yet."""
+        return time.monotonic() < self.lease_until
+
+    def beat(self) -> None:
+        """One heartbeat on every queue; fences the queues on which the worker had been reaped."""
+        sent = time.monotonic()
+        gone = self.broker.heartbeat(self.queues, self.worker_id, self.info())
+        if self._registered:
+            for q in gone:
+                self.on_fenced(q)
+        self._registered = True
+        # Redis scored this beat no earlier than `sent`; nobody reaps before that plus WORKER_TIMEOUT
+        self.lease_until = sent + self.options.worker_timeout - self.options.heartbeat_interval
+        self._told(True)
+
+    def _told(self, ok: bool) -> None:
+        if self.on_beat is not None:
+            try:
+                self.on_beat(ok)
+            except Exception:
+                logger.exception("a heartbeat listener failed")
+
+    def wake(self) -> None:
+        """Beat now (a fetch found the worker fenced)."""
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+
+    def loop(self) -> None:
+        failed = False
+        while True:
+            if failed:  # try again soon, but a failing Redis is not hammered by wake-ups
+                self._stop.wait(min(0.25, self.options.heartbeat_interval))
+            else:
+                self._wake.wait(self.options.heartbeat_interval)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            failed = False
+            try:
+                self.beat()
+            except Exception as exc:  # the heartbeat must never stop while tasks run
+                failed = True
+                self._told(False)
+                if isinstance(exc, RedisError):
+                    logger.warning("heartbeat of worker %s failed (%s: %s)", self.worker_id, type(exc).__name__, exc)
+                else:
+                    logger.exception("heartbeat of worker %s failed", self.worker_id)
+                continue
+            for q in self.queues:  # each queue on its own: one bad list does not stop the others
+                try:
+                    self.sweep(q)
+                except Exception as exc:  # noqa: BLE001 - logged; the next beat sweeps again
+                    logger.warning("sweep of queue %s failed (%s: %s)", q, type(exc).__name__, exc)
+
+    def sweep(self, q: str) -> None:
+        """Hand back ids in our processing list that we do not know (a fetch reply lost)."""
+        ids = self.broker.processing_ids(q, self.worker_id)
+        known = self.known()
+        orphans = {i for i in ids if i not in known}
+        confirmed = orphans & self._suspects.get(q, set())
+        if confirmed:
+            logger.warning("handing back %d task(s) of queue %s whose fetch reply was lost", len(confirmed), q)
+            self.broker.release(q, self.worker_id, sorted(confirmed))
+        self._suspects[q] = orphans - confirmed

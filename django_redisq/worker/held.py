@@ -1,0 +1,204 @@
+"""What a worker holds: the tasks it has fetched and not yet settled, and which of them run.
+
+One object shared by the worker's components, each using its own verbs:
+the fetcher ``add``s what fetch.lua claimed, executors take the ``next`` one
+(or ``take`` one of a queue they picked) and ``begin`` it, the settler
+``forget``s what it settled, the heartbeat asks what is ``known`` (for its
+sweep) and ``drop``s a queue's unstarted tasks when the worker finds it was
+reaped (the fence); the pause watch ``block``s a paused queue and takes its
+unstarted tasks back (``take_unstarted``). A per-queue ``Budget`` bounds how
+much is held (the prefetch, and a queue's ``WORKER_CONCURRENCY``).
+
+Tasks waiting to start sit in one deque per queue; ``next`` serves them in
+the worker's queue order (worker/queue_order.py): strict, the first queue with one, or
+weighted among the queues with one. A blocked (paused) queue is skipped.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+
+from django_redisq.store.broker import CORRUPT, NOMSG, RUN, Delivery
+from django_redisq.worker.queue_order import QueueOrder
+
+
+class Budget:
+    """How many fetched-but-unsettled tasks a queue may hold; the limit may change as we learn."""
+
+    def __init__(self, limit: Callable[[], int]) -> None:
+        self.limit = limit
+        self.held = 0
+        self._cond = threading.Condition()
+
+    def take(self, timeout: float) -> int:
+        """Wait (up to ``timeout``) until below the limit, then take the whole gap."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: self.held < self.limit(), timeout):
+                return 0
+            k = self.limit() - self.held
+            self.held += k
+            return k
+
+    def give(self, k: int = 1) -> None:
+        if k:
+            with self._cond:
+                self.held -= k
+                self._cond.notify_all()
+
+
+def _capped(limit: Callable[[], int], cap: int) -> Callable[[], int]:
+    return lambda: min(limit(), cap)
+
+
+class Held:
+    """Fetched, unsettled tasks of one worker; thread-safe."""
+
+    def __init__(self, queues: Sequence[str], limit: Callable[[], int], order: QueueOrder | None = None,
+                 caps: dict[str, int] | None = None) -> None:
+        self.lock = threading.Lock()
+        self.inflight: dict[str, Delivery] = {}
+        self.running: set[str] = set()
+        self.order = order or QueueOrder(queues)
+        caps = caps or {}
+        # a capped queue (WORKER_CONCURRENCY) holds at most its cap: running <= held <= cap, and nothing of
+        # it waits in this worker's memory while the cap is reached (another worker may run it)
+        self.permits = {q: Budget(limit if q not in caps else _capped(limit, caps[q])) for q in queues}
+        self._ready: dict[str, deque[Delivery]] = {q: deque() for q in queues}
+        self._cond = threading.Condition(threading.Lock())
+        self.blocked: frozenset[str] = frozenset()  # paused queues: their tasks do not start
+
+    def add(self, q: str, taken: int, got: Iterable[Delivery]) -> int:
+        """Hold what a fetch returned for executors to run; give back the permits not used."""
+        kept = [d for d in got if d.code in (RUN, NOMSG, CORRUPT)]
+        if kept:
+            with self.lock:
+                for d in kept:
+                    self.inflight[d.id] = d
+            with self._cond:
+                self._ready[q].extend(kept)
+                self._cond.notify(len(kept))
+        self.permits[q].give(taken - len(kept))
+        return len(kept)
+
+    def put_back(self, d: Delivery) -> None:
+        with self._cond:
+            self._ready[d.queue].append(d)
+            self._cond.notify()
+
+    def next(self, timeout: float | None = None) -> Delivery | None:
+        """The next task to run in the queue order, waiting up to ``timeout``; None if none."""
+        with self._cond:
+            d = self._pop()
+            if d is not None or not timeout:
+                return d
+            deadline = time.monotonic() + timeout
+            while (d := self._pop()) is None:
+                left = deadline - time.monotonic()
+                if left <= 0 or not self._cond.wait(left):
+                    return self._pop()
+            return d
+
+    def _pop(self) -> Delivery | None:
+        ready, blocked = self._ready, self.blocked
+        if not self.order.weighted:
+            for q in self.order.ranked():
+                dq = ready[q]
+                if dq and not (blocked and q in blocked):
+                    return dq.popleft()
+            return None
+        have = [q for q in self.order.queues if ready[q] and q not in blocked]
+        return ready[self.order.pick(have)].popleft() if have else None
+
+    def take(self, q: str) -> Delivery | None:
+        """The next task of queue ``q`` (one an executor picked), or None if none waits or ``q`` is blocked."""
+        with self._cond:
+            dq = self._ready[q]
+            return dq.popleft() if dq and q not in self.blocked else None
+
+    def ready(self, q: str) -> bool:
+        """Whether a task of ``q`` waits to start (unlocked read: a hint)."""
+        return bool(self._ready[q])
+
+    def block(self, q: str, blocked: bool = True) -> None:
+        """Start no task of ``q`` (its queue is paused) until unblocked."""
+        with self._cond:
+            self.blocked = self.blocked | {q} if blocked else self.blocked - {q}
+            self._cond.notify_all()
+
+    def take_unstarted(self, q: str) -> list[str]:
+        """Forget every task of ``q`` not started (to hand back), oldest first; their permits go back."""
+        with self._cond:
+            waiting, self._ready[q] = self._ready[q], deque()
+        out = []
+        with self.lock:
+            for d in waiting:
+                if self.inflight.get(d.id) is d:
+                    del self.inflight[d.id]
+                    out.append(d.id)
+            # one an executor took but has not begun: begin() now finds it gone
+            for task_id, d in list(self.inflight.items()):
+                if d.queue == q and task_id not in self.running:
+                    del self.inflight[task_id]
+                    out.append(task_id)
+        self.permits[q].give(len(out))
+        return out
+
+    def begin(self, d: Delivery, may_start: Callable[[], bool]) -> bool | None:
+        """Mark ``d`` running: True; False if a fence dropped it; None if ``may_start()`` says not now."""
+        with self.lock:
+            if self.inflight.get(d.id) is not d:
+                return False
+            if not may_start():
+                return None
+            self.running.add(d.id)
+            return True
+
+    def forget(self, settled: Iterable[Delivery]) -> None:
+        """Settled tasks are no longer held; their permits go back."""
+        settled = list(settled)
+        with self.lock:
+            for d in settled:
+                if self.inflight.get(d.id) is d:
+                    del self.inflight[d.id]
+                self.running.discard(d.id)
+        for d in settled:
+            self.permits[d.queue].give(1)
+
+    def drop(self, q: str) -> int:
+        """The worker was reaped on ``q``: forget its unstarted tasks there (they are pending again)."""
+        return len(self.take_unstarted(q))
+
+    def unstarted(self) -> dict[str, list[str]]:
+        """Take every task not yet started, by queue (a stopping worker hands them back)."""
+        out: dict[str, list[str]] = {}
+        with self._cond:
+            waiting = [d for dq in self._ready.values() for d in dq]
+            for dq in self._ready.values():
+                dq.clear()
+        with self.lock:
+            for d in waiting:
+                if self.inflight.pop(d.id, None) is d:
+                    out.setdefault(d.queue, []).append(d.id)
+        return out
+
+    def known(self) -> set[str]:
+        with self.lock:
+            return set(self.inflight)
+
+    def running_by_queue(self) -> dict[str, set[str]]:
+        """The ids of the tasks running now, by queue."""
+        out: dict[str, set[str]] = {}
+        with self.lock:
+            for task_id in self.running:
+                out.setdefault(self.inflight[task_id].queue, set()).add(task_id)
+        return out
+
+    def current(self, limit: int = 50) -> list[str]:
+        with self.lock:
+            return sorted(self.running)[:limit]
+
+    def __len__(self) -> int:
+        return len(self.inflight)

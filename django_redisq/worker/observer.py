@@ -1,0 +1,93 @@
+"""What a worker tells the world of what it does: signals, per-worker metrics, a health file.
+
+The worker's components report here (the settler each step Redis took, the
+heartbeat each beat, the reaper the tasks it gave back, the worker each
+settled batch); this module turns that into ``signals.py``'s signals, and,
+when ``runworker`` asked for them, ``worker/metrics.py``'s metrics and
+``worker/health_file.py``'s health file. Signals and metrics are off the hot path of a
+task that succeeds: nothing is sent for an ack.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from django_redisq import signals
+from django_redisq.store.broker import Delivery, Recovered
+from django_redisq.worker.health_file import HealthFile
+from django_redisq.worker.metrics import WorkerMetrics, worker_info
+from django_redisq.worker.outcome import RETRY, Outcome
+from django_redisq.worker.settler import DEAD_LETTERED, LEASE_LOST, RETRIED, Batch
+
+logger = logging.getLogger("django_redisq")
+
+
+class Observer:
+    """One per worker; ``metrics`` and ``health`` stay None unless asked for."""
+
+    def __init__(self, sender: type, alias: str, worker_id: str, pool: str, queues: list[str], concurrency: int,
+                 worker_timeout: float, running: Callable[[], int]) -> None:
+        """``sender``: the signals' sender (the backend class); ``running``: how many tasks the worker runs now."""
+        self.sender, self.alias, self.worker_id, self.pool, self.queues = sender, alias, worker_id, pool, queues
+        self.concurrency, self.worker_timeout, self.running = concurrency, worker_timeout, running
+        self.metrics: WorkerMetrics | None = None
+        self.health: HealthFile | None = None
+        self.last_beat = time.monotonic()
+
+    # -- set up by runworker ---------------------------------------------
+
+    def serve_metrics(self, host: str, port: int) -> int:
+        self.metrics = WorkerMetrics(worker_info(self.worker_id, self.pool, self.queues), self.running,
+                                     lambda: time.monotonic() - self.last_beat, self.concurrency)
+        return self.metrics.serve(host, port)
+
+    def write_health_file(self, path: str) -> None:
+        self.health = HealthFile(path, self.worker_timeout, self.worker_id)
+
+    def stop(self) -> None:
+        if self.metrics is not None:
+            self.metrics.stop()
+
+    # -- told by the worker's components ---------------------------------
+
+    def settled(self, batch: Batch) -> None:
+        if self.metrics is not None:
+            self.metrics.settled(batch)
+
+    def beat(self, ok: bool) -> None:
+        if ok:
+            self.last_beat = time.monotonic()
+        if self.metrics is not None:
+            self.metrics.beat(ok)
+        if self.health is not None:
+            self.health.beat(ok)
+
+    def settle_event(self, event: str, d: Delivery, o: Outcome) -> None:
+        if event == LEASE_LOST:
+            if self.metrics is not None:
+                self.metrics.lease_losses.inc()
+            return
+        common = self._common(d, o)
+        if event == RETRIED:
+            self._send(signals.task_retried, delay_ms=o.delay_ms, **common)
+        elif event == DEAD_LETTERED:  # a retry that Redis turned into a dead letter was cancelled while it ran
+            self._send(signals.task_dead_lettered, reason="cancelled" if o.kind == RETRY else o.reason, **common)
+
+    def recovered(self, items: list[Recovered]) -> None:
+        for r in items:
+            self._send(signals.task_recovered, backend=self.alias, queue=r.queue, task_id=r.id,
+                       task_name=r.task, deliveries=r.deliveries, dead_worker=r.worker, worker=self.worker_id)
+
+    def _common(self, d: Delivery, o: Outcome) -> dict[str, Any]:
+        return {"backend": self.alias, "queue": d.queue, "task_id": d.id, "task_name": o.task_name or d.task,
+                "attempt": d.deliveries, "error": o.error, "worker": self.worker_id}
+
+    def _send(self, signal: Any, **kwargs: Any) -> None:
+        if not signal.has_listeners(self.sender):
+            return
+        for receiver, result in signal.send_robust(self.sender, **kwargs):
+            if isinstance(result, Exception):
+                logger.error("a receiver of %s (%r) failed: %r", kwargs.get("task_id"), receiver, result, exc_info=result)

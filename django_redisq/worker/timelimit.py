@@ -1,0 +1,128 @@
+"""Soft time limits for code running on threads: one watchdog thread per process.
+
+``arm(ident, seconds)`` registers a deadline for a thread and returns a
+handle (``seconds`` may be ``inf``: no limit, but still interruptible);
+``disarm(handle)`` withdraws it and says whether it fired; ``interrupt(handle,
+exc)`` raises ``exc`` (``TaskCancelled``) in that thread now, under the same rules. When a
+deadline passes, the watchdog raises ``TaskTimeout`` *inside* that thread as an
+asynchronous exception (``PyThreadState_SetAsyncExc``). The interpreter raises
+it the next time the thread runs Python bytecode, so a blocking C call
+(``time.sleep(60)``, a socket read without a timeout) is not interrupted; the
+exception arrives when it returns.
+
+The race that matters: an exception set just before ``disarm`` must never
+reach the code after it. Firing and disarming take the same lock, so after
+``disarm`` the watchdog cannot fire that handle; and if it had fired but the
+exception is still pending (the thread was finishing), ``disarm`` clears it.
+If the pending exception is raised before ``disarm`` clears it, it is raised
+in the caller's code between the call and ``disarm``; callers put both in one
+``try`` whose handler treats ``TaskTimeout`` as the limit having been reached.
+
+Arming is a lock, a set insertion and a comparison; the watchdog is woken
+only when a new deadline is earlier than the one it sleeps towards, so a
+stream of tasks with the same limit costs it one wake-up per limit period.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+import time
+from dataclasses import dataclass
+
+from django_redisq.exceptions import TaskTimeout
+
+# Own prototypes, so the shared ctypes.pythonapi attribute's argtypes are left alone.
+_raise_in = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_ulong, ctypes.py_object)(("PyThreadState_SetAsyncExc", ctypes.pythonapi))
+_clear_in = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p)(("PyThreadState_SetAsyncExc", ctypes.pythonapi))
+
+
+@dataclass(slots=True, eq=False)
+class Handle:
+    """One armed deadline (``time.monotonic()`` seconds) for one thread."""
+
+    ident: int
+    seconds: float
+    deadline: float
+    fired: bool = False
+
+
+class Watchdog:
+    """Deadlines of running calls; a daemon thread raises ``TaskTimeout`` in the late ones."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._armed: set[Handle] = set()  # hashed by identity
+        self._wake_at = float("inf")  # the deadline the watchdog sleeps towards
+        self._thread: threading.Thread | None = None
+        self.fired = 0  # how many deadlines fired (for logs and tests)
+
+    def arm(self, ident: int, seconds: float) -> Handle:
+        """Raise ``TaskTimeout`` in thread ``ident`` once ``seconds`` have passed, unless disarmed first."""
+        handle = Handle(ident, seconds, time.monotonic() + seconds)
+        with self._lock:
+            self._armed.add(handle)
+            if handle.deadline < self._wake_at:
+                if self._thread is None:
+                    self._start()
+                self._wake_at = handle.deadline
+                self._cond.notify()
+        return handle
+
+    def disarm(self, handle: Handle) -> bool:
+        """Withdraw ``handle``; True if its deadline had fired (any pending exception is cleared)."""
+        with self._lock:  # a C lock: nothing between acquiring and the with-block can raise
+            self._armed.discard(handle)
+            fired = handle.fired
+        if fired:
+            _clear_in(handle.ident, None)  # fired but not yet raised: it must not reach the caller's code
+        return fired
+
+    def interrupt(self, handle: Handle, exc_type: type[BaseException]) -> bool:
+        """Raise ``exc_type`` in the handle's thread now (a cancellation); False if it was already disarmed or fired."""
+        with self._lock:
+            if handle not in self._armed:
+                return False
+            self._armed.remove(handle)
+            handle.fired = True
+            _raise_in(handle.ident, exc_type)
+        return True
+
+    def _start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="redisq-timelimit", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        with self._cond:
+            while True:
+                now = time.monotonic()
+                due = [h for h in self._armed if h.deadline <= now]
+                for h in due:
+                    self._armed.remove(h)
+                    h.fired = True
+                    self.fired += 1
+                    _raise_in(h.ident, TaskTimeout)
+                self._wake_at = min((h.deadline for h in self._armed), default=float("inf"))
+                self._cond.wait(None if self._wake_at == float("inf") else self._wake_at - now)
+
+    def _after_fork(self) -> None:
+        """In a forked child the watchdog thread does not exist: start afresh."""
+        self.__init__()  # type: ignore[misc]
+
+
+watchdog = Watchdog()
+os.register_at_fork(after_in_child=watchdog._after_fork)
+
+
+def arm(ident: int, seconds: float) -> Handle:
+    return watchdog.arm(ident, seconds)
+
+
+def disarm(handle: Handle) -> bool:
+    return watchdog.disarm(handle)
+
+
+def interrupt(handle: Handle, exc_type: type[BaseException]) -> bool:
+    return watchdog.interrupt(handle, exc_type)
