@@ -39,8 +39,8 @@ test-oldest: $(OLDEST_STAMP)
 # the worker and invariant tests once more with TASKS, the tests' client and every runworker on the
 # session's 6-node Redis Cluster, then through its 3 sentinels (tests/conftest.py REDISQ_TEST_TOPOLOGY;
 # the script tests run on the cluster in make test; `REDISQ_TEST_TOPOLOGY=sentinel pytest -m "not cluster"
-# tests/scripts` runs them through the sentinels: 249 passed in 57 s, left out to keep CI in its budget)
-TOPOLOGY_TESTS := tests/test_topology_pass.py tests/test_worker.py tests/test_invariants.py
+# tests/store/scripts` runs them through the sentinels: 249 passed in 57 s, left out to keep CI in its budget)
+TOPOLOGY_TESTS := tests/test_topology_pass.py tests/worker/test_worker.py tests/test_invariants.py
 test-topologies: $(STAMP)
 	REDISQ_TEST_TOPOLOGY=cluster $(PY) -m pytest -q -m "not cluster and not sentinel" $(TOPOLOGY_TESTS)
 	REDISQ_TEST_TOPOLOGY=sentinel $(PY) -m pytest -q -m "not cluster and not sentinel" $(TOPOLOGY_TESTS)

@@ -12,7 +12,7 @@ def test_flags_are_honest():
     b = task_backends["default"]
     assert isinstance(b, RedisQueueBackend)
     assert b.supports_defer and b.supports_get_result and b.supports_async_task
-    assert b.supports_priority  # tests/test_priority.py
+    assert b.supports_priority  # tests/store/test_priority.py
 
 
 def test_status_table_covers_every_state():

@@ -196,7 +196,7 @@ def test_unknown_queue_is_refused(r):
 
 @pytest.mark.parametrize("priority", [101, -101, 10**9, 1.5, -0.5])
 def test_priority_out_of_range_or_not_whole_is_refused(r, priority):
-    # Django's range, -100..100, whole numbers only (tests/test_priority.py runs the valid ones)
+    # Django's range, -100..100, whole numbers only (tests/store/test_priority.py runs the valid ones)
     with pytest.raises(InvalidTask, match="priority"):
         tasks.noop.using(priority=priority)
     assert nothing_stored(r)

@@ -4,7 +4,7 @@ One cluster per session (tests/conftest.py ``redis_cluster``); the queues of
 tests/settings.py (default, emails, low) hash to three different masters, which
 the first test asserts, so every cross-queue read (stats, the admin's Queues
 page, the CLI) must reach three nodes. The scripts' slot proof is in
-tests/scripts (each script test runs on this cluster too).
+tests/store/scripts (each script test runs on this cluster too).
 """
 
 from __future__ import annotations

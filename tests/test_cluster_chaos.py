@@ -1,6 +1,6 @@
 """A short chaos run on the Redis Cluster: workers SIGKILLed and frozen while they drain queues on three masters.
 
-tests/test_chaos.py's machinery (bench/chaos.py) starts and faults its own
+tests/worker/test_chaos.py's machinery (bench/chaos.py) starts and faults its own
 single redis-server, so this is a compact equivalent on the session's cluster
 (tests/conftest.py ``redis_cluster``): three ``runworker`` processes, 300 tasks
 over default/emails/low (three masters, tests/test_cluster.py), one worker

@@ -25,9 +25,9 @@ from django_redisq.exceptions import InvalidArguments
 from django_redisq.store.broker import Broker
 from tests.helpers import drain, keys, where_is
 from tests.test_contract import TASK_FIELDS
-from tests.test_pools import POOLS, serving, settled
 from tests.testapp import contract_tasks as ct
 from tests.testapp import metadata_tasks as mt
+from tests.worker.test_pools import POOLS, serving, settled
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Tasks for the fault-injection runs (bench/chaos.py, tests/test_chaos.py) and bad-input tests.
+"""Tasks for the fault-injection runs (bench/chaos.py, tests/worker/test_chaos.py) and bad-input tests.
 
 Each chaos task records what it did in a store *separate* from the queue's
 Redis (a second redis-server, ``REDISQ_CHAOS_EFFECTS_URL``), so the queue's own

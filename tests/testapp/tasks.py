@@ -275,7 +275,7 @@ def no_tick(key: str) -> None:
     record(key)
 
 
-# -- execution pools (tests/test_pools.py): effects go to Redis, children are other processes --
+# -- execution pools (tests/worker/test_pools.py): effects go to Redis, children are other processes --
 
 
 @task

@@ -20,7 +20,7 @@ from django_redisq.store.broker import Broker
 from django_redisq.store.dead_scan import DeadFilter
 from tests.conftest import topology_settings
 from tests.helpers import keys, redis_ms, seed_dead, seed_hash, seed_processing
-from tests.scripts.conftest import EXECUTED, STRICT
+from tests.store.scripts.conftest import EXECUTED, STRICT
 
 
 def test_fire_claims_a_tick_once(r):
@@ -79,7 +79,7 @@ def test_every_script_ran_on_the_cluster(request):
     """Every script in django_redisq/scripts ran on the cluster, so each touched only its queue's slot (conftest.py)."""
     ran_here = [i for i in request.session.items if i.fspath.dirname == request.node.fspath.dirname and "[cluster]" in i.nodeid]
     if len(ran_here) < 100:
-        pytest.skip("only part of tests/scripts was selected: the coverage of the cluster runs is checked on a full run")
+        pytest.skip("only part of tests/store/scripts was selected: the coverage of the cluster runs is checked on a full run")
     assert set(scripts.NAMES) - EXECUTED == set(), "scripts that never ran on the cluster"
     assert "?" not in EXECUTED, "a pipelined EVAL of a text that is not one of our scripts"
 

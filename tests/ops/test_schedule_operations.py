@@ -16,8 +16,8 @@ from django_redisq.ops.inspector import Inspector, UnknownSchedule, schedule_row
 from django_redisq.ops.operations import ScheduleOperations
 from django_redisq.worker.scheduler import id_base
 from tests.helpers import keys, redis_ms, wait_for
-from tests.test_scheduler import TASK, claim_now, downtime, every, marker, pending_ticks, scheduler, with_schedules
 from tests.testapp.tasks import TICKS
+from tests.worker.test_scheduler import TASK, claim_now, downtime, every, marker, pending_ticks, scheduler, with_schedules
 
 
 def ops() -> ScheduleOperations:

@@ -7,9 +7,9 @@ from django.conf import settings
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.urls import reverse
 
+from tests.admin.test_site import client_for, follow_post, staff
 from tests.helpers import keys
-from tests.test_admin import client_for, follow_post, staff
-from tests.test_scheduler import TASK, every, marker, with_schedules
+from tests.worker.test_scheduler import TASK, every, marker, with_schedules
 
 pytestmark = pytest.mark.django_db
 

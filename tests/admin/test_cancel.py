@@ -11,7 +11,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from tests import helpers
-from tests.test_admin import client_for, follow_post, staff, tasks_url
+from tests.admin.test_site import client_for, follow_post, staff, tasks_url
 from tests.testapp import tasks
 
 pytestmark = pytest.mark.django_db

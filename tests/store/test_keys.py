@@ -3,7 +3,7 @@ from pathlib import Path
 
 from django_redisq.store.keys import QueueKeys
 
-PKG = Path(__file__).resolve().parent.parent / "django_redisq"
+PKG = Path(__file__).resolve().parents[2] / "django_redisq"
 
 
 def hash_slot_tag(key: str) -> str:

@@ -11,7 +11,7 @@ from django.urls import reverse
 
 from django_redisq.admin.edit import sha1
 from tests import helpers
-from tests.test_admin import changer, follow_post, viewer  # noqa: F401 - fixtures
+from tests.admin.test_site import changer, follow_post, viewer  # noqa: F401 - fixtures
 from tests.testapp import tasks
 
 pytestmark = pytest.mark.django_db

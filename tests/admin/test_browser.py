@@ -24,7 +24,7 @@ from tests.helpers import where_is
 from tests.testapp import tasks
 
 CHROMIUM = Path("/usr/bin/chromium")
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "tests" / "artifacts"
 DOCS_IMG = ROOT / "docs" / "img"
 ADMIN_STATIC = Path(django_admin.__file__).parent / "static"
@@ -167,7 +167,7 @@ def test_operator_runs_pauses_and_resumes_a_schedule(r, page):
     from playwright.sync_api import expect
 
     from tests.helpers import keys, redis_ms, wait_for
-    from tests.test_scheduler import TASK, scheduler, with_schedules
+    from tests.worker.test_scheduler import TASK, scheduler, with_schedules
 
     entries = {
         "nightly-report": {"task": TASK, "cron": "0 3 * * *", "timezone": "Europe/Berlin", "kwargs": {"key": "n"}},
