@@ -47,6 +47,7 @@ test-topologies: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check django_redisq tests example_project $(wildcard bench)
+	$(VENV)/bin/lint-imports
 
 type: $(STAMP)
 	$(VENV)/bin/mypy

@@ -75,7 +75,7 @@ def fill(broker: Any, queue: str, n: int, delay_ms: int = 0, batch: int = 1000) 
 
 def observe_cost(n: int = 200_000) -> float:
     """Microseconds of CPU per settled task that the per-worker metrics add."""
-    from django_redisq.store.broker import RUN, Delivery
+    from django_redisq.store.replies import RUN, Delivery
     from django_redisq.worker.metrics import WorkerMetrics
     from django_redisq.worker.outcome import Outcome
 

@@ -7,7 +7,6 @@ import dataclasses
 import json
 import secrets
 from collections.abc import Iterable, Sequence
-from datetime import datetime
 from functools import cached_property
 from typing import Any
 
@@ -15,9 +14,9 @@ from django.utils import timezone
 from django.utils.module_loading import autodiscover_modules
 
 from django_redisq import partitions
+from django_redisq.clock import ms_to_datetime
 from django_redisq.compat import (
     DEFAULT_TASK_BACKEND_ALIAS,
-    UTC,
     BaseTaskBackend,
     InvalidTask,
     InvalidTaskBackend,
@@ -39,9 +38,10 @@ from django_redisq.metadata import attach, stored
 from django_redisq.metadata import encode as encode_metadata
 from django_redisq.options import Options
 from django_redisq.store import async_broker as abroker
-from django_redisq.store.broker import Broker, Enqueued
+from django_redisq.store.broker import Broker
 from django_redisq.store.priority import stored_priority
 from django_redisq.store.records import stored_errors
+from django_redisq.store.replies import Enqueued
 from django_redisq.task import RedisTask, get_registered
 
 # The one table from our task states to Django's statuses.
@@ -53,12 +53,6 @@ STATE_TO_STATUS: dict[str, TaskResultStatus] = {
     "dead": TaskResultStatus.FAILED,
     "moving": TaskResultStatus.FAILED,  # a dead letter being replayed into another queue
 }
-
-
-def ms_to_datetime(value: Any) -> datetime | None:
-    if value in (None, "", 0, "0"):
-        return None
-    return datetime.fromtimestamp(int(value) / 1000, tz=UTC)
 
 
 ID_START = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"

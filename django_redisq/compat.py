@@ -25,6 +25,8 @@ from importlib.util import find_spec
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from django.core.exceptions import ImproperlyConfigured
+
 UTC = timezone.utc
 
 if TYPE_CHECKING or find_spec("django.tasks") is not None:
@@ -171,3 +173,12 @@ __all__ = [
     "timeout",
     "uncancel",
 ]
+
+
+def prometheus() -> Any:
+    """The ``prometheus_client`` module, or a clear error naming the extra that installs it."""
+    try:
+        import prometheus_client
+    except ImportError:
+        raise ImproperlyConfigured("metrics need prometheus-client: pip install 'django-redisq[metrics]'") from None
+    return prometheus_client

@@ -18,11 +18,11 @@ the command line wins. System checks E040-E046 report a bad profile.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from django_redisq.options import NAME_RE
-from django_redisq.worker.queue_order import MAX_WEIGHT, parse_weight
 
 PROFILE_KEYS = ("QUEUES", "CONCURRENCY", "POOL", "PREFETCH")
 POOL_NAMES = ("threads", "processes", "asyncio")
@@ -99,3 +99,39 @@ def get_profile(workers: Any, name: str) -> Profile:
     qs = raw["QUEUES"]
     weights = {q: parse_weight(v, q) for q, v in qs.items()} if isinstance(qs, dict) else None
     return Profile(name, list(qs), weights, raw.get("CONCURRENCY"), raw.get("POOL"), raw.get("PREFETCH"))
+
+
+MAX_WEIGHT = 1000
+"""The largest weight a queue may have in a weighted order (``emails:6 default:3``)."""
+
+
+def parse_queue_args(args: Sequence[str]) -> tuple[list[str], dict[str, int] | None]:
+    """``["emails:6", "default:3"]`` -> (queues, weights); ``["a", "b"]`` -> (queues, None): strict.
+
+    Raises ``ValueError`` with what is wrong: a weight that is not a whole
+    number from 1 to MAX_WEIGHT, a queue named twice, or weights given to
+    some queues and not others (the two orders do not mix).
+    """
+    queues: list[str] = []
+    weights: dict[str, int] = {}
+    for arg in args:
+        name, sep, weight = arg.rpartition(":") if ":" in arg else (arg, "", "")
+        if not NAME_RE.match(name):
+            raise ValueError(f"{arg!r}: not a queue name (1-100 letters, digits, '_', '-' or '.')")
+        if name in queues:
+            raise ValueError(f"queue {name!r} is named twice")
+        queues.append(name)
+        if sep:
+            weights[name] = parse_weight(int(weight) if weight.isascii() and weight.isdigit() else weight, arg)
+    if weights and len(weights) != len(queues):
+        unweighted = [q for q in queues if q not in weights]
+        raise ValueError(f"give every queue a weight (emails:6 default:3) or none (strict order); {', '.join(unweighted)} "
+                         "has none")
+    return queues, weights or None
+
+
+def parse_weight(value: object, where: str) -> int:
+    """A queue weight: a whole number from 1 to MAX_WEIGHT (``ValueError`` otherwise)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_WEIGHT:
+        raise ValueError(f"{where!r}: a queue's weight must be a whole number from 1 to {MAX_WEIGHT}, got {value!r}")
+    return value

@@ -47,7 +47,7 @@ from django_redisq.compat import UTC, InvalidTask, TaskResultDoesNotExist, TaskR
 from django_redisq.conf import build_options, get_options, validate
 from django_redisq.exceptions import RedisUnavailable
 from django_redisq.options import Options
-from django_redisq.store import server
+from django_redisq.store import server as store_server
 from django_redisq.store.keys import QueueKeys
 from django_redisq.testing import RedisServer, free_port
 from tests.conftest import WorkerProcess
@@ -608,7 +608,7 @@ def old_redis() -> Iterator[str]:
 def test_redis_older_than_6_2_is_refused_by_check_server(old_redis):
     try:
         with pytest.raises(RedisUnavailable, match=r"version 6\.0\.16; django_redisq needs 6\.2 or newer"):
-            server.check_server(build_options("default", {"OPTIONS": {"REDIS_URL": old_redis}}))
+            store_server.check_server(build_options("default", {"OPTIONS": {"REDIS_URL": old_redis}}))
     finally:
         connection.reset()
 
@@ -620,7 +620,7 @@ def test_runworker_refuses_redis_older_than_6_2(old_redis):
 
 
 def test_the_redis_here_passes_the_version_check(redis_url):
-    info = server.check_server(get_options())
+    info = store_server.check_server(get_options())
     assert tuple(int(x) for x in info["redis_version"].split(".")[:2]) >= (6, 2)
 
 

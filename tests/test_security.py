@@ -30,7 +30,7 @@ from django_redisq import connection
 from django_redisq.compat import TaskResultStatus
 from django_redisq.conf import build_options, get_options
 from django_redisq.exceptions import RedisUnavailable
-from django_redisq.store import server
+from django_redisq.store import server as store_server
 from django_redisq.testing import RedisServer, free_port
 from tests.conftest import WorkerProcess
 from tests.testapp import tasks
@@ -99,7 +99,7 @@ def round_trip(make_worker) -> None:
 def test_auth_with_password_and_acl_users(auth_server, use_url, make_worker, userinfo):
     flush(auth_server)
     use_url(url_for(auth_server, userinfo))
-    info = server.check_server(get_options())
+    info = store_server.check_server(get_options())
     assert info["redis_version"]
     round_trip(make_worker)
 
@@ -111,7 +111,7 @@ def test_a_least_privilege_acl_user_is_enough(auth_server, use_url, make_worker)
     bob = connection.get_client(get_options())
     with pytest.raises(redis.exceptions.NoPermissionError):
         bob.config_get("save")
-    assert server.durability_warnings(get_options()) is not None  # degrades, does not raise
+    assert store_server.durability_warnings(get_options()) is not None  # degrades, does not raise
     round_trip(make_worker)
     results = tasks.counted.enqueue("k")
     assert make_worker("emails").run() == 1
@@ -128,7 +128,7 @@ def test_wrong_credentials_give_a_clear_error_without_the_password(auth_server, 
     options = build_options("default", {"OPTIONS": {"REDIS_URL": url_for(auth_server, userinfo)}})
     try:
         with pytest.raises(RedisUnavailable) as exc:
-            server.check_server(options)
+            store_server.check_server(options)
         text = str(exc.value) + repr(exc.value) + "".join(traceback.format_exception(exc.value))
         assert expected in str(exc.value)
         assert f"127.0.0.1:{auth_server.port}" in str(exc.value)
@@ -278,7 +278,7 @@ def test_rediss_with_password_works(tls_server, use_url, make_worker):
     use_url(url)
     client = connection.get_client(get_options())
     assert client.connection_pool.connection_class is redis.SSLConnection
-    assert server.check_server(get_options())["redis_version"]
+    assert store_server.check_server(get_options())["redis_version"]
     round_trip(make_worker)
 
 
@@ -330,7 +330,7 @@ def test_plain_redis_on_the_tls_port_fails_and_tls_without_the_ca_is_refused(tls
         options = build_options("default", {"OPTIONS": {"REDIS_URL": url}})
         try:
             with pytest.raises(RedisUnavailable) as exc:
-                server.check_server(options)
+                store_server.check_server(options)
         finally:
             connection.reset()
         assert "\n" not in str(exc.value)

@@ -39,7 +39,7 @@ from django_redisq.compat import TaskResultStatus
 from django_redisq.conf import build_options, get_options, validate
 from django_redisq.connection import async_pools as aconnection
 from django_redisq.exceptions import RedisUnavailable
-from django_redisq.store import server
+from django_redisq.store import server as store_server
 from django_redisq.store.keys import QueueKeys
 from django_redisq.testing import RedisServer, SentinelSetup, _call, find_redis_server, free_port
 from django_redisq.worker.worker import Worker
@@ -173,7 +173,7 @@ def test_a_task_runs_through_tls_sentinels_and_is_stored_on_the_master_and_repli
     assert pool.connection_class is SentinelManagedSSLConnection
     assert all(s.connection_pool.connection_class is redis.SSLConnection for s in pool.sentinel_manager.sentinels)
     assert pool.get_master_address() == ("127.0.0.1", setup.master.port)
-    assert server.check_server(get_options())["redis_version"]
+    assert store_server.check_server(get_options())["redis_version"]
 
     result = tasks.add.enqueue(20, 22)
     assert Worker(["default"], burst=True).run() == 1
@@ -204,7 +204,7 @@ def test_a_wrong_password_gives_a_clear_error_without_the_password(tls_sentinels
     options = build_options("default", {"OPTIONS": opts})
     try:
         with pytest.raises(RedisUnavailable) as exc:
-            server.check_server(options)
+            store_server.check_server(options)
         assert expected in str(exc.value), str(exc.value)
         assert f"Redis master {tls_sentinels.master_name!r} of sentinels 127.0.0.1:" in str(exc.value)
         assert "\n" not in str(exc.value)
@@ -233,7 +233,7 @@ def test_a_dead_sentinel_first_in_the_list_costs_no_retries(tls_sentinels):
     options = build_options("default", {"OPTIONS": opts})
     try:
         started = time.monotonic()
-        assert server.check_server(options)["redis_version"]
+        assert store_server.check_server(options)["redis_version"]
         assert time.monotonic() - started < 1.0
     finally:
         connection.reset()

@@ -61,11 +61,12 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
 
 from django_redisq.conf import get_options
-from django_redisq.connection.clients import is_transient
 from django_redisq.exceptions import Fenced, LeaseLost, QueuePaused
 from django_redisq.message import encode
-from django_redisq.store.broker import BUSY, DONE, NOMSG, RUN, Broker
+from django_redisq.store.broker import Broker
 from django_redisq.store.priority import MARKER, MARKERS_MAX, ready_page
+from django_redisq.store.replies import BUSY, DONE, NOMSG, RUN
+from django_redisq.store.server import is_transient
 
 QUEUES = ("default", "emails")
 NAMES = ("w1", "w2", "w3")  # the operator's --name of each worker; its id is "<name>.<incarnation>"

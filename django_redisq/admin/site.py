@@ -30,6 +30,7 @@ from django.utils.http import urlencode
 
 from django_redisq.admin.cancel import cancel_view
 from django_redisq.admin.common import LIST_STATES, MAX_SELECTED, SAMPLE, change_post
+from django_redisq.admin.display import chart, duration, run_time
 from django_redisq.admin.edit import edit_form, edit_view
 from django_redisq.admin.pause import queue_action_view
 from django_redisq.conf import get_options
@@ -48,7 +49,6 @@ from django_redisq.ops.operations import (
     Progress,
     ScheduleOperations,
 )
-from django_redisq.store.server import describe
 
 ID_RE = TASK_ID_RE
 TOP_RE = re.compile(r"^\d{1,17}$")
@@ -61,35 +61,6 @@ def _int(value: Any, default: int, low: int = 0, high: int = 10**9) -> int:
         return max(low, min(high, int(value)))
     except (TypeError, ValueError):
         return default
-
-
-def chart(series: list[tuple[Any, int, int, int]], width: int = 180, height: int = 36) -> dict[str, Any]:
-    """Polyline points for processed and failed-or-dead per minute: a server-side SVG, no script."""
-    peak = max([max(p, f + d) for _, p, f, d in series] + [1])
-    step = width / max(1, len(series) - 1)
-
-    def points(values: list[int]) -> str:
-        return " ".join(f"{i * step:.1f},{height - v * (height - 2) / peak - 1:.1f}" for i, v in enumerate(values))
-
-    return {
-        "width": width, "height": height, "peak": peak,
-        "processed": points([p for _, p, _, _ in series]),
-        "failed": points([f + d for _, _, f, d in series]),
-    }
-
-
-def duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "—"
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
-        if seconds >= size:
-            return f"{seconds / size:.1f} {unit}"
-    return f"{seconds:.1f} s"
-
-
-def run_time(seconds: float) -> str:
-    """A task's run time: milliseconds below a second, then as ``duration``."""
-    return f"{seconds * 1000:.3g} ms" if seconds < 1 else duration(seconds)
 
 
 def _filter(params: QueryDict) -> DeadFilter:
@@ -140,7 +111,7 @@ class DeadLetterAdmin(admin.ModelAdmin):
                 return response
             except (RedisError, RedisUnavailable) as exc:
                 try:
-                    where = describe(get_options(request.GET.get("backend") or "default"))
+                    where = self.inspector_for(request.GET.get("backend")).where
                 except Exception:  # noqa: BLE001 - an unknown alias: say less, still no 500
                     where = "Redis"
                 context = self.page_context(request, "Redis unavailable", error=f"{where}: {type(exc).__name__}")

@@ -17,22 +17,13 @@ from django.conf import settings
 from django.utils.module_loading import import_string
 
 from django_redisq.backend import RedisQueueBackend
+from django_redisq.clock import ms_to_datetime
 from django_redisq.conf import get_options
 from django_redisq.exceptions import RedisQError, UnknownQueue
 from django_redisq.schedules import Schedule, load
 from django_redisq.store.dead_scan import DeadFilter
 from django_redisq.store.queue_reads import QueueReads
-from django_redisq.store.records import (
-    Attempt,
-    Pagination,
-    QueueFigures,
-    QueueStats,
-    Scan,
-    TaskDetail,
-    TaskRow,
-    WorkerInfo,
-    to_datetime,
-)
+from django_redisq.store.records import Attempt, Pagination, QueueFigures, QueueStats, Scan, TaskDetail, TaskRow, WorkerInfo
 
 __all__ = [
     "Attempt",
@@ -144,9 +135,9 @@ def schedule_rows(ins: Inspector) -> list[ScheduleRow]:
 
     rows = [
         ScheduleRow(s.name, s.task, s.queue, s.expression, s.tz.key, s.catch_up, s.allow_overlap,
-                    to_datetime(s.next_after(now)), to_datetime(at), task_id,
+                    ms_to_datetime(s.next_after(now)), ms_to_datetime(at), task_id,
                     _count(m.get("fired")), _count(m.get("missed")), _count(m.get("skipped")), [],
-                    description=s.in_words, paused=bool(m.get("paused")), paused_at=to_datetime(m.get("paused")),
+                    description=s.in_words, paused=bool(m.get("paused")), paused_at=ms_to_datetime(m.get("paused")),
                     paused_by=m.get("paused_by", ""), paused_ticks=_count(m.get("paused_ticks")),
                     last_state=state or "", last_manual=manual)
         for s, m, (at, task_id, manual), state in zip(good, markers, last, states, strict=True)

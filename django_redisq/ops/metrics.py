@@ -17,10 +17,10 @@ import logging
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+from django_redisq.compat import prometheus
 from django_redisq.exceptions import RedisError
 from django_redisq.ops.inspector import Inspector, backend_aliases
 from django_redisq.store.records import QueueFigures
-from django_redisq.worker.metrics import prometheus
 
 logger = logging.getLogger("django_redisq")
 

@@ -21,10 +21,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from django_redisq.clock import ms_to_datetime
 from django_redisq.message import encode_arguments
 from django_redisq.ops.inspector import DeadFilter, Inspector, find_schedule
 from django_redisq.store.broker import Broker
-from django_redisq.store.records import pause_state, to_datetime
+from django_redisq.store.records import pause_state
 
 logger = logging.getLogger("django_redisq")
 
@@ -227,21 +228,21 @@ class ScheduleOperations:
         changed, since = self.broker.pause_schedule(s.queue, s.name, by)
         if changed:
             logger.info("schedule %s paused by %s", s.name, by)
-        return ScheduleChange(PAUSE, s.name, s.queue, changed, to_datetime(since))
+        return ScheduleChange(PAUSE, s.name, s.queue, changed, ms_to_datetime(since))
 
     def resume(self, name: str, by: str) -> ScheduleChange:
         """Run the schedule's ticks again from the next one; ticks that passed while paused are not run."""
-        from django_redisq.worker.scheduler import marker_ttl_ms
+        from django_redisq.ticks import marker_ttl_ms
 
         s = find_schedule(self.inspector, name)
         since = self.broker.resume_schedule(s.queue, s.name, marker_ttl_ms(s, self.broker.server_time_ms()))
         if since is not None:
             logger.info("schedule %s resumed by %s", s.name, by)
-        return ScheduleChange(RESUME, s.name, s.queue, since is not None, to_datetime(since))
+        return ScheduleChange(RESUME, s.name, s.queue, since is not None, ms_to_datetime(since))
 
     def run_now(self, name: str, by: str) -> ScheduleChange:
         """Enqueue the schedule's task once now (its ``periodic_tick``: now on the Redis clock), leaving its ticks alone."""
-        from django_redisq.worker.scheduler import id_base, marker_ttl_ms, own_limits, task_priority, tick_message, wants_tick
+        from django_redisq.ticks import id_base, marker_ttl_ms, own_limits, task_priority, tick_message, wants_tick
 
         s = find_schedule(self.inspector, name)
         encode_arguments(s.args, s.kwargs, self.inspector.options.max_message_bytes)  # InvalidArguments: too large
@@ -252,7 +253,7 @@ class ScheduleOperations:
         if at is None:  # pragma: no cover - 64 random bits
             raise RuntimeError(f"task id {task_id} is taken")
         logger.info("schedule %s run now by %s: enqueued %s on queue %s", s.name, by, task_id, s.queue)
-        return ScheduleChange(RUN_NOW, s.name, s.queue, True, to_datetime(at), task_id)
+        return ScheduleChange(RUN_NOW, s.name, s.queue, True, ms_to_datetime(at), task_id)
 
 
 # -- pausing a queue ------------------------------------------------------------

@@ -34,8 +34,9 @@ from django_redisq.compat import LOOP_SAFE_RECEIVERS, TaskResult, task_enqueued
 from django_redisq.connection.async_pools import LoopPools, get_wire
 from django_redisq.connection.async_wire import AsyncWire
 from django_redisq.store import scripts
-from django_redisq.store.broker import Broker, Enqueued, NewTask, _wire
+from django_redisq.store.broker import Broker, _wire
 from django_redisq.store.durable import refused, timeout_ms
+from django_redisq.store.replies import Enqueued, NewTask
 
 Item = NewTask
 """One task for enqueue.lua, as ``backend._prepare`` makes it (see ``broker.NewTask``)."""

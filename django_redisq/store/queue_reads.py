@@ -19,6 +19,7 @@ import redis
 from redis.commands.core import Script
 
 from django_redisq import partitions
+from django_redisq.clock import ms_to_datetime
 from django_redisq.compat import UTC
 from django_redisq.connection import get_client
 from django_redisq.exceptions import UnknownQueue
@@ -27,7 +28,8 @@ from django_redisq.store.durations import slowest
 from django_redisq.store.keys import QueueKeys
 from django_redisq.store.partition_stats import merged_figures, merged_stats
 from django_redisq.store.priority import MARKER, list_length
-from django_redisq.store.records import TOTALS, QueueFigures, QueueStats, WorkerInfo, pause_state, to_datetime
+from django_redisq.store.records import TOTALS, QueueFigures, QueueStats, WorkerInfo, pause_state
+from django_redisq.store.server import describe
 from django_redisq.store.task_reads import TaskReads
 
 MINUTES = 60
@@ -84,6 +86,11 @@ class QueueReads(TaskReads):
         self.client = client or get_client(options)
         self._scan: Script | None = None
         self._dead_window: Script | None = None
+
+    @property
+    def where(self) -> str:
+        """Where these queues live, safe to show: never a password."""
+        return describe(self.options)
 
     @property
     def queues(self) -> tuple[str, ...]:
@@ -173,7 +180,7 @@ class QueueReads(TaskReads):
                 processed_minute=round(processed[-1] + processed[-2] * (1 - fraction)),
                 failed_minute=round(failed[-1] + died[-1] + (failed[-2] + died[-2]) * (1 - fraction)),
                 processed_hour=sum(processed), failed_hour=sum(failed) + sum(died), dead_hour=sum(died),
-                series=[(to_datetime(m * 60000) or datetime.now(UTC), p, f, d)
+                series=[(ms_to_datetime(m * 60000) or datetime.now(UTC), p, f, d)
                         for m, p, f, d in zip(minutes, processed, failed, died, strict=True)],
                 workers=infos, slowest=times, limits=limited, rate_limit=self.options.for_queue(q).rate_limit, **pauses[q],
             ))
@@ -258,7 +265,7 @@ class QueueReads(TaskReads):
 
     def _worker(self, name: str, score: float, holding: int, info_json: str | None, now: int) -> WorkerInfo:
         ago = max(0.0, (now - score) / 1000)
-        w = WorkerInfo(name=name, last_seen=to_datetime(score), seen_ago=ago,
+        w = WorkerInfo(name=name, last_seen=ms_to_datetime(score), seen_ago=ago,
                        alive=ago <= self.options.worker_timeout, holding=int(holding))
         try:
             info = json.loads(info_json) if info_json else {}
@@ -269,7 +276,7 @@ class QueueReads(TaskReads):
             w.queues, w.concurrency = list(info.get("queues") or []), info.get("concurrency")
             w.pool = str(info.get("pool") or "threads")
             w.processed, w.current = info.get("processed"), [str(i) for i in info.get("current") or []]
-            w.started_at = to_datetime(info.get("started_at"))
+            w.started_at = ms_to_datetime(info.get("started_at"))
         return w
 
     # -- periodic schedules ----------------------------------------------

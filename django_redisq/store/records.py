@@ -12,19 +12,11 @@ from typing import Any
 
 from django.core.paginator import Paginator
 
-from django_redisq.compat import UTC
+from django_redisq.clock import ms_to_datetime
 from django_redisq.store.durations import TaskTimes
 
 ERRORS_FIRST = 1
 """Attempts kept at the start of a long error history (``ERRORS_FIRST`` in store/scripts/lib/errors.lua)."""
-
-
-def to_datetime(ms: Any) -> datetime | None:
-    try:
-        value = int(ms)
-    except (TypeError, ValueError):
-        return None
-    return datetime.fromtimestamp(value / 1000, tz=UTC) if value > 0 else None
 
 
 def pause_state(value: str | None) -> tuple[bool, datetime | None, str]:
@@ -32,7 +24,7 @@ def pause_state(value: str | None) -> tuple[bool, datetime | None, str]:
     if value is None:
         return False, None, ""
     since, _, who = str(value).partition("|")
-    return True, to_datetime(since), who
+    return True, ms_to_datetime(since), who
 
 
 def stored_errors(text: str | None, dropped: Any = None) -> list[dict[str, Any]]:

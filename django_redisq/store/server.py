@@ -13,12 +13,14 @@ import redis
 from redis.sentinel import MasterNotFoundError
 
 from django_redisq.connection import topology
-from django_redisq.connection.clients import get_client, scrub
+from django_redisq.connection.clients import BLOCK_TIMEOUT, get_client, is_transient, scrub
 from django_redisq.connection.topology import describe
 from django_redisq.exceptions import RedisUnavailable
 from django_redisq.options import Options
 
-__all__ = ["MIN_REDIS", "check_server", "describe", "durability_warnings"]
+# BLOCK_TIMEOUT (how long a fetch blocks) and is_transient (may a failed step be tried again) are the connection's,
+# named here for the worker, which reaches Redis only through the store
+__all__ = ["BLOCK_TIMEOUT", "MIN_REDIS", "check_server", "describe", "durability_warnings", "is_transient"]
 
 MIN_REDIS = (6, 2, 0)  # BLMOVE / LMOVE
 

@@ -21,11 +21,12 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from django_redisq.clock import ms_to_datetime
 from django_redisq.partitions import logical
 from django_redisq.store import scripts
 from django_redisq.store.dead_scan import SCAN_CHUNK, DeadFilter, MergedDeadScan
 from django_redisq.store.priority import ready_page, stored_priority
-from django_redisq.store.records import Attempt, Pagination, Scan, TaskDetail, TaskRow, stored_errors, to_datetime
+from django_redisq.store.records import Attempt, Pagination, Scan, TaskDetail, TaskRow, stored_errors
 
 if TYPE_CHECKING:
     import redis
@@ -210,7 +211,7 @@ class TaskReads(MergedDeadScan):
             row = self._row(i, where.get(i, queue) if where else queue, dict(zip(ROW_FIELDS, values, strict=True)))
             if extra and i in extra:
                 score, worker = extra[i]
-                row.due_at, row.worker = to_datetime(score), worker
+                row.due_at, row.worker = ms_to_datetime(score), worker
             rows.append(row)
         return rows
 
@@ -225,8 +226,8 @@ class TaskReads(MergedDeadScan):
         return TaskRow(
             id=task_id, queue=queue, task=f.get("task") or "", state=f.get("state") or "", exc=f.get("exc") or "",
             error=f.get("error") or "", failures=number("failures"), deliveries=number("deliveries"),
-            enqueued_at=to_datetime(f.get("enqueued_at")), last_attempted_at=to_datetime(f.get("last_attempted_at")),
-            died_at=to_datetime(f.get("died_at")), reason=f.get("reason") or "", priority=stored_priority(f.get("prio")),
+            enqueued_at=ms_to_datetime(f.get("enqueued_at")), last_attempted_at=ms_to_datetime(f.get("last_attempted_at")),
+            died_at=ms_to_datetime(f.get("died_at")), reason=f.get("reason") or "", priority=stored_priority(f.get("prio")),
         )
 
     def scheduled_page(self, queue: str, page: int = 1, per_page: int = 50) -> Pagination:
@@ -271,9 +272,9 @@ class TaskReads(MergedDeadScan):
             return None
         detail = TaskDetail(row=self._row(task_id, queue, data), raw_message=data.get("msg", ""), idempotency_key=data.get("idem", ""),
                             workers=[w for w in data.get("workers", "").split(",") if w],
-                            started_at=to_datetime(data.get("started_at")), finished_at=to_datetime(data.get("finished_at")),
+                            started_at=ms_to_datetime(data.get("started_at")), finished_at=ms_to_datetime(data.get("finished_at")),
                             result=data.get("result"), replayed=data.get("replayed", "0") not in ("", "0"),
-                            dead_score=to_datetime(dead_score))
+                            dead_score=ms_to_datetime(dead_score))
         try:
             msg = json.loads(detail.raw_message)
             if not isinstance(msg, dict):
@@ -282,5 +283,5 @@ class TaskReads(MergedDeadScan):
         except ValueError as exc:
             detail.message_error = f"the stored message does not decode: {exc}" if detail.raw_message else "no message stored"
         for e in stored_errors(data.get("errors"), data.get("errors_dropped")):
-            detail.attempts.append(Attempt(e["exc"], e["msg"], e["tb"], to_datetime(e["at"])))
+            detail.attempts.append(Attempt(e["exc"], e["msg"], e["tb"], ms_to_datetime(e["at"])))
         return detail

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from django.core.exceptions import ImproperlyConfigured
+from django_redisq.compat import prometheus
 
 if TYPE_CHECKING:
     from django_redisq.worker.settler import Batch
@@ -25,14 +25,6 @@ if TYPE_CHECKING:
 DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
 OUTCOMES = {"success": "success", "retry": "retry", "dead": "dead_lettered"}
-
-
-def prometheus() -> Any:
-    try:
-        import prometheus_client
-    except ImportError:
-        raise ImproperlyConfigured("metrics need prometheus-client: pip install 'django-redisq[metrics]'") from None
-    return prometheus_client
 
 
 class WorkerMetrics:

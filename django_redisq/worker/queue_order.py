@@ -29,10 +29,7 @@ import itertools
 import random
 from collections.abc import Mapping, Sequence
 
-from django_redisq.options import NAME_RE
 from django_redisq.partitions import physical
-
-MAX_WEIGHT = 1000
 
 
 class QueueOrder:
@@ -83,35 +80,3 @@ class QueueOrder:
         if self.weights is None:
             return ", ".join(self._logical)
         return ", ".join(f"{q}:{self._dividing[q]}" for q in self._logical)
-
-
-def parse_queue_args(args: Sequence[str]) -> tuple[list[str], dict[str, int] | None]:
-    """``["emails:6", "default:3"]`` -> (queues, weights); ``["a", "b"]`` -> (queues, None): strict.
-
-    Raises ``ValueError`` with what is wrong: a weight that is not a whole
-    number from 1 to MAX_WEIGHT, a queue named twice, or weights given to
-    some queues and not others (the two orders do not mix).
-    """
-    queues: list[str] = []
-    weights: dict[str, int] = {}
-    for arg in args:
-        name, sep, weight = arg.rpartition(":") if ":" in arg else (arg, "", "")
-        if not NAME_RE.match(name):
-            raise ValueError(f"{arg!r}: not a queue name (1-100 letters, digits, '_', '-' or '.')")
-        if name in queues:
-            raise ValueError(f"queue {name!r} is named twice")
-        queues.append(name)
-        if sep:
-            weights[name] = parse_weight(int(weight) if weight.isascii() and weight.isdigit() else weight, arg)
-    if weights and len(weights) != len(queues):
-        unweighted = [q for q in queues if q not in weights]
-        raise ValueError(f"give every queue a weight (emails:6 default:3) or none (strict order); {', '.join(unweighted)} "
-                         "has none")
-    return queues, weights or None
-
-
-def parse_weight(value: object, where: str) -> int:
-    """A queue weight: a whole number from 1 to MAX_WEIGHT (``ValueError`` otherwise)."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_WEIGHT:
-        raise ValueError(f"{where!r}: a queue's weight must be a whole number from 1 to {MAX_WEIGHT}, got {value!r}")
-    return value

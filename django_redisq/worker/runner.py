@@ -18,13 +18,12 @@ import logging
 import threading
 import time
 from concurrent.futures import Executor
-from dataclasses import dataclass
 from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
 from django.db import close_old_connections
 
-from django_redisq.backend import ms_to_datetime
+from django_redisq.clock import ms_to_datetime
 from django_redisq.compat import (
     Task,
     TaskContext,
@@ -37,13 +36,14 @@ from django_redisq.compat import (
     timeout,
     uncancel,
 )
-from django_redisq.exceptions import BadMessage, InvalidArguments, TaskCancelled, TaskTimeout, UnknownSchema
-from django_redisq.message import Message, decode, dumps
-from django_redisq.metadata import attach, encode, stored, to_save
+from django_redisq.exceptions import BadMessage, TaskCancelled, TaskTimeout, UnknownSchema
+from django_redisq.message import Message, decode
+from django_redisq.metadata import attach, stored
 from django_redisq.options import Options
 from django_redisq.partitions import logical
-from django_redisq.store.broker import Delivery
+from django_redisq.store.replies import Delivery
 from django_redisq.task import RedisTask, get_registered
+from django_redisq.worker.attempt import Attempt, Prepared
 from django_redisq.worker.outcome import DEAD, RETRY, Outcome, error_dict, failure
 from django_redisq.worker.timelimit import Handle, arm, disarm, interrupt
 
@@ -51,37 +51,6 @@ logger = logging.getLogger("django_redisq")
 
 CRASH_ALLOWANCE = 10
 """Deliveries beyond max_retries + 1 (each a worker dying mid-task) before a task is dead-lettered."""
-
-
-@dataclass(frozen=True, slots=True)
-class Prepared:
-    """What each run of one task on one queue needs, worked out once."""
-
-    task: Task
-    params: inspect.Signature
-    sender: type
-    max_retries: int | None
-    timeout: float | None
-    is_async: bool
-    result_class: type[TaskResult]  # the backend's (RedisQueueBackend.result_class): with raw_metadata where Django has it
-    context_class: type[TaskContext]
-
-
-@dataclass(slots=True)
-class Attempt:
-    """One delivery about to be called: its task, policy and the result object signals see."""
-
-    d: Delivery
-    message: Message
-    prep: Prepared
-    result: TaskResult
-    args: list[Any]
-    limit: float  # seconds, 0 = none
-    max_retries: int
-    opts: Options
-    final: bool = False  # the task ran but its result cannot be stored: retrying cannot help
-    context: TaskContext | None = None  # given to a task that takes one
-    metadata: str | None = None  # what the end of the attempt saves (metadata.py); None: unchanged
 
 
 def _close_connections() -> None:
@@ -201,8 +170,8 @@ class Runner:
             try:
                 value = self._call(a)
             finally:
-                self._keep_metadata(a)
-            result_json = self._result_json(a, value)
+                a.keep_metadata()
+            result_json = a.result_json(value)
         except BaseException as exc:  # noqa: BLE001 - a task's failure is data, never a worker crash (KeyboardInterrupt, SystemExit too)
             outcome = self._failed(a, exc, time.perf_counter() - start)
             self._finish(a)
@@ -250,8 +219,8 @@ class Runner:
             try:
                 value = await self._within(a)
             finally:
-                self._keep_metadata(a)
-            result_json = self._result_json(a, value)
+                a.keep_metadata()
+            result_json = a.result_json(value)
         except BaseException as exc:  # noqa: BLE001 - as in _execute
             outcome = self._failed(a, exc, time.perf_counter() - start)
             await self._afinish(a)
@@ -311,47 +280,6 @@ class Runner:
         return set(self._threads) | set(self._coros)
 
     # -- outcomes --------------------------------------------------------
-
-    def _keep_metadata(self, a: Attempt) -> None:
-        """What the task changed in ``context.metadata`` and did not save, ready for the settler to save.
-
-        Runs when the call ends, however it ended. Metadata that cannot be stored
-        raises here, and the attempt fails with that exception (``TypeError`` for
-        an unsupported type), as in Django's ImmediateBackend; it is not retried,
-        as the task would only leave the same metadata again.
-        """
-        if a.context is None:
-            return
-        try:
-            raw = to_save(a.context)
-            if raw is None:
-                return
-            value, a.metadata = encode(raw, a.opts.metadata_max_bytes)
-        except BaseException:
-            a.final = True
-            raise
-        object.__setattr__(a.result, "raw_metadata", value)  # what get_result will say once it is saved
-
-    def _result_json(self, a: Attempt, value: Any) -> str:
-        """The return value as JSON, or the exception Django's backends record for it.
-
-        A value ``normalize_json`` refuses fails the attempt with that same exception
-        class (``TypeError`` for an unsupported type, as ``ImmediateBackend`` records),
-        so code matching Django's ``exception_class`` sees no difference; it is never
-        retried, since the task would only return the same value again.
-        """
-        a.final = True
-        try:
-            result_json = dumps(normalize_json(value))
-        except (TypeError, ValueError, RecursionError) as exc:
-            raise type(exc)(f"the return value of {a.message.task} is not JSON: {exc}") from None
-        cap = a.opts.result_max_bytes
-        if len(result_json) > cap // 4 and (size := len(result_json.encode("utf-8", "surrogatepass"))) > cap:
-            raise InvalidArguments(
-                f"the return value of {a.message.task} is {size} bytes as JSON; the limit is {cap} (RESULT_MAX_BYTES). "
-                "Store large results elsewhere and return their id."
-            )
-        return result_json
 
     def _succeeded(self, a: Attempt, value: Any, result_json: str, duration: float) -> Outcome:
         object.__setattr__(a.result, "status", TaskResultStatus.SUCCESSFUL)

@@ -25,26 +25,22 @@ never run later, not even after a resume.
 
 from __future__ import annotations
 
-import hashlib
 import heapq
-import inspect
 import logging
 import threading
 
 from django_redisq.exceptions import RedisError
-from django_redisq.message import encode as encode_message
 from django_redisq.message import encode_arguments
 from django_redisq.options import Options
-from django_redisq.schedules import ALL_MAX, LATEST_WINDOW_MS, ON_TIME_MS, TICK_KWARG, Schedule, load
+from django_redisq.schedules import ALL_MAX, LATEST_WINDOW_MS, ON_TIME_MS, Schedule, load
 from django_redisq.store.broker import Broker
 from django_redisq.store.schedule_steps import Claim, Fired
+from django_redisq.ticks import MARKER_TTL_MS, id_base, own_limits, task_priority, tick_message, wants_tick
 
 logger = logging.getLogger("django_redisq")
 
 MAX_SLEEP = 1.0
 """Seconds a scheduler sleeps at most between two looks at the Redis clock."""
-MARKER_TTL_MS = 7 * 86_400_000
-"""A marker lives at least this long after its last claim (and 3 periods, if longer)."""
 CLAIM_TRIES = 3
 
 
@@ -163,43 +159,3 @@ class Scheduler:
             logger.info("schedule %s: %d tick(s) skipped, the previous run is unfinished (allow_overlap=False)", s.name, fired.skipped)
         if fired.paused:
             logger.debug("schedule %s: %d tick(s) not run, the schedule is paused", s.name, fired.paused)
-
-
-def id_base(s: Schedule) -> str:
-    """Task ids of a schedule's ticks are ``p<digest>-<tick ms>``: one per (schedule, tick); a "run now" is ``p<digest>-m<random>``."""
-    return "p" + hashlib.sha256(f"{s.queue}:{s.name}".encode()).hexdigest()[:12] + "-"
-
-
-def wants_tick(s: Schedule) -> bool:
-    """Whether the schedule's task function takes the ``periodic_tick`` keyword."""
-    from django_redisq.schedules import find_task
-
-    return TICK_KWARG in inspect.signature(find_task(s.task).func).parameters
-
-
-def task_priority(s: Schedule) -> int:
-    """The priority the schedule's task was defined with (``@task(priority=...)``), which its ticks run at."""
-    from django_redisq.schedules import find_task
-
-    priority = getattr(find_task(s.task), "priority", 0)
-    return priority if isinstance(priority, int) and not isinstance(priority, bool) and -100 <= priority <= 100 else 0
-
-
-def own_limits(s: Schedule) -> str:
-    """The fleet-wide limits the schedule's task was defined with (``max_running``, ``rate_limit``), which its ticks obey."""
-    from django_redisq.limits import task_limits
-    from django_redisq.schedules import find_task
-
-    return task_limits(find_task(s.task))
-
-
-def tick_message(s: Schedule, tick: int, wants: bool) -> str:
-    """The message of the schedule's task for ``tick`` (Redis ms): its args and kwargs, and the tick if it takes it."""
-    kwargs = {**s.kwargs, TICK_KWARG: s.tick_text(tick)} if wants else s.kwargs
-    return encode_message(s.args, kwargs)
-
-
-def marker_ttl_ms(s: Schedule, now: int) -> int:
-    """How long the schedule's marker lives after a change at ``now`` (fire.lua's ARGV[7])."""
-    latest = s.latest_at(now)
-    return max(MARKER_TTL_MS, 3 * s.period_at(latest)) if latest is not None else MARKER_TTL_MS

@@ -23,9 +23,10 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from django_redisq.connection.clients import is_transient
 from django_redisq.exceptions import LeaseLost, RedisError
-from django_redisq.store.broker import Broker, Delivery
+from django_redisq.store.broker import Broker
+from django_redisq.store.replies import Delivery
+from django_redisq.store.server import is_transient
 from django_redisq.worker.outcome import DEAD, RETRY, SUCCESS, Outcome
 
 logger = logging.getLogger("django_redisq")

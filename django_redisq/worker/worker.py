@@ -38,10 +38,12 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.crypto import get_random_string
 
-from django_redisq.connection.clients import BLOCK_TIMEOUT
 from django_redisq.exceptions import RedisError
 from django_redisq.options import NAME_RE, WORKER_NAME_MAX
-from django_redisq.store.broker import CORRUPT, NOMSG, Broker, Delivery
+from django_redisq.store import server
+from django_redisq.store.broker import Broker
+from django_redisq.store.replies import CORRUPT, NOMSG, Delivery
+from django_redisq.store.server import BLOCK_TIMEOUT
 from django_redisq.worker.fetcher import Fetcher
 from django_redisq.worker.heartbeat import Heartbeat
 from django_redisq.worker.held import Held
@@ -114,7 +116,7 @@ class Worker:
         self.queues = list(queues or self.options.queues)
         weights = None
         if isinstance(queues, Mapping) and queues:
-            from django_redisq.worker.queue_order import parse_weight
+            from django_redisq.profiles import parse_weight
 
             weights = {q: parse_weight(w, q) for q, w in queues.items()}
         if len(set(self.queues)) != len(self.queues):
@@ -167,6 +169,21 @@ class Worker:
                              burst, self.observer.recovered, paused=self.fetcher.paused, tick=self.tasklog.tick)
         # periodic schedules: on unless burst (a draining worker would keep enqueuing); bad ones are logged and skipped
         self.scheduler = Scheduler(self.options, self.broker, self._stop) if (not burst if scheduler is None else scheduler) else None
+
+    # -- the server ------------------------------------------------------
+
+    @property
+    def where(self) -> str:
+        """Where this worker's Redis is, safe to log: never a password."""
+        return server.describe(self.options)
+
+    def check_server(self) -> None:
+        """``RedisUnavailable`` with a one-line reason unless every primary answers and is new enough."""
+        server.check_server(self.options)
+
+    def durability_warnings(self) -> list[str]:
+        """The server settings under which Redis can lose tasks (an evicting memory policy, no persistence)."""
+        return server.durability_warnings(self.options)
 
     # -- control ---------------------------------------------------------
 

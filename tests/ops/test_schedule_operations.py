@@ -14,7 +14,7 @@ from django.core.management import CommandError, call_command
 from django_redisq.conf import get_options
 from django_redisq.ops.inspector import Inspector, UnknownSchedule, schedule_rows
 from django_redisq.ops.operations import ScheduleOperations
-from django_redisq.worker.scheduler import id_base
+from django_redisq.ticks import id_base
 from tests.helpers import keys, redis_ms, wait_for
 from tests.testapp.tasks import TICKS
 from tests.worker.test_scheduler import TASK, claim_now, downtime, every, marker, pending_ticks, scheduler, with_schedules

@@ -11,11 +11,11 @@ from django.core.management import CommandError, call_command
 from django.test import override_settings
 
 from django_redisq.conf import validate
-from django_redisq.profiles import POOL_NAMES, get_profile
-from django_redisq.store.broker import RUN, Delivery
+from django_redisq.profiles import POOL_NAMES, get_profile, parse_queue_args
+from django_redisq.store.replies import RUN, Delivery
 from django_redisq.worker.held import Held
 from django_redisq.worker.pools import POOLS
-from django_redisq.worker.queue_order import QueueOrder, parse_queue_args
+from django_redisq.worker.queue_order import QueueOrder
 
 Q3 = ["emails", "default", "low"]
 W = {"emails": 6, "default": 3, "low": 1}

@@ -8,7 +8,6 @@ command line apply to every queue checked and override ``OPTIONS["HEALTH"]``.
 
 from __future__ import annotations
 
-import argparse
 import json
 from dataclasses import asdict
 from typing import Any
@@ -18,23 +17,10 @@ from django.core.management.base import BaseCommand
 
 from django_redisq.exceptions import RedisError
 from django_redisq.health import Thresholds, breaches, configured
+from django_redisq.management.commands._args import non_negative
 from django_redisq.ops.inspector import Inspector
-from django_redisq.store.server import describe
 
 OK, BREACHED, UNREACHABLE = 0, 1, 2
-
-
-def non_negative(kind: type) -> Any:
-    def parse(value: str) -> Any:
-        try:
-            n = kind(value)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a number, got {value!r}") from None
-        if n < 0:
-            raise argparse.ArgumentTypeError(f"must be at least 0, got {value}")
-        return n
-
-    return parse
 
 
 def add_parser(sub: Any) -> None:
@@ -58,7 +44,7 @@ def run(command: BaseCommand, ins: Inspector, opts: dict[str, Any]) -> None:
     try:
         figures = [f for f in ins.figures() if f.queue in queues]
     except (RedisError, OSError) as exc:
-        line = f"Redis unreachable at {describe(ins.options)}: {type(exc).__name__}"
+        line = f"Redis unreachable at {ins.where}: {type(exc).__name__}"
         emit(command, opts, {"status": "unreachable", "breaches": [line], "queues": {}}, [line])
         raise SystemExit(UNREACHABLE) from None
     lines: list[str] = []

@@ -31,7 +31,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_redisq.exceptions import InvalidArguments
 from django_redisq.management.commands import _health
-from django_redisq.management.commands.runworker import positive
+from django_redisq.management.commands._args import non_negative, positive
 from django_redisq.ops.inspector import DeadFilter, Inspector, UnknownQueue, UnknownSchedule, schedule_rows
 from django_redisq.ops.operations import DELETE, PAUSE, REPLAY, RUN_NOW, TASK_ID_RE, Operations, Progress, QueueOperations, ScheduleOperations
 
@@ -84,7 +84,7 @@ class Command(BaseCommand):
         self._filters(listing)
         listing.add_argument("--queue", help="the queue (default: the first configured)")
         listing.add_argument("--limit", type=positive, default=20, help="how many (default: %(default)s)")
-        listing.add_argument("--start", type=int, default=0, help="position to start at (printed as 'next' by a previous list)")
+        listing.add_argument("--start", type=non_negative(int), default=0, help="position to start at (printed as 'next' by a previous list)")
         listing.add_argument("--json", action="store_true", help="print JSON")
         show = dead.add_parser("show", help="one dead letter in full")
         show.add_argument("id")

@@ -17,7 +17,7 @@ from django.utils.module_loading import autodiscover_modules
 
 from django_redisq.compat import LOGGER_NAME
 from django_redisq.exceptions import RedisUnavailable
-from django_redisq.store.server import check_server, describe, durability_warnings
+from django_redisq.management.commands._args import memory, port, positive
 from django_redisq.worker.pools import POOLS
 
 LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
@@ -60,40 +60,12 @@ class BatchedStderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
                 pass
 
 
-def positive(value: str) -> int:
-    import argparse
-
-    try:
-        n = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
-    return n
-
-
-def memory(value: str) -> int:
-    """A size in bytes: ``1048576``, ``512K``, ``256M``, ``2G`` (binary units)."""
-    import argparse
-
-    text = value.strip().upper().removesuffix("B").removesuffix("I")
-    scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:], 1)
-    digits = text[:-1] if scale > 1 else text
-    try:
-        n = float(digits) * scale
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a size such as 512M or 2G, got {value!r}") from None
-    if not 2**20 <= n < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be at least 1M (a child's own interpreter takes more), got {value!r}")
-    return int(n)
-
-
 def banner(worker: Any) -> str:
     """The start line: who serves what, how, against which Redis (never its credentials)."""
     o = worker.options
     order = f"{worker.order.describe()} (weighted)" if worker.order.weighted else worker.order.describe()
     return (f"django_redisq worker {worker.id} (pid {os.getpid()}) serving {order} of backend {o.alias!r} "
-            f"with {worker.describe_pool()} ({worker.pool.name} pool) on {describe(o)}; "
+            f"with {worker.describe_pool()} ({worker.pool.name} pool) on {worker.where}; "
             f"heartbeat every {o.heartbeat_interval:g}s, reaped after {o.worker_timeout:g}s")
 
 
@@ -123,7 +95,7 @@ class Command(BaseCommand):
         parser.add_argument("--no-scheduler", action="store_false", dest="scheduler",
                             help="do not claim periodic ticks in this worker (by default every worker does; each tick runs once)")
         parser.add_argument("--name", default=None, help="worker name (default: host.pid); the worker id adds a per-process suffix")
-        parser.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
+        parser.add_argument("--metrics-port", type=port, default=None, metavar="PORT",
                             help="serve this worker's Prometheus metrics on PORT (0: any free port, logged); needs django-redisq[metrics]")
         parser.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST",
                             help="address the metrics endpoint listens on (default: %(default)s, loopback only)")
@@ -143,7 +115,7 @@ class Command(BaseCommand):
                 scheduler=None if opts["scheduler"] else False, pool=pool,
                 max_tasks_per_child=opts["max_tasks_per_child"], max_memory_per_child=opts["max_memory_per_child"],
             )
-            check_server(worker.options)
+            worker.check_server()
         except (ImproperlyConfigured, ValueError, RedisUnavailable) as exc:
             raise CommandError(str(exc)) from None
         except Exception as exc:
@@ -152,7 +124,7 @@ class Command(BaseCommand):
             raise
         log = logging.getLogger("django_redisq")
         log.log(logging.DEBUG if opts["burst"] else logging.INFO, "%s", banner(worker))
-        for warning in durability_warnings(worker.options):
+        for warning in worker.durability_warnings():
             log.warning(warning)
         try:
             if opts["metrics_port"] is not None:
@@ -174,8 +146,7 @@ class Command(BaseCommand):
     def _served(self, opts: dict[str, Any]) -> tuple[list[str] | dict[str, int], int, str, int | None]:
         """Queues (a dict of weights for the weighted order), concurrency, pool, prefetch: the command line, else the profile."""
         from django_redisq.conf import get_options
-        from django_redisq.profiles import get_profile
-        from django_redisq.worker.queue_order import parse_queue_args
+        from django_redisq.profiles import get_profile, parse_queue_args
 
         if opts["profile"] is None:
             try:

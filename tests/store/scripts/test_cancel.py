@@ -9,7 +9,7 @@ import redis
 from redis.cluster import RedisCluster
 
 from django_redisq.compat import TaskResultStatus, task_backends
-from django_redisq.store.broker import CANCELLED, CANCELLED_EXC, cancelled_error
+from django_redisq.store.replies import CANCELLED, CANCELLED_EXC, cancelled_error
 from tests.helpers import keys, redis_ms, seed_dead, seed_hash, seed_pending, seed_processing, seed_scheduled, set_heartbeat_age, where_is
 
 K = keys()

@@ -7,7 +7,8 @@ import time
 import pytest
 
 from django_redisq.conf import get_options
-from django_redisq.store.broker import LIMITED, RUN, Broker
+from django_redisq.store.broker import Broker
+from django_redisq.store.replies import LIMITED, RUN
 from tests.helpers import keys, where_is
 
 MSG = '{"v":1,"args":[],"kwargs":{}}'

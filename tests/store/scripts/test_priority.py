@@ -5,8 +5,8 @@ import threading
 import pytest
 
 from django_redisq.exceptions import QueuePaused
-from django_redisq.store.broker import RUN
 from django_redisq.store.priority import MARKER, ready_page
+from django_redisq.store.replies import RUN
 from tests.helpers import keys, where_is
 
 
