@@ -27,7 +27,6 @@ from django.utils import timezone
 from django_redisq import signals
 from django_redisq.compat import LOGGER_NAME, TaskResult, TaskResultStatus
 from django_redisq.exceptions import RedisUnavailable
-from django_redisq.store.server import check_server, describe
 from django_redisq.worker.worker import Worker
 from shop import tasks
 from shop.models import Order
@@ -77,10 +76,10 @@ class Command(BaseCommand):
         call_command("migrate", verbosity=0)
         worker = Worker(concurrency=2, burst=True, name="demo-worker")
         try:
-            check_server(worker.options)
+            worker.check_server()
         except RedisUnavailable as exc:
             raise CommandError(str(exc)) from None
-        self.stdout.write(f"Redis: {describe(worker.options)}\n")
+        self.stdout.write(f"Redis: {worker.where}\n")
 
         response = Client().post("/", {"email": "ada@example.com"})
         order = Order.objects.latest("pk")
