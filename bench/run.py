@@ -224,7 +224,10 @@ class Bench:
         from benchapp.tasks import astamp, cpu, io_sleep, noop, rpush, sleep_io, stamp
         from django.tasks import task_backends
 
-        from django_redisq.store.keys import QueueKeys
+        try:
+            from django_redisq.store.keys import QueueKeys
+        except ImportError:  # an --engine from before the package had layers
+            from django_redisq.keys import QueueKeys  # type: ignore[no-redef]
 
         self.noop, self.stamp = noop, stamp
         self.workloads: dict[str, Any] = {"noop": noop, "io": io_sleep, "cpu": cpu, "stamp": stamp, "astamp": astamp,

@@ -302,6 +302,19 @@ class Broker(OperatorSteps, ScheduleSteps):
             script(keys=[k.workers, k.processing(worker), k.alive], args=[k.prefix, worker, lease, text, gap], client=pipe)
         return [q for q, (_, registered) in zip(queues, pipe.execute(), strict=True) if not registered]
 
+    def nothing_left(self, queues: Iterable[str], worker: str, skip_waiting: Iterable[str] = ()) -> bool:
+        """Whether ``queues`` hold nothing for ``worker``: no task waiting (but in ``skip_waiting``) and none in its
+        processing list. One pipelined round trip; a wake-up marker counts as waiting (the next fetch drops it)."""
+        skip = set(skip_waiting)
+        pipe = self.client.pipeline(transaction=False)
+        for q in queues:
+            k = self.keys(q)
+            if q not in skip:
+                pipe.llen(k.pending)
+                pipe.zcard(k.prioritized)
+            pipe.llen(k.processing(worker))
+        return not any(pipe.execute())
+
     def processing_ids(self, queue: str, worker: str) -> list[str]:
         return cast("list[str]", self.client.lrange(self.keys(queue).processing(worker), 0, -1))
 

@@ -103,11 +103,4 @@ class Upkeep:
         if len(self.held):
             return False
         paused = self.paused() if self.paused is not None else frozenset()
-        pipe = self.broker.client.pipeline(transaction=False)
-        for q in self.queues:
-            k = self.broker.keys(q)
-            if q not in paused:
-                pipe.llen(k.pending)  # markers count: the next fetch drops them
-                pipe.zcard(k.prioritized)
-            pipe.llen(k.processing(self.worker_id))
-        return not any(pipe.execute())
+        return self.broker.nothing_left(self.queues, self.worker_id, skip_waiting=paused)
