@@ -2,8 +2,9 @@
 
 Task data lives in Redis and is read through ``ops/inspector.py``. The model only
 gives the admin an entry and two permissions: "view" to look at queues,
-dead letters and schedules, "change" to replay, delete and purge dead letters
-and to pause, resume or run now a schedule.
+dead letters and schedules, "change" to replay, delete, edit and purge dead
+letters, to cancel tasks, to pause or resume a queue, and to pause, resume or
+run now a schedule.
 """
 
 from __future__ import annotations

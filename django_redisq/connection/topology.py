@@ -249,7 +249,7 @@ def async_client(options: Options, kwargs: dict[str, Any], pool_kwargs: Any) -> 
 
     ``kwargs`` are ``connection.pool_kwargs``' settings with an asyncio ``retry``;
     ``pool_kwargs`` turns such settings into an asyncio ``ConnectionPool``'s for one
-    server (aconnection.async_pool_kwargs: its connection class twins and checks).
+    server (async_pools.async_pool_kwargs: its connection class twins and checks).
     """
     import redis.asyncio as aioredis
 

@@ -15,7 +15,7 @@ A connection that failed is closed, never reused; a reply error leaves it in
 step and it goes back. After ``fork`` the child forgets the parent's
 connections (it never writes to a socket the parent uses). A pool that is not
 a plain ``redis.ConnectionPool`` of one server (a cluster's, a sentinel's)
-gets no line: its client's own ``execute_command`` routes the call.
+gets no wire: its client's own ``execute_command`` routes the call.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ try:
 except ImportError:  # pragma: no cover - a dependency of redis[hiredis]
     _pack = None
 
-_lines: weakref.WeakSet[Wire] = weakref.WeakSet()
+_wires: weakref.WeakSet[Wire] = weakref.WeakSet()
 
 
 class Wire:
@@ -45,7 +45,7 @@ class Wire:
         self.pool = pool
         self._idle: list[Any] = []
         self._retry: Any = None
-        _lines.add(self)
+        _wires.add(self)
 
     def execute(self, *args: Any) -> Any:
         """The reply of one command, as ``execute_command`` would give it (EVALSHA and other calls without callbacks)."""
@@ -96,10 +96,10 @@ def wire_for(client: redis.Redis) -> Callable[..., Any]:
     if type(pool) is not redis.ConnectionPool or type(client) is not redis.Redis or getattr(pool, "cache", None) is not None:
         return client.execute_command
     with _lock:
-        line = _by_pool.get(pool)
-        if line is None:
-            line = _by_pool[pool] = Wire(pool)
-    return line.execute
+        wire = _by_pool.get(pool)
+        if wire is None:
+            wire = _by_pool[pool] = Wire(pool)
+    return wire.execute
 
 
 _lock = threading.Lock()
@@ -107,14 +107,14 @@ _by_pool: weakref.WeakKeyDictionary[redis.ConnectionPool, Wire] = weakref.WeakKe
 
 
 def close_all() -> None:
-    """Close every line's idle connections (``connection.reset``)."""
-    for line in list(_lines):
-        line.close()
+    """Close every wire's idle connections (``connection.reset``)."""
+    for wire in list(_wires):
+        wire.close()
 
 
 def _after_fork() -> None:
-    for line in list(_lines):
-        line._forget()
+    for wire in list(_wires):
+        wire._forget()
 
 
 if hasattr(os, "register_at_fork"):

@@ -2,7 +2,7 @@
 
 ``inspector.py`` (``Inspector``) reads a backend's queues, tasks, workers and
 schedules; ``operations.py`` (``Operations``) changes them (replay, purge,
-cancel, pause, edit); ``metrics.py`` renders the fleet's Prometheus figures;
-``partition_stats.py`` sums a partitioned queue's figures. Each is a thin layer
-over the store's bounded reads and atomic steps.
+cancel, pause, edit); ``metrics.py`` renders the fleet's Prometheus figures.
+Each is a thin layer over the store's bounded reads (store/queue_reads.py,
+store/task_reads.py) and atomic steps (store/broker.py).
 """

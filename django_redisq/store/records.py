@@ -1,6 +1,7 @@
-"""Plain records the inspect layer returns: rows, details, pages, worker and queue figures.
+"""Plain records the store's reads return: rows, details, pages, worker and queue figures.
 
-No Redis here; ``ops/inspector.py`` fills them in, the admin and the command show them.
+No Redis here; store/queue_reads.py and store/task_reads.py fill them in, ``Inspector``
+(ops/inspector.py) hands them on, the admin and the command show them.
 """
 
 from __future__ import annotations

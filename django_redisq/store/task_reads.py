@@ -1,7 +1,8 @@
 """Read-only views of stored tasks: dead-letter pages, scans, facets; task rows, lists and one task's detail.
 
-Part of ``Inspector`` (``class Inspector(TaskReads)``, ops/inspector.py), split from it along
-this line: ops/inspector.py reads the queues' figures, this module the tasks in them.
+The task half of the store's reads (``class QueueReads(TaskReads)``, store/queue_reads.py,
+which ``Inspector`` in ops/inspector.py is): queue_reads.py reads the queues' figures, this
+module the tasks in them.
 Every read is bounded: a page of dead letters is one ``scan_dead.lua`` call (ZCOUNT +
 ZREVRANGE by rank, O(log n + page)) plus one pipelined HMGET per id on the page. A
 *filtered* page walks the dead set from the newest in chunks of ``SCAN_CHUNK`` entries

@@ -109,7 +109,7 @@ def main(conn: Connection, config: ChildConfig) -> None:
         conn.send(("done", outcome, rss_bytes()))
 
 
-if __name__ == "__main__":  # python -m django_redisq.pools.child FD: the worker's end of the pipe is FD
+if __name__ == "__main__":  # python -m django_redisq.worker.pools.child FD: the worker's end of the pipe is FD
     pipe = Connection(int(sys.argv[1]))
     cfg: ChildConfig = pipe.recv()
     sys.path[:] = list(cfg.sys_path)

@@ -2,7 +2,7 @@
 
 ``child.py`` is what runs in a child; this module is how the worker starts
 and ends them. A child is a new interpreter (``python -m
-django_redisq.pools.child FD``) given one end of a socket pair, never a fork
+django_redisq.worker.pools.child FD``) given one end of a socket pair, never a fork
 of the worker: the worker has threads and open sockets, and a fork of a
 threaded process may inherit a lock another thread held, forever. Nor is the
 main module imported again (as multiprocessing's spawn would), so any script
