@@ -50,10 +50,17 @@ def test_the_worker_endpoint_is_scraped_during_a_run(r, run_worker_process):
     assert during[("redisq_worker_executors_busy", ())] >= 1
     assert during[("redisq_worker_executors", ())] == 2
     assert wait_for(lambda: r.hget(EFFECTS, "busy") == "1", timeout=20)
-    time.sleep(0.3)
-    s = samples(urllib.request.urlopen(url, timeout=5).read().decode())
     add = {"queue": "default", "task": "tests.testapp.tasks.add"}
     slow = {"queue": "default", "task": "tests.testapp.tasks.slow"}
+    scraped: list[dict] = []
+
+    def settled() -> bool:  # the metrics count a task once it is settled, a moment after its effect
+        scraped[:] = [samples(urllib.request.urlopen(url, timeout=5).read().decode())]
+        return scraped[0].get(at("redisq_worker_queue_wait_seconds_count", queue="default")) == 7 and \
+            scraped[0].get(at("redisq_worker_task_duration_seconds_bucket", le="+Inf", **slow)) == 1
+
+    assert wait_for(settled, timeout=10, step=0.05), scraped
+    s = scraped[0]
     assert s[at("redisq_worker_tasks_total", outcome="success", **add)] == 5
     assert s[at("redisq_worker_tasks_total", outcome="dead_lettered", queue="default", task="tests.testapp.tasks.not_retryable")] == 1
     assert s[at("redisq_worker_task_duration_seconds_count", **add)] == 5
