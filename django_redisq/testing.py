@@ -285,6 +285,29 @@ class SentinelSetup:
                 return False
         return True
 
+    def restore(self, timeout: float = 60) -> None:
+        """Back to ``master`` as the master the sentinels name, ``replica`` in sync with it (after a failover test).
+
+        A master stopped by a test is started again (the sentinels make it a
+        replica of whichever server they promoted); then, if the sentinels name
+        another master, one of them is asked to fail over back to it.
+        """
+        if self.master.proc is None or self.master.proc.poll() is not None:
+            self.master.start()
+        deadline = time.monotonic() + timeout
+        asked = 0.0
+        while self.master_port() != self.master.port:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"timed out after {timeout:g} s failing the sentinels back to port {self.master.port}")
+            in_sync = "master_link_status:up" in self._cli(self.master.port, "info", "replication")
+            if in_sync and time.monotonic() - asked > 10:  # one request at a time: a failover under way takes a few seconds
+                self._cli(self.sentinel_ports[0], "sentinel", "failover", self.master_name)
+                asked = time.monotonic()
+            time.sleep(0.2)
+        _wait_for("the replica in sync", lambda: "master_link_status:up" in self._cli(self.replica.port, "info", "replication"),
+                  max(1.0, deadline - time.monotonic()))
+        _wait_for("sentinels that know each other and the replica", self._settled, max(1.0, deadline - time.monotonic()))
+
     def start(self) -> SentinelSetup:
         try:
             self.master.start()
