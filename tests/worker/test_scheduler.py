@@ -125,6 +125,20 @@ def downtime(r, x: Scheduler, ticks_back: int) -> tuple[int, int]:
     return now, latest
 
 
+def at_phase(r, x: Scheduler, *, after_tick_ms: int = 0, before_next_ms: int = 0) -> None:
+    """Wait, on the Redis clock, until now is at least ``after_tick_ms`` past the schedule's latest tick and more than
+    ``before_next_ms`` before its next one. A test whose expectation depends on where now falls between two ticks
+    waits for a phase that gives one answer (at most the window asked for) instead of skipping."""
+    s = x.schedules[0]
+    deadline = time.monotonic() + (after_tick_ms + before_next_ms) / 1000 + 5
+    while True:
+        now = redis_ms(r)
+        if now - s.latest_at(now) >= after_tick_ms and s.next_after(now) - now > before_next_ms:
+            return
+        assert time.monotonic() < deadline, "the schedule's phase never came"
+        time.sleep(0.05)
+
+
 def claim_now(r, x: Scheduler):
     s = x.schedules[0]
     return x.broker.fire("default", s.name, x.plan(s, marker(r, s.name)["last"], redis_ms(r)))
@@ -132,9 +146,8 @@ def claim_now(r, x: Scheduler):
 
 def test_catch_up_latest_runs_the_newest_missed_tick_once_and_counts_the_rest(r):
     x = scheduler({"s": every(600)})
+    at_phase(r, x, before_next_ms=10_000)  # the claim falls before the next tick
     _, latest = downtime(r, x, 5)
-    if redis_ms(r) - latest > 590_000:
-        pytest.skip("too close to the next tick")
     fired = claim_now(r, x)
     assert (fired.code, fired.fired, fired.missed) == (1, 1, 4)
     assert r.lrange(keys().pending, 0, -1) == [x.id_base(x.schedules[0]) + str(latest)]
@@ -175,10 +188,8 @@ def test_catch_up_all_runs_every_missed_tick_at_most_100(r):
 def test_a_new_schedule_does_not_catch_up(r):
     x = scheduler({"s": every(3600)})
     s = x.schedules[0]
-    now = redis_ms(r)
-    if now - s.latest_at(now) <= 10_000:
-        pytest.skip("the tick is on time")
-    assert x.plan(s, "", now) is None
+    at_phase(r, x, after_tick_ms=10_001)  # past the window in which the latest tick is still on time
+    assert x.plan(s, "", redis_ms(r)) is None
 
 
 # -- overlap -----------------------------------------------------------------
