@@ -9,8 +9,8 @@ body unchanged), and then any key of another slot is an error (``Script
 attempted to access keys that do not hash to the same slot``). A script test
 that passes on the cluster thus proves that every key the script declares, and
 every key it derives at run time on that path, hashes to the slot of the
-queue's hash tag. ``EXECUTED`` records which scripts ran there; test_zz_slots.py
-checks that none was left out.
+queue's hash tag. ``EXECUTED`` records which scripts ran there; test_slots.py
+checks that none was left out, after every other test (``pytest_collection_modifyitems``).
 
 (The shipped scripts carry no shebang: with one, Redis refuses them whenever
 memory is over ``maxmemory``, acks and reaps included, and Redis 6.2 cannot
@@ -38,6 +38,16 @@ _plain_source = scripts.source
 BY_SHA = {sha1((STRICT + _plain_source(name)).encode()).hexdigest(): name for name in scripts.NAMES}
 EXECUTED: set[str] = set()
 """The scripts that ran on the cluster without an error, in this session."""
+
+
+COVERAGE_CHECK = "test_every_script_ran_on_the_cluster"
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run the cluster coverage check after every script test, whatever order the files were collected in."""
+    last = [item for item in items if item.name == COVERAGE_CHECK]
+    items[:] = [item for item in items if item.name != COVERAGE_CHECK] + last
 
 
 def _recording(monkeypatch: pytest.MonkeyPatch) -> None:

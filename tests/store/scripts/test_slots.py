@@ -1,8 +1,9 @@
 """The scripts no other file here runs (fire, scan_dead, dead_window, save_metadata, edit_replay), and the cluster's slot proof.
 
-Named to run last in this directory: by then, on the cluster, every script has
-run through the real Broker / Inspector code paths (see conftest.py), and
-``test_every_script_ran_on_the_cluster`` checks that none was left out.
+``test_every_script_ran_on_the_cluster`` checks that on the cluster every script
+has run through the real Broker / Inspector code paths (see conftest.py), none
+left out; conftest.py moves it after every other test of the session, so it does
+not depend on the order files are collected in.
 """
 
 from __future__ import annotations
