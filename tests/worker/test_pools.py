@@ -267,16 +267,15 @@ def test_the_asyncio_pool_runs_hundreds_of_io_bound_tasks_at_once(r):
 
 def test_an_idle_asyncio_pool_settles_a_finished_task_at_once(r):
     """Its lane has moved on when a task ends: the flusher is woken instead of waiting out SETTLE_WITHIN (50 ms)."""
-    import statistics
-
-    waits = []
-    with serving("asyncio", concurrency=10):
-        for _ in range(7):
-            start = time.monotonic()
+    woken: list[int] = []
+    with serving("asyncio", concurrency=10) as worker:
+        wake = worker.settler.wake
+        real_set = wake.set
+        wake.set = lambda: (woken.append(1), real_set())[1]  # type: ignore[method-assign]
+        for i in range(7):
             res = tasks.async_nap.delay(0)
             assert wait_for(lambda res=res: res.refresh() or res.is_finished, 5, step=0.002)
-            waits.append(time.monotonic() - start)
-    assert statistics.median(waits) < 0.04, waits
+            assert len(woken) >= i + 1, woken  # the flusher was woken for it (the fault: it waited out SETTLE_WITHIN)
 
 
 def test_django_async_safety_holds_on_the_asyncio_pool(r):
@@ -296,11 +295,9 @@ def test_after_a_replacement_a_spare_child_is_set_up_ahead_so_the_next_one_is_in
         spare_pid = pool._spare.result().process.pid
         after = tasks.whose_pid.delay("spare")
         settled(after)  # its child is then recycled: the spare takes its place
-        start = time.monotonic()
+        # the replacement is the spare set up ahead, not a child started from scratch (which takes most of a second)
         assert wait_for(lambda: (c := pool.children[0]) is not None and c.process.pid == spare_pid, 5, step=0.005)
-        took = time.monotonic() - start
     assert after.return_value != spare_pid
-    assert took < 0.3, took  # a child set up from scratch takes most of a second
 
 
 def test_a_child_that_cannot_set_up_stops_the_worker_with_the_reason(r):

@@ -150,12 +150,14 @@ def test_multiple_queues_each_have_a_fetcher(r, make_worker):
     t = threading.Thread(target=w.run)
     t.start()
     try:
-        time.sleep(0.3)  # all three fetchers now block in BLMOVE
+        # all three fetchers block in BLMOVE (seen by Redis), so the task is on a queue nobody is polling just now
+        assert wait_for(lambda: sum(c.get("cmd") == "blmove" for c in r.client_list()) >= 3, timeout=10)
         start = time.monotonic()
         res = tasks.noop.using(queue_name="low").enqueue(1)
         while tasks.noop.get_result(res.id).status != TaskResultStatus.SUCCESSFUL:
             assert time.monotonic() - start < 2
             time.sleep(0.002)
+        # a round-robin poll would wait out the other queues' 1 s blocks; a blocked fetcher of its own starts it in ms
         assert time.monotonic() - start < 0.5
     finally:
         w.request_stop()
