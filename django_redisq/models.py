@@ -1,10 +1,14 @@
 """``DeadLetter``: a placeholder with no table, for the admin index and permissions.
 
 Task data lives in Redis and is read through ``ops/inspector.py``. The model only
-gives the admin an entry and two permissions: "view" to look at queues,
-dead letters and schedules, "change" to replay, delete, edit and purge dead
-letters, to cancel tasks, to pause or resume a queue, and to pause, resume or
-run now a schedule.
+gives the admin an entry and three permissions: "view" to look at queues,
+dead letters and schedules; "change" to replay, delete and purge dead letters,
+to cancel tasks, to pause or resume a queue, and to pause, resume or run now a
+schedule; and "edit" (``edit_deadletter``), to change a dead letter's arguments
+before replaying it. Editing is its own permission because it runs a task with
+arguments of the editor's choice (any task that has a dead letter, which "run
+now" and cancel can make of any scheduled task): a role that only triages
+failures gets "change" and not "edit".
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ class DeadLetter(models.Model):
     class Meta:
         managed = False
         default_permissions = ("view", "change")
+        permissions = [("edit_deadletter", "Can edit a dead letter's arguments and replay it (runs its task with them)")]
         verbose_name = "dead letter"
         verbose_name_plural = "dead letters"
 

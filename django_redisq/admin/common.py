@@ -27,6 +27,9 @@ class AdminPage(Protocol):
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool: ...
 
+    def has_edit_permission(self, request: HttpRequest) -> bool:
+        """Whether the user may edit a dead letter's arguments before its replay (``edit_deadletter``)."""
+
     def page_context(self, request: HttpRequest, title: str, **extra: Any) -> dict[str, Any]:
         """The admin's context for a page of ours: the site's, the title, the backends, ``extra``."""
 

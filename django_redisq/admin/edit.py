@@ -109,7 +109,7 @@ def edit_view(model_admin: AdminPage, request: HttpRequest, alias: str, queue: s
     """Check the edited arguments, confirm, then rewrite and replay the dead letter and log the original arguments."""
     if request.method != "POST":
         return HttpResponseNotAllowed(["POST"])
-    if not model_admin.has_change_permission(request):
+    if not model_admin.has_edit_permission(request):  # not "change": an edit runs the task with the editor's arguments
         raise PermissionDenied
     ins = model_admin.inspector_for(alias)
     try:

@@ -11,7 +11,8 @@ from django.urls import reverse
 
 from django_redisq.admin.edit import sha1
 from tests import helpers
-from tests.admin.test_site import changer, follow_post, viewer  # noqa: F401 - fixtures
+from tests.admin.test_site import changer, client_for, follow_post, staff, viewer  # noqa: F401 - fixtures
+from tests.helpers import where_is
 from tests.testapp import tasks
 
 pytestmark = pytest.mark.django_db
@@ -44,12 +45,22 @@ def form(r, dead) -> dict:
     return {"sha": sha1(stored(r, dead)["msg"])}
 
 
-def test_the_detail_page_offers_the_form_to_changers_only(r, admin_client, viewer, dead, form):  # noqa: F811
+def test_the_detail_page_offers_the_form_to_editors_only(r, admin_client, viewer, changer, dead, form):  # noqa: F811
     body = admin_client.get(detail_url(dead)).content.decode()
     assert 'id="redisq-edit-form"' in body and f'value="{form["sha"]}"' in body and "&quot;edit-me&quot;" in body
-    assert 'id="redisq-edit-form"' not in viewer.get(detail_url(dead)).content.decode()
-    assert viewer.post(edit_url(dead), {"args": "[]", "kwargs": "{}", **form}).status_code == 403
+    for client in (viewer, changer):  # "change" replays and deletes; running a task with new arguments is "edit"
+        assert 'id="redisq-edit-form"' not in client.get(detail_url(dead)).content.decode()
+        assert client.post(edit_url(dead), {"args": '["x", 0]', "kwargs": "{}", "confirm": "yes", **form}).status_code == 403
+    assert where_is(r, dead) == ["dead"] and json.loads(stored(r, dead)["msg"])["args"] == ["edit-me", 4]  # nothing written
     assert admin_client.get(edit_url(dead)).status_code == 405
+
+
+def test_the_edit_permission_alone_beside_change_lets_a_staff_user_edit(r, dead, form):
+    editor = client_for(staff("editor", "view_deadletter", "change_deadletter", "edit_deadletter"))
+    assert 'id="redisq-edit-form"' in editor.get(detail_url(dead)).content.decode()
+    response = editor.post(edit_url(dead), {"args": '["edited", 0]', "kwargs": "{}", "confirm": "yes", **form})
+    assert response.status_code == 302 and where_is(r, dead) == ["pending"]
+    assert json.loads(stored(r, dead)["msg"])["args"] == ["edited", 0]
 
 
 @pytest.mark.parametrize(("args", "kwargs", "error"), [
