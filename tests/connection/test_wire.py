@@ -59,9 +59,9 @@ def test_threads_share_the_idle_connections(r, redis_url):
     for t in threads:
         t.join(30)
     assert all(out[n] == [f"{n}:{i}" for i in range(200)] for n in range(8))
-    (ln,) = [x for x in line._lines if x.pool is client.connection_pool]
+    (ln,) = [x for x in line._wires if x.pool is client.connection_pool]
     assert 1 <= len(ln._idle) <= 8  # at most one connection per thread that was using it at once
-    assert line.wire_for(client).__self__ is ln  # type: ignore[attr-defined]  # one line per pool
+    assert line.wire_for(client).__self__ is ln  # type: ignore[attr-defined]  # one wire per pool
 
 
 def test_a_killed_connection_is_replaced_and_the_call_sent_again(own_server):
