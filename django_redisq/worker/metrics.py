@@ -7,6 +7,10 @@ executors are, lease losses and Redis reconnects. Each worker process has its
 own registry and HTTP endpoint; Prometheus adds the ``instance`` label, so no
 worker id goes into the labels (worker ids change on every restart).
 
+The endpoint (``worker/metrics_server.py``) shows task and queue names and the
+worker id; it listens on loopback unless ``runworker --metrics-host`` says
+otherwise, and ``--metrics-token-file`` requires a bearer token.
+
 The hot path pays a dictionary lookup and two observations per settled task,
 nothing when the endpoint is off. Needs ``prometheus-client``
 (``pip install django-redisq[metrics]``).
@@ -18,6 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from django_redisq.compat import prometheus
+from django_redisq.worker.metrics_server import MetricsServer
 
 if TYPE_CHECKING:
     from django_redisq.worker.settler import Batch
@@ -54,18 +59,18 @@ class WorkerMetrics:
         self._children: dict[tuple[str, str, str], tuple[Any, Any]] = {}
         self._waits: dict[str, Any] = {}
         self._failing = False
-        self.server: Any = None
+        self.server: MetricsServer | None = None
 
-    def serve(self, host: str, port: int) -> int:
-        """Serve ``/metrics`` on a daemon thread; returns the port (useful with 0, any free one)."""
-        server, _ = prometheus().start_http_server(port, addr=host, registry=self.registry)
-        self.server = server
-        return int(server.server_port)
+    def serve(self, host: str, port: int, token: str | None = None) -> int:
+        """Serve ``/metrics`` on a daemon thread (``worker/metrics_server.py``); returns the port (useful with 0,
+        any free one). With ``token``, only to requests with ``Authorization: Bearer <token>``."""
+        generate = prometheus().generate_latest
+        self.server = MetricsServer(host, port, lambda: generate(self.registry), token)
+        return self.server.port
 
     def stop(self) -> None:
         if self.server is not None:
-            self.server.shutdown()
-            self.server.server_close()
+            self.server.stop()
             self.server = None
 
     def settled(self, batch: Batch) -> None:
