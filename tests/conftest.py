@@ -168,7 +168,9 @@ def make_worker(r: redis.Redis) -> Callable[..., Any]:
 class WorkerProcess:
     """A ``runworker`` subprocess (for signal and SIGKILL tests)."""
 
-    def __init__(self, url: str, *args: str, env: dict[str, str] | None = None) -> None:
+    def __init__(self, url: str, *args: str, env: dict[str, str] | None = None,
+                 preexec_fn: Callable[[], None] | None = None) -> None:
+        """``preexec_fn``: run in the child before it starts (e.g. to lower its limits)."""
         full_env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.worker_settings", "REDISQ_TEST_REDIS_URL": url,
                     **WORKER_ENV, **(env or {})}
         full_env["PYTHONPATH"] = str(ROOT) + os.pathsep + full_env.get("PYTHONPATH", "")
@@ -176,7 +178,7 @@ class WorkerProcess:
         self.log = tempfile.TemporaryFile(mode="w+")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "django", "runworker", *args],
-            cwd=ROOT, env=full_env, stdout=self.log, stderr=subprocess.STDOUT, text=True,
+            cwd=ROOT, env=full_env, stdout=self.log, stderr=subprocess.STDOUT, text=True, preexec_fn=preexec_fn,
         )
 
     def output(self) -> str:

@@ -7,6 +7,14 @@ executors are, lease losses and Redis reconnects. Each worker process has its
 own registry and HTTP endpoint; Prometheus adds the ``instance`` label, so no
 worker id goes into the labels (worker ids change on every restart).
 
+Every label value comes from a bounded set: ``queue`` is one the worker serves,
+``task`` the dotted path of a registered task (``django_redisq.task.get_registered``)
+or ``"(unregistered)"`` for all the others together (``UNREGISTERED``), so
+messages naming made-up task paths cannot grow the scrape or the worker's memory.
+The endpoint (``worker/metrics_server.py``) shows task and queue names and the
+worker id; it listens on loopback unless ``runworker --metrics-host`` says
+otherwise, and ``--metrics-token-file`` requires a bearer token.
+
 The hot path pays a dictionary lookup and two observations per settled task,
 nothing when the endpoint is off. Needs ``prometheus-client``
 (``pip install django-redisq[metrics]``).
@@ -18,6 +26,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from django_redisq.compat import prometheus
+from django_redisq.task import get_registered
+from django_redisq.worker.metrics_server import MetricsServer
 
 if TYPE_CHECKING:
     from django_redisq.worker.settler import Batch
@@ -25,6 +35,9 @@ if TYPE_CHECKING:
 DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
 OUTCOMES = {"success": "success", "retry": "retry", "dead": "dead_lettered"}
+UNREGISTERED = "(unregistered)"
+"""The ``task`` label of every attempt whose message names no registered task (dead-lettered ``unknown_task``,
+or a message that could not be read): a message's task path is anyone's input, so it never becomes a label value."""
 
 
 class WorkerMetrics:
@@ -54,23 +67,25 @@ class WorkerMetrics:
         self._children: dict[tuple[str, str, str], tuple[Any, Any]] = {}
         self._waits: dict[str, Any] = {}
         self._failing = False
-        self.server: Any = None
+        self.server: MetricsServer | None = None
 
-    def serve(self, host: str, port: int) -> int:
-        """Serve ``/metrics`` on a daemon thread; returns the port (useful with 0, any free one)."""
-        server, _ = prometheus().start_http_server(port, addr=host, registry=self.registry)
-        self.server = server
-        return int(server.server_port)
+    def serve(self, host: str, port: int, token: str | None = None) -> int:
+        """Serve ``/metrics`` on a daemon thread (``worker/metrics_server.py``); returns the port (useful with 0,
+        any free one). With ``token``, only to requests with ``Authorization: Bearer <token>``."""
+        generate = prometheus().generate_latest
+        self.server = MetricsServer(host, port, lambda: generate(self.registry), token)
+        return self.server.port
 
     def stop(self) -> None:
         if self.server is not None:
-            self.server.shutdown()
-            self.server.server_close()
+            self.server.stop()
             self.server = None
 
     def settled(self, batch: Batch) -> None:
         for d, o in batch:
-            name = o.task_name or d.task or "?"
+            name = o.task_name or d.task
+            if not name or get_registered(name) is None:  # a path read from Redis names no series of its own
+                name = UNREGISTERED
             key = (d.queue, name, o.kind)
             pair = self._children.get(key)
             if pair is None:

@@ -39,10 +39,10 @@ class Observer:
 
     # -- set up by runworker ---------------------------------------------
 
-    def serve_metrics(self, host: str, port: int) -> int:
+    def serve_metrics(self, host: str, port: int, token: str | None = None) -> int:
         self.metrics = WorkerMetrics(worker_info(self.worker_id, self.pool, self.queues), self.running,
                                      lambda: time.monotonic() - self.last_beat, self.concurrency)
-        return self.metrics.serve(host, port)
+        return self.metrics.serve(host, port, token)
 
     def write_health_file(self, path: str) -> None:
         self.health = HealthFile(path, self.worker_timeout, self.worker_id)

@@ -436,3 +436,22 @@ def span(tag: str, seconds: float = 0.0) -> str:
         time.sleep(seconds)
     client.lset(SPANS, slot - 1, f"{tag}|{start}|{time.time()}")
     return tag
+
+
+@task
+def holds_every_descriptor(key: str, seconds: float) -> int:
+    """Opens files until its process has no descriptor left, holds them ``seconds``, closes them; records ``key``
+    afterwards and returns how many it held (what a leaky task does to the worker it runs in)."""
+    held: list[int] = []
+    try:
+        while True:
+            try:
+                held.append(os.open(os.devnull, os.O_RDONLY))
+            except OSError:
+                break
+        time.sleep(seconds)
+    finally:
+        for fd in held:
+            os.close(fd)
+    record(key)
+    return len(held)

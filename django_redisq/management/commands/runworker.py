@@ -69,6 +69,20 @@ def banner(worker: Any) -> str:
             f"heartbeat every {o.heartbeat_interval:g}s, reaped after {o.worker_timeout:g}s")
 
 
+def _token(path: str | None) -> str | None:
+    """The bearer token in ``path`` (surrounding whitespace dropped); an empty file never opens the endpoint."""
+    if path is None:
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            token = f.read().strip()
+    except UnicodeDecodeError:
+        raise CommandError(f"--metrics-token-file: {path} is not UTF-8 text") from None
+    if not token:
+        raise CommandError(f"--metrics-token-file: {path} holds no token")
+    return token
+
+
 class Command(BaseCommand):
     help = "Run tasks from django_redisq queues. First SIGTERM/SIGINT: finish running tasks and exit; second: exit now."
 
@@ -99,6 +113,8 @@ class Command(BaseCommand):
                             help="serve this worker's Prometheus metrics on PORT (0: any free port, logged); needs django-redisq[metrics]")
         parser.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST",
                             help="address the metrics endpoint listens on (default: %(default)s, loopback only)")
+        parser.add_argument("--metrics-token-file", default=None, metavar="PATH",
+                            help="answer the metrics endpoint only with 'Authorization: Bearer <the token in PATH>' (401 otherwise)")
         parser.add_argument("--health-file", default=None, metavar="PATH",
                             help="rewrite PATH after every heartbeat Redis answered: a liveness probe checks its age")
 
@@ -128,12 +144,16 @@ class Command(BaseCommand):
             log.warning(warning)
         try:
             if opts["metrics_port"] is not None:
-                port = worker.observer.serve_metrics(opts["metrics_host"], opts["metrics_port"])
-                log.info("metrics of worker %s at http://%s:%d/metrics", worker.id, opts["metrics_host"], port)
+                token = _token(opts["metrics_token_file"])
+                port = worker.observer.serve_metrics(opts["metrics_host"], opts["metrics_port"], token)
+                log.info("metrics of worker %s at http://%s:%d/metrics%s", worker.id, opts["metrics_host"], port,
+                         " (bearer token required)" if token else "")
+            elif opts["metrics_token_file"]:
+                raise CommandError("--metrics-token-file needs --metrics-port")
             if opts["health_file"]:
                 worker.observer.write_health_file(opts["health_file"])
         except (ImproperlyConfigured, OSError) as exc:
-            raise CommandError(f"--metrics-port/--health-file: {exc}") from None
+            raise CommandError(f"--metrics-port/--metrics-token-file/--health-file: {exc}") from None
         self._install_signals(worker)
         try:
             worker.run()
