@@ -168,17 +168,20 @@ def make_worker(r: redis.Redis) -> Callable[..., Any]:
 class WorkerProcess:
     """A ``runworker`` subprocess (for signal and SIGKILL tests)."""
 
-    def __init__(self, url: str, *args: str, env: dict[str, str] | None = None,
-                 preexec_fn: Callable[[], None] | None = None) -> None:
-        """``preexec_fn``: run in the child before it starts (e.g. to lower its limits)."""
+    def __init__(self, url: str, *args: str, env: dict[str, str] | None = None, cwd: Path = ROOT,
+                 manage: list[str] | None = None, preexec_fn: Callable[[], None] | None = None) -> None:
+        """``manage``: what runs ``runworker`` (default ``python -m django``, which puts ``cwd`` on its path);
+        ``preexec_fn``: run in the child before it starts (e.g. to lower its limits)."""
         full_env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.worker_settings", "REDISQ_TEST_REDIS_URL": url,
                     **WORKER_ENV, **(env or {})}
-        full_env["PYTHONPATH"] = str(ROOT) + os.pathsep + full_env.get("PYTHONPATH", "")
+        # no empty entry: Python reads one as the working directory
+        full_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), full_env.get("PYTHONPATH")) if p)
         # a file, not a pipe: a pipe nobody reads fills up and blocks the worker's logging
         self.log = tempfile.TemporaryFile(mode="w+")
+        self.env = full_env
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "django", "runworker", *args],
-            cwd=ROOT, env=full_env, stdout=self.log, stderr=subprocess.STDOUT, text=True, preexec_fn=preexec_fn,
+            [*(manage or [sys.executable, "-m", "django"]), "runworker", *args],
+            cwd=cwd, env=full_env, stdout=self.log, stderr=subprocess.STDOUT, text=True, preexec_fn=preexec_fn,
         )
 
     def output(self) -> str:

@@ -386,6 +386,49 @@ def test_the_health_file_ages_while_redis_is_paused(r, tmp_path, redis_server, r
     wp.output()
 
 
+def test_a_health_file_that_cannot_be_replaced_leaves_no_temporary_file_behind(r, tmp_path, run_worker_process):
+    """The path is a directory, so every beat's rename fails: each beat's temporary file is removed again."""
+    path = tmp_path / "alive"
+    path.mkdir()
+    env = {"REDISQ_OPT_WORKER_TIMEOUT": "1.5", "REDISQ_OPT_HEARTBEAT_INTERVAL": "0.2"}
+    wp = run_worker_process("--health-file", str(path), "-v", "1", env=env)
+    assert wait_for(lambda: log_text(wp).count("cannot write the health file") >= 8, timeout=20), log_text(wp)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["alive"] and not list(path.iterdir())
+    wp.proc.send_signal(signal.SIGTERM)
+    wp.output()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["alive"]
+
+
+@pytest.mark.parametrize("attack", ["owned_by_another_user", "world_writable_directory"])
+def test_runworker_refuses_a_health_file_another_user_controls(r, tmp_path, run_worker_process, attack):
+    """A path another local user created first (here uid 65534), or one in a directory any user may write to
+    without the sticky bit: one line, exit status 1, the file untouched and the worker never registered."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    path = folder / "alive"
+    if attack == "owned_by_another_user":
+        if os.geteuid() != 0:
+            pytest.skip("giving a file to another user needs root")
+        path.write_text("ok forged\n")
+        os.chown(path, 65534, 65534)
+        os.utime(path, (1_000_000_000, 1_000_000_000))
+    else:
+        folder.chmod(0o777)
+    wp = run_worker_process("--health-file", str(path), "--burst", "-v", "1")  # --burst: a worker that starts ends
+    out = wp.output()
+    assert wp.proc.returncode == 1 and "Traceback" not in out, out
+    refused = [line for line in out.splitlines() if "--health-file" in line]
+    assert len(refused) == 1 and refused[0].startswith("CommandError: --health-file: "), out
+    assert "uid 65534" in refused[0] if attack == "owned_by_another_user" else "no sticky bit" in refused[0]
+    if attack == "owned_by_another_user":
+        st = path.stat()
+        assert path.read_text() == "ok forged\n" and st.st_uid == 65534 and st.st_mtime == 1_000_000_000
+        assert [p.name for p in folder.iterdir()] == ["alive"]
+    else:
+        assert not list(folder.iterdir())
+    assert not r.zrange(keys().workers, 0, -1)
+
+
 def test_task_recovered_fires_once_per_task_after_a_real_sigkill(r, run_worker_process, make_worker):
     """A runworker holding two running tasks is SIGKILLed; an in-process worker's reaper hands them back
     and sends task_recovered once for each; running them afterwards sends no more."""

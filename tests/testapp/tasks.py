@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 from typing import Any, cast
 
@@ -283,6 +284,12 @@ def whose_pid(key: str) -> int:
     """The pid of the process that ran it, also recorded under ``key:<pid>``."""
     record(f"{key}:{os.getpid()}")
     return os.getpid()
+
+
+@task
+def import_path() -> list[str]:
+    """``sys.path`` of the process that ran it."""
+    return list(sys.path)
 
 
 @task

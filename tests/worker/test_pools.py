@@ -252,6 +252,56 @@ def test_children_die_with_a_killed_worker(run_worker_process, r):
     assert res.id in r.lrange(next(iter(r.scan_iter(match=f"{keys().prefix}processing:*"))), 0, -1)  # for the reaper
 
 
+PLANTED = """\
+import os
+with open({marker!r}, "a") as f:  # an attacker's code, in whichever process imports this
+    f.write(f"{{__name__}} planted in the working directory ran in pid {{os.getpid()}}\\n")
+__path__[:] = [{real_dir!r}]  # then it goes on as the real package: nothing else looks wrong
+__file__ = {real_init!r}
+exec(compile(open(__file__).read(), __file__, "exec"))
+"""
+MANAGE_PY = """\
+import sys
+from django.core.management import execute_from_command_line
+execute_from_command_line(sys.argv)
+"""
+
+
+def test_children_import_from_the_workers_path_never_from_its_working_directory(run_worker_process, r, tmp_path):
+    """``django_redisq`` and ``django`` packages planted in the directory runworker was started from run in no
+    child: a child imports from exactly the worker's ``sys.path``, here the project's, as its manage.py gives it."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import django
+
+    import django_redisq
+
+    marker, cwd, project = tmp_path / "planted-code-ran", tmp_path / "cwd", tmp_path / "project"
+    for package in (django_redisq, django):
+        real = Path(package.__file__)
+        planted = cwd / package.__name__ / "__init__.py"
+        planted.parent.mkdir(parents=True)
+        planted.write_text(PLANTED.format(marker=str(marker), real_dir=str(real.parent), real_init=str(real)))
+    project.mkdir()
+    (project / "manage.py").write_text(MANAGE_PY)
+    (project / "path.py").write_text("import json, sys\nprint(json.dumps(sys.path))\n")
+    res = tasks.import_path.delay()
+    wp = run_worker_process("--pool", "processes", "-c", "1", "--burst", cwd=cwd,
+                            manage=[sys.executable, str(project / "manage.py")])
+    out = wp.output()
+    assert not marker.exists(), marker.read_text() + out
+    assert wp.proc.returncode == 0, out
+    res.refresh()
+    assert res.status == TaskResultStatus.SUCCESSFUL, out
+    workers_path = json.loads(subprocess.run([sys.executable, str(project / "path.py")], cwd=cwd, env=wp.env,
+                                             capture_output=True, text=True, check=True).stdout)
+    assert res.return_value == workers_path and workers_path[0] == str(project)  # the worker's path, nothing more
+    assert str(cwd) not in workers_path and "" not in workers_path
+
+
 # -- the asyncio pool ------------------------------------------------------------
 
 

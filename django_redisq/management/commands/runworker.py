@@ -116,7 +116,8 @@ class Command(BaseCommand):
         parser.add_argument("--metrics-token-file", default=None, metavar="PATH",
                             help="answer the metrics endpoint only with 'Authorization: Bearer <the token in PATH>' (401 otherwise)")
         parser.add_argument("--health-file", default=None, metavar="PATH",
-                            help="rewrite PATH after every heartbeat Redis answered: a liveness probe checks its age")
+                            help="rewrite PATH after every heartbeat Redis answered: a liveness probe checks its age "
+                                 "(put it in a directory only the worker's user can write to)")
 
     def handle(self, *args: Any, **opts: Any) -> None:
         self._configure_logging(opts["verbosity"])
@@ -138,22 +139,25 @@ class Command(BaseCommand):
             if "InvalidTaskBackend" in type(exc).__name__:
                 raise CommandError(f"no task backend {opts['backend']!r} in TASKS") from None
             raise
+        if opts["health_file"]:  # a path another user controls: refused before anything starts
+            try:
+                worker.observer.write_health_file(opts["health_file"])
+            except (ImproperlyConfigured, OSError) as exc:
+                raise CommandError(f"--health-file: {exc}") from None
         log = logging.getLogger("django_redisq")
         log.log(logging.DEBUG if opts["burst"] else logging.INFO, "%s", banner(worker))
         for warning in worker.durability_warnings():
             log.warning(warning)
-        try:
-            if opts["metrics_port"] is not None:
+        if opts["metrics_token_file"] and opts["metrics_port"] is None:
+            raise CommandError("--metrics-token-file needs --metrics-port")
+        if opts["metrics_port"] is not None:
+            try:
                 token = _token(opts["metrics_token_file"])
                 port = worker.observer.serve_metrics(opts["metrics_host"], opts["metrics_port"], token)
-                log.info("metrics of worker %s at http://%s:%d/metrics%s", worker.id, opts["metrics_host"], port,
-                         " (bearer token required)" if token else "")
-            elif opts["metrics_token_file"]:
-                raise CommandError("--metrics-token-file needs --metrics-port")
-            if opts["health_file"]:
-                worker.observer.write_health_file(opts["health_file"])
-        except (ImproperlyConfigured, OSError) as exc:
-            raise CommandError(f"--metrics-port/--metrics-token-file/--health-file: {exc}") from None
+            except (ImproperlyConfigured, OSError) as exc:
+                raise CommandError(f"--metrics-port/--metrics-token-file: {exc}") from None
+            log.info("metrics of worker %s at http://%s:%d/metrics%s", worker.id, opts["metrics_host"], port,
+                     " (bearer token required)" if token else "")
         self._install_signals(worker)
         try:
             worker.run()

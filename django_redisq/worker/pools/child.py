@@ -7,6 +7,13 @@ settings (``TASKS``, even when they were changed at run time) and imports the
 modules that define the worker's tasks, so it runs exactly what the worker
 would. It ignores SIGINT and SIGTERM (the worker decides when a child stops:
 a terminal's Ctrl-C reaches the whole process group) and dies with the worker.
+
+It imports from exactly the worker's ``sys.path``. ``python -m`` would put the
+working directory first, so a ``django_redisq/`` or ``django/`` planted where
+the worker was started from would run in every child (the worker's own path is
+the one its user chose). A child is started as ``python -c BOOTSTRAP FD
+PATH...`` instead: ``BOOTSTRAP`` replaces ``sys.path`` by the worker's, given on
+the command line, before it imports anything, then calls ``serve(FD)``.
 """
 
 from __future__ import annotations
@@ -24,6 +31,11 @@ from typing import Any
 
 PR_SET_PDEATHSIG = 1
 
+BOOTSTRAP = ("import sys; sys.path[:] = sys.argv[2:]; del sys.argv[2:]; "
+             "from django_redisq.worker.pools.child import serve; serve(int(sys.argv[1]))")
+"""The child's whole program: ``sys`` is built in, so nothing is imported before the path is the worker's.
+It names this module, so ``pgrep -f django_redisq.worker.pools.child`` still finds the children."""
+
 
 @dataclass(frozen=True)
 class ChildConfig:
@@ -32,7 +44,7 @@ class ChildConfig:
     modules: tuple[str, ...]  # where the worker's registered tasks are defined
     worker_id: str
     log_level: int
-    sys_path: tuple[str, ...]  # the worker's, so the child imports the same code
+    sys_path: tuple[str, ...]  # the worker's: the child's whole import path (see BOOTSTRAP)
     settings_module: str
 
 
@@ -109,8 +121,8 @@ def main(conn: Connection, config: ChildConfig) -> None:
         conn.send(("done", outcome, rss_bytes()))
 
 
-if __name__ == "__main__":  # python -m django_redisq.worker.pools.child FD: the worker's end of the pipe is FD
-    pipe = Connection(int(sys.argv[1]))
-    cfg: ChildConfig = pipe.recv()
-    sys.path[:] = list(cfg.sys_path)
-    main(pipe, cfg)
+def serve(fd: int) -> None:
+    """The child's entry point (``BOOTSTRAP``): ``fd`` is its end of the worker's pipe."""
+    pipe = Connection(fd)
+    config: ChildConfig = pipe.recv()
+    main(pipe, config)

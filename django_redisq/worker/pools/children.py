@@ -1,8 +1,9 @@
 """The worker's side of process-pool children: start one, wait until it is ready, stop it; keep a spare.
 
 ``child.py`` is what runs in a child; this module is how the worker starts
-and ends them. A child is a new interpreter (``python -m
-django_redisq.worker.pools.child FD``) given one end of a socket pair, never a fork
+and ends them. A child is a new interpreter (``python -c child.BOOTSTRAP FD
+PATH...``: it imports from the worker's ``sys.path``, never from the working
+directory) given one end of a socket pair, never a fork
 of the worker: the worker has threads and open sockets, and a fork of a
 threaded process may inherit a lock another thread held, forever. Nor is the
 main module imported again (as multiprocessing's spawn would), so any script
@@ -29,7 +30,7 @@ from multiprocessing.connection import Connection, wait
 from django.core.exceptions import ImproperlyConfigured
 
 from django_redisq.task import _registry
-from django_redisq.worker.pools.child import ChildConfig
+from django_redisq.worker.pools.child import BOOTSTRAP, ChildConfig
 
 logger = logging.getLogger("django_redisq")
 
@@ -90,8 +91,9 @@ def config_for(alias: str, worker_id: str) -> ChildConfig:
     from django.conf import settings
 
     modules = sorted({t.func.__module__ for t in _registry.values()} - {"__main__"})
+    path = tuple(p for p in sys.path if isinstance(p, str))  # the import system skips any other entry
     return ChildConfig(alias, settings.TASKS, tuple(modules), worker_id, logging.getLogger("django_redisq").getEffectiveLevel(),
-                       tuple(sys.path), os.environ.get("DJANGO_SETTINGS_MODULE", ""))
+                       path, os.environ.get("DJANGO_SETTINGS_MODULE", ""))
 
 
 def launch(config: ChildConfig) -> Child:
@@ -101,7 +103,7 @@ def launch(config: ChildConfig) -> Child:
     ours, theirs = mp.Pipe()
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": config.settings_module}
     process = subprocess.Popen(
-        [sys.executable, "-m", "django_redisq.worker.pools.child", str(theirs.fileno())],
+        [sys.executable, "-c", BOOTSTRAP, str(theirs.fileno()), *config.sys_path],
         pass_fds=(theirs.fileno(),), env=env, close_fds=True,
     )
     theirs.close()
