@@ -20,6 +20,7 @@ from typing import Any
 from django_redisq.compat import prometheus
 from django_redisq.exceptions import RedisError
 from django_redisq.ops.inspector import Inspector, backend_aliases
+from django_redisq.redact import redact
 from django_redisq.store.records import QueueFigures
 
 logger = logging.getLogger("django_redisq")
@@ -101,7 +102,7 @@ class FleetCollector:
                 figures += Inspector.for_alias(alias).figures()
                 up[alias] = True
             except RedisError as exc:  # a scrape says Redis is down rather than failing
-                logger.warning("metrics: Redis of backend %s did not answer (%s: %s)", alias, type(exc).__name__, exc)
+                logger.warning("metrics: Redis of backend %s did not answer (%s: %s)", alias, type(exc).__name__, redact(str(exc)))
                 up[alias] = False
         yield from families(figures, up)
 
