@@ -30,6 +30,7 @@ from django_redisq.options import (
     TUNABLES,
     Options,
 )
+from django_redisq.redact import redact, shown
 from django_redisq.store import durable
 
 CONNECTION_KEYS = ("REDIS_URL", "CACHE_ALIAS", "EMBEDDED", "EMBEDDED_PATH", "CLUSTER", "SENTINELS", "SENTINEL_MASTER", "SENTINEL_KWARGS")
@@ -41,18 +42,27 @@ KNOWN |= {"DURABLE_REPLICAS", "DURABLE_TIMEOUT"}  # durable mode (store/durable.
 def _check_number(name: str, value: Any, kind: type, minimum: float, where: str) -> str | None:
     ok_types = (int,) if kind is int else (int, float)
     if isinstance(value, bool) or not isinstance(value, ok_types):
-        return f"{where}{name} must be {'a whole number' if kind is int else 'a number'}, got {value!r}."
+        return f"{where}{name} must be {'a whole number' if kind is int else 'a number'}, got {shown(value)}."
     if not math.isfinite(value):
-        return f"{where}{name} must be a finite number, got {value!r}."
+        return f"{where}{name} must be a finite number, got {shown(value)}."
     if value < minimum:
-        return f"{where}{name} must be at least {minimum:g}, got {value!r}."
+        return f"{where}{name} must be at least {minimum:g}, got {shown(value)}."
     return None
 
 
 def validate(alias: str, params: Any) -> list[tuple[str, str, str]]:
-    """Every problem with ``TASKS[alias]`` as ``(check id, message, hint)``."""
+    """Every problem with ``TASKS[alias]`` as ``(check id, message, hint)``, never with a credential in it.
+
+    A value is shown through ``redact.shown``, and every message and hint passes
+    ``redact.redact`` on the way out, so a password in REDIS_URL, SENTINEL_KWARGS or
+    a misplaced setting never reaches ``check``, a command's output or a log.
+    """
+    return [(cid, redact(msg), redact(hint)) for cid, msg, hint in _problems(alias, params)]
+
+
+def _problems(alias: str, params: Any) -> list[tuple[str, str, str]]:
     problems: list[tuple[str, str, str]] = []
-    where = f"TASKS[{alias!r}]"
+    where = f"TASKS[{shown(alias)}]"
     queues = params.get("QUEUES", ["default"]) if isinstance(params, dict) else None
     if not isinstance(queues, (list, tuple, set)) or not queues:
         problems.append(("E001", f"{where}['QUEUES'] must be a non-empty list of queue names.",
@@ -88,7 +98,7 @@ def validate(alias: str, params: Any) -> list[tuple[str, str, str]]:
     if cache is not None:
         caches = getattr(settings, "CACHES", {})
         if not isinstance(cache, str) or cache not in caches:
-            problems.append(("E007", f"{w}['CACHE_ALIAS'] is {cache!r}, which is not in CACHES.",
+            problems.append(("E007", f"{w}['CACHE_ALIAS'] is {shown(cache)}, which is not in CACHES.",
                              f"Use one of: {', '.join(caches) or '(no caches configured)'}."))
         elif not str(caches[cache].get("BACKEND", "")).startswith("django_redis."):
             problems.append(("E008", f"CACHES[{cache!r}] is not a django-redis cache.",

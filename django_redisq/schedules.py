@@ -25,6 +25,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from cronsim import CronSim, CronSimError
 
 from django_redisq.options import NAME_RE
+from django_redisq.redact import redact
 
 T = TypeVar("T")
 
@@ -346,7 +347,7 @@ def find_task(path: str) -> Any:
 
 
 def load(alias: str, queues: tuple[str, ...], settings_schedules: Any) -> tuple[list[Schedule], dict[str, list[Problem]]]:
-    """Every valid schedule of a backend, and the problems of the others by name."""
+    """Every valid schedule of a backend, and the problems of the others by name (never with a credential in them)."""
     from django.conf import settings
 
     default_tz = getattr(settings, "TIME_ZONE", None) or "UTC"
@@ -361,7 +362,7 @@ def load(alias: str, queues: tuple[str, ...], settings_schedules: Any) -> tuple[
             good.append(schedule)
         else:
             bad[str(name)] = problems
-    return good, bad
+    return good, {name: [Problem(p.id, redact(p.msg), redact(p.hint)) for p in problems] for name, problems in bad.items()}
 
 
 def check_errors(alias: str, params: Any, obj: Any = None) -> list[Any]:

@@ -23,7 +23,7 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from django_redisq.ops.metrics import exposition
+from django_redisq.ops.metrics import exposition, select_backends
 
 View = Callable[..., HttpResponse]
 
@@ -31,8 +31,16 @@ View = Callable[..., HttpResponse]
 @never_cache
 @require_GET
 def metrics(request: HttpRequest) -> HttpResponse:
-    """Every django_redisq backend's queues; ``?backend=ALIAS`` (repeatable) narrows it."""
-    aliases = request.GET.getlist("backend") or None
+    """Every django_redisq backend's queues; ``?backend=ALIAS`` (repeatable) narrows it.
+
+    Each alias is read once however often it is repeated; an unknown one, or
+    more than ``ops.metrics.MAX_BACKENDS`` distinct ones, is a 400 with one line
+    of text.
+    """
+    try:
+        aliases = select_backends(request.GET.getlist("backend"))
+    except ValueError as exc:
+        return HttpResponse(f"{exc}\n", status=400, content_type="text/plain; charset=utf-8")
     body, content_type = exposition(aliases)
     return HttpResponse(body, content_type=content_type)
 

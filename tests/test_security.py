@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 import redis
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
 import django_redisq
@@ -335,3 +336,125 @@ def test_plain_redis_on_the_tls_port_fails_and_tls_without_the_ca_is_refused(tls
             connection.reset()
         assert "\n" not in str(exc.value)
         no_secret_in(str(exc.value))
+
+
+# -- no credential in a settings message: every check that can show one (django_redisq/redact.py) -----------
+
+SETTING_PW = "Setting-Secret-pw-5150"
+SENTINEL_OPTS = {"SENTINELS": [("10.0.0.1", 26379), ("10.0.0.2", 26379)], "SENTINEL_MASTER": "mymaster"}
+REDIS_CACHE = {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": f"redis://:{SETTING_PW}@10.0.0.5:6379/0",
+               "OPTIONS": {"PASSWORD": SETTING_PW}}
+URLS = {  # every way a REDIS_URL carries a password
+    "userinfo": f"redis://user:{SETTING_PW}@10.0.0.9:6379/0",
+    "rediss": f"rediss://:{SETTING_PW}@10.0.0.9:6380/0",
+    "unix-query": f"unix:///run/redis.sock?db=0&password={SETTING_PW}",
+    "query": f"redis://10.0.0.9:6379/0?password={SETTING_PW}",
+    "at-in-password": f"redis://:{SETTING_PW}@x/y@10.0.0.9:6379/0",
+}
+
+
+def bad_settings() -> list:
+    """(check id, OPTIONS, CACHES) of invalid settings that hold SETTING_PW, one for each check that could show it."""
+    cases = [(f"E067-{name}", "E067", {**SENTINEL_OPTS, "REDIS_URL": url}, None) for name, url in URLS.items()]
+    cases += [
+        ("E067-port", "E067", {**SENTINEL_OPTS, "REDIS_URL": f"redis://:{SETTING_PW}@mymaster:6379/0"}, None),
+        ("E067-bad-port", "E067", {**SENTINEL_OPTS, "REDIS_URL": f"redis://:{SETTING_PW}@mymaster:port/0"}, None),
+        ("E067-master", "E067", {**SENTINEL_OPTS, "SENTINEL_MASTER": f"redis://:{SETTING_PW}@mymaster",
+                                 "REDIS_URL": "redis://10.0.0.9:6379/0"}, None),
+        ("E067-cache", "E067", {**SENTINEL_OPTS, "CACHE_ALIAS": "c"}, {"c": REDIS_CACHE}),
+        ("E062-db", "E062", {"CLUSTER": True, "REDIS_URL": f"redis://:{SETTING_PW}@10.0.0.1:7000/3"}, None),
+        ("E062-unix", "E062", {"CLUSTER": True, "REDIS_URL": f"unix:///tmp/r.sock?password={SETTING_PW}"}, None),
+        ("E061-cache", "E061", {"CLUSTER": True, "EMBEDDED": True, "CACHE_ALIAS": "c"}, {"c": REDIS_CACHE}),
+        ("E005-url", "E005", {"REDIS_URL": URLS["userinfo"], "CACHE_ALIAS": "c"}, {"c": REDIS_CACHE}),
+        ("E006-scheme", "E006", {"REDIS_URL": f"http://:{SETTING_PW}@10.0.0.9/0"}, None),
+        ("E006-unparsable", "E006", {"REDIS_URL": f"redis://:{SETTING_PW}@[::1/0"}, None),
+        ("E007-url", "E007", {"CACHE_ALIAS": URLS["userinfo"]}, {"c": REDIS_CACHE}),
+        ("E008-location", "E008", {"CACHE_ALIAS": "c"}, {"c": {**REDIS_CACHE, "BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}),
+        ("E063-url", "E063", {**SENTINEL_OPTS, "SENTINELS": [f"redis://:{SETTING_PW}@10.0.0.1:26379"]}, None),
+        ("E064-pair", "E064", {**SENTINEL_OPTS, "SENTINEL_MASTER": ("mymaster", f"password={SETTING_PW}")}, None),
+        ("E065-kwargs", "E065", {"REDIS_URL": URLS["rediss"], "SENTINEL_KWARGS": {"password": SETTING_PW}}, None),
+        ("E066-unknown-key", "E066", {**SENTINEL_OPTS, "SENTINEL_KWARGS": {"password": SETTING_PW, "db": 3}}, None),
+        ("E066-pairs", "E066", {**SENTINEL_OPTS, "SENTINEL_KWARGS": [("password", SETTING_PW)]}, None),
+        ("E066-text", "E066", {**SENTINEL_OPTS, "SENTINEL_KWARGS": f"password={SETTING_PW}"}, None),
+        ("E066-dict-in-list", "E066", {**SENTINEL_OPTS, "SENTINEL_KWARGS": [{"PASSWORD": SETTING_PW}]}, None),
+        ("E012-misplaced", "E012", {"MAX_RETRIES": URLS["rediss"]}, None),
+        ("E068-misplaced", "E068", {"DURABLE_REPLICAS": {"password": SETTING_PW}}, None),
+        ("E069-misplaced", "E069", {"DURABLE_TIMEOUT": f"password={SETTING_PW}"}, None),
+    ]
+    return [pytest.param(cid, opts, caches, id=name) for name, cid, opts, caches in cases]
+
+
+@pytest.mark.parametrize(("check_id", "options", "caches"), bad_settings())
+def test_no_settings_check_shows_a_credential(check_id, options, caches):
+    """conf.validate, the system checks (manage.py check, run before every command) and build_options' error
+    (a 500's log) name the problem without the password, whichever setting holds it."""
+    from django.core.management import call_command
+    from django.core.management.base import SystemCheckError
+
+    from django_redisq.conf import validate
+
+    params = {"BACKEND": "django_redisq.backend.RedisQueueBackend", "QUEUES": ["default"], "OPTIONS": options}
+    with override_settings(CACHES=caches or settings.CACHES):
+        problems = validate("default", params)
+        assert check_id in [cid for cid, _, _ in problems]
+        for _, msg, hint in problems:
+            assert SETTING_PW not in msg and SETTING_PW not in hint, (msg, hint)
+        with pytest.raises(ImproperlyConfigured) as raised:
+            build_options("default", params)
+        assert f"[{check_id}]" in str(raised.value) and SETTING_PW not in str(raised.value)
+        with override_settings(TASKS={"default": params}), pytest.raises(SystemCheckError) as checked:
+            call_command("check")
+        assert f"django_redisq.{check_id}" in str(checked.value) and SETTING_PW not in str(checked.value)
+
+
+def test_redact_masks_every_form_a_credential_takes():
+    from django_redisq.redact import redact, shown
+
+    pw = SETTING_PW
+    texts = {
+        f"redis://user:{pw}@10.0.0.9:6379/0": "redis://***@10.0.0.9:6379/0",
+        f"rediss://:{pw}@10.0.0.9/0": "rediss://***@10.0.0.9/0",
+        f"unix:///run/redis.sock?password={pw}&db=2": "unix:///run/redis.sock?password=***&db=2",
+        f"redis://10.0.0.9/0?ssl_password={pw}": "redis://10.0.0.9/0?ssl_password=***",
+        f"{{'password': '{pw}', 'db': 3}}": "{'password': '***', 'db': 3}",
+        f"[('PASSWORD', '{pw}')]": "[('PASSWORD', '***')]",
+        f'{{"password": "{pw}"}}': '{"password": "***"}',
+    }
+    for text, expected in texts.items():
+        assert redact(text) == expected
+    # our own words and placeholders are left alone
+    for text in ('"redis://:<password>@mymaster/0"', "check the password/username", "only its credentials, TLS and database"):
+        assert redact(text) == text
+    values = [f"redis://:a b{pw}@h/0", {"password": pw, "x": [("token", pw)]}, (f"password={pw}",), {f"auth_token={pw}"},
+              {"LOCATION": f"redis://:{pw}@h/0", "OPTIONS": {"PASSWORD": pw}}, b"redis://:" + pw.encode() + b"@h/0"]
+    for value in values:
+        assert pw not in shown(value) and "***" in shown(value), shown(value)
+    assert shown(1.5) == "1.5" and shown("mymaster") == "'mymaster'"
+
+
+def test_describe_never_shows_a_credential():
+    cases = [{"REDIS_URL": url} for url in URLS.values()]
+    cases += [{**SENTINEL_OPTS, "REDIS_URL": f"redis://:{SETTING_PW}@mymaster/0", "SENTINEL_KWARGS": {"password": SETTING_PW}},
+              {"REDIS_URL": f"redis://:{SETTING_PW}@10.0.0.1:7000/0", "CLUSTER": True}]
+    for options in cases:
+        where = connection.describe(build_options("default", {"OPTIONS": options}))
+        assert SETTING_PW not in where and ("10.0.0" in where or "mymaster" in where or "redis.sock" in where), where
+    with override_settings(CACHES={"c": REDIS_CACHE}):
+        assert connection.describe(build_options("default", {"OPTIONS": {"CACHE_ALIAS": "c"}})) == "the Redis of cache 'c'"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("path", ["/metrics/", "/admin/django_redisq/deadletter/"])
+def test_a_500_of_bad_settings_logs_no_credential(path, caplog, admin_client):
+    """Settings E067 refuses, met at request time: the 500's log names the problem, not the password."""
+    from django.test import Client
+
+    tasks_setting = copy.deepcopy(settings.TASKS)
+    tasks_setting["default"]["OPTIONS"].update(SENTINEL_OPTS, REDIS_URL=URLS["userinfo"])
+    client = Client(raise_request_exception=False)
+    client.cookies = admin_client.cookies
+    with override_settings(TASKS=tasks_setting), caplog.at_level(logging.ERROR):
+        response = client.get(path)
+    assert response.status_code == 500
+    assert "E067" in caplog.text and SETTING_PW not in caplog.text
+    assert SETTING_PW not in response.content.decode(errors="replace")

@@ -249,18 +249,18 @@ class DeadLetterAdmin(admin.ModelAdmin):
         return queue_action_view(self, request)
 
     def log_link_view(self, request: HttpRequest, object_id: str) -> HttpResponseRedirect:
-        """Where an admin-log entry links: the task, or the queue's dead letters."""
+        """Where an admin-log entry links: the task, or the queue's dead letters; 404 for an id we never wrote."""
         self._require_view(request)
         parts = unquote(object_id).split("/")
+        if len(parts) not in (2, 3) or not all(parts):  # an empty part names nothing (and cannot be reversed)
+            raise Http404("not a dead letter reference")
         if len(parts) == 2 and parts[1].startswith("schedule:"):
             return HttpResponseRedirect(self._schedules_url(parts[0]))
         if len(parts) == 2 and parts[1].startswith("queue:"):
             return HttpResponseRedirect(reverse("admin:django_redisq_deadletter_queues"))
         if len(parts) == 3:
             return HttpResponseRedirect(reverse("admin:django_redisq_deadletter_detail", args=parts))
-        if len(parts) == 2:
-            return HttpResponseRedirect(self._list_url(*parts))
-        raise Http404("not a dead letter reference")
+        return HttpResponseRedirect(self._list_url(*parts))
 
     # -- changes ---------------------------------------------------------
 

@@ -146,13 +146,6 @@ def get_client(options: Options, purpose: str = "") -> redis.Redis:
     return client
 
 
-def scrub(text: str) -> str:
-    """Remove anything that looks like URL credentials from an error message."""
-    import re
-
-    return re.sub(r"//[^/@\s]*@", "//***@", text)
-
-
 def forget() -> None:
     """Close and forget this process's sync clients (``connection.reset`` forgets the fast paths' too)."""
     with _lock:

@@ -35,6 +35,8 @@ from redis.cluster import REDIS_ALLOWED_KEYS, ClusterPipeline, RedisCluster
 from redis.commands.core import Script
 from redis.exceptions import RedisClusterException
 
+from django_redisq.redact import redact, shown
+
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
@@ -57,7 +59,7 @@ def validate(w: str, opts: dict[str, Any]) -> list[tuple[str, str, str]]:
     url = opts.get("REDIS_URL")
     parts = _split(url)
     if not isinstance(cluster, bool):
-        problems.append(("E060", f"{w}['CLUSTER'] must be True or False, got {cluster!r}.", 'Set "CLUSTER": True for a Redis Cluster.'))
+        problems.append(("E060", f"{w}['CLUSTER'] must be True or False, got {shown(cluster)}.", 'Set "CLUSTER": True for a Redis Cluster.'))
         cluster = False
     if cluster:
         if opts.get("EMBEDDED") or sentinels is not None:
@@ -65,7 +67,7 @@ def validate(w: str, opts: dict[str, Any]) -> list[tuple[str, str, str]]:
             problems.append(("E061", f"{w} sets CLUSTER and {other}; a Redis Cluster is neither embedded nor watched by sentinels.",
                              "Give CLUSTER: True with REDIS_URL (or CACHE_ALIAS) naming any node of the cluster."))
         if parts is not None and (parts.scheme == "unix" or parts.path not in ("", "/", "/0")):
-            problems.append(("E062", f"{w}['REDIS_URL'] names {'a unix socket' if parts.scheme == 'unix' else f'database {parts.path[1:]!r}'}, "
+            problems.append(("E062", f"{w}['REDIS_URL'] names {'a unix socket' if parts.scheme == 'unix' else f'database {shown(parts.path[1:])}'}, "
                                      "which a Redis Cluster cannot serve.",
                              'A cluster has database 0 only, over TCP: for example "redis://10.0.0.1:7000/0".'))
     if sentinels is None:
@@ -74,25 +76,34 @@ def validate(w: str, opts: dict[str, Any]) -> list[tuple[str, str, str]]:
                 problems.append(("E065", f"{w} sets {name} without SENTINELS.", 'Add "SENTINELS": [("10.0.0.1", 26379), ...], or remove it.'))
         return problems
     if not addresses(sentinels):
-        problems.append(("E063", f"{w}['SENTINELS'] must be a non-empty list of (host, port) pairs, got {sentinels!r}.",
+        problems.append(("E063", f"{w}['SENTINELS'] must be a non-empty list of (host, port) pairs, got {shown(sentinels)}.",
                          'For example [("10.0.0.1", 26379), ("10.0.0.2", 26379), ("10.0.0.3", 26379)].'))
     master = opts.get("SENTINEL_MASTER")
     if not isinstance(master, str) or not master:
-        problems.append(("E064", f"{w}['SENTINEL_MASTER'] must name the master the sentinels monitor, got {master!r}.",
+        problems.append(("E064", f"{w}['SENTINEL_MASTER'] must name the master the sentinels monitor, got {shown(master)}.",
                          'The name of its "sentinel monitor <name> ..." line, for example "mymaster".'))
     extra = opts.get("SENTINEL_KWARGS", {})
     if not isinstance(extra, dict) or set(extra) - SENTINEL_KWARGS_KEYS:
         bad = sorted(map(str, set(extra) - SENTINEL_KWARGS_KEYS)) if isinstance(extra, dict) else extra
-        problems.append(("E066", f"{w}['SENTINEL_KWARGS'] must be a dict of how to reach the sentinels; not {bad!r}.",
+        problems.append(("E066", f"{w}['SENTINEL_KWARGS'] must be a dict of how to reach the sentinels; not {shown(bad)}.",
                          f"Known keys: {', '.join(sorted(SENTINEL_KWARGS_KEYS))}. The master's password goes in REDIS_URL."))
     if opts.get("CACHE_ALIAS") or opts.get("EMBEDDED"):
         problems.append(("E067", f"{w} sets SENTINELS and {'CACHE_ALIAS' if opts.get('CACHE_ALIAS') else 'EMBEDDED'}; the sentinels say where Redis is.",
-                         "With SENTINELS, give the master's password, TLS and database in REDIS_URL, e.g. \"redis://:secret@mymaster/0\"."))
-    elif parts is not None and (parts.scheme == "unix" or parts.port or (parts.hostname and parts.hostname != master)):
-        problems.append(("E067", f"{w}['REDIS_URL'] names a server ({url!r}), but with SENTINELS the sentinels say where the master is.",
-                         f'Name the master instead of a host and leave out the port: "redis://:<password>@{master or "mymaster"}/0" '
+                         "With SENTINELS, give the master's password, TLS and database in REDIS_URL, e.g. \"redis://:<password>@mymaster/0\"."))
+    elif parts is not None and (parts.scheme == "unix" or _port(parts) or (parts.hostname and parts.hostname != master)):
+        name = redact(master) if isinstance(master, str) and master else "mymaster"
+        problems.append(("E067", f"{w}['REDIS_URL'] names a server ({shown(url)}), but with SENTINELS the sentinels say where the master is.",
+                         f'Name the master instead of a host and leave out the port: "redis://:<password>@{name}/0" '
                          "(rediss:// for TLS); only its credentials, TLS and database are used."))
     return problems
+
+
+def _port(parts: Any) -> Any:
+    """The URL's port; a port that is not a number counts as one (it names a server all the same)."""
+    try:
+        return parts.port
+    except ValueError:
+        return True
 
 
 def _split(url: Any) -> Any:
@@ -121,21 +132,25 @@ def kind(options: Options) -> str:
 
 
 def describe(options: Options) -> str:
-    """Where the options point, safe to log: never a password (the URL or cache, with the deployment around it)."""
+    """Where the options point, safe to log: never a password (the URL or cache, with the deployment around it).
+
+    The URL without its userinfo and query; what is left goes through ``redact`` all the same.
+    """
     if options.embedded:
-        return f"embedded Redis at {options.embedded_path}"
+        return redact(f"embedded Redis at {options.embedded_path}")
     if options.cache_alias:
-        where = f"the Redis of cache {options.cache_alias!r}"
+        where = f"the Redis of cache {shown(options.cache_alias)}"
     else:
         parts = urlsplit(options.redis_url or "")
         host = parts.hostname or parts.path or "?"
-        port = f":{parts.port}" if parts.port else ""
+        port = _port(parts)
+        port = f":{port}" if isinstance(port, int) and not isinstance(port, bool) else ""
         where = f"{parts.scheme}://{host}{port}{parts.path if parts.hostname else ''}"
     if options.cluster:
-        return f"the Redis Cluster of node {where}"
-    if options.sentinels:
-        return f"Redis master {options.sentinel_master!r} of sentinels {', '.join(f'{h}:{p}' for h, p in options.sentinels)}"
-    return where
+        where = f"the Redis Cluster of node {where}"
+    elif options.sentinels:
+        where = f"Redis master {shown(options.sentinel_master)} of sentinels {', '.join(f'{h}:{p}' for h, p in options.sentinels)}"
+    return redact(where)
 
 
 def _tls(kwargs: dict[str, Any], what: str) -> dict[str, Any]:
@@ -187,7 +202,7 @@ def sync_client(options: Options, kwargs: dict[str, Any]) -> redis.Redis:
         try:  # it asks the node for the cluster's layout now
             return cast("redis.Redis", QueueCluster(**_cluster_kwargs(options, kwargs)))
         except RedisClusterException as exc:  # "cannot be connected": transient, like any unreachable Redis
-            raise redis.ConnectionError(f"Redis Cluster: {exc}") from exc
+            raise redis.ConnectionError(redact(f"Redis Cluster: {exc}")) from exc
     if options.sentinels:
         from redis.sentinel import Sentinel
 

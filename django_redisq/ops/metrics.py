@@ -20,6 +20,7 @@ from typing import Any
 from django_redisq.compat import prometheus
 from django_redisq.exceptions import RedisError
 from django_redisq.ops.inspector import Inspector, backend_aliases
+from django_redisq.redact import redact
 from django_redisq.store.records import QueueFigures
 
 logger = logging.getLogger("django_redisq")
@@ -34,6 +35,28 @@ COUNTERS = (
     ("redisq_tasks_dead_lettered", "Tasks moved to the dead-letter queue, for any reason.", ("dead_count",)),
     ("redisq_tasks_recovered", "Tasks handed back to pending after their worker died (reaped).", ("recovered",)),
 )
+MAX_BACKENDS = 32
+"""The most distinct aliases one scrape may name (``?backend=``, repeatable); a TASKS setting has a few."""
+
+
+def select_backends(given: Sequence[str]) -> list[str] | None:
+    """The aliases a scrape names, each once, in the order given; ``None`` (every backend) when it names none.
+
+    ``ValueError`` (one line, for a 400) when it names more than ``MAX_BACKENDS``
+    or one that is not a django_redisq backend: each alias costs a round of
+    Redis reads, so a repeated one is read once and an unknown one is refused
+    before any is read.
+    """
+    if not given:
+        return None
+    wanted = list(dict.fromkeys(given))
+    if len(wanted) > MAX_BACKENDS:
+        raise ValueError(f"too many backends: at most {MAX_BACKENDS} distinct ?backend= values")
+    known = set(backend_aliases())
+    for alias in wanted:
+        if alias not in known:
+            raise ValueError(f"unknown backend {alias[:100]!r}: not a django_redisq backend in TASKS")
+    return wanted
 
 
 def families(figures: Sequence[QueueFigures], up: dict[str, bool]) -> Iterator[Any]:
@@ -69,7 +92,7 @@ class FleetCollector:
     """A ``prometheus_client`` collector over the queues of the given backend aliases (default: all)."""
 
     def __init__(self, aliases: Iterable[str] | None = None) -> None:
-        self.aliases = list(aliases) if aliases is not None else None
+        self.aliases = list(dict.fromkeys(aliases)) if aliases is not None else None  # each alias read once
 
     def collect(self) -> Iterator[Any]:
         figures: list[QueueFigures] = []
@@ -79,7 +102,7 @@ class FleetCollector:
                 figures += Inspector.for_alias(alias).figures()
                 up[alias] = True
             except RedisError as exc:  # a scrape says Redis is down rather than failing
-                logger.warning("metrics: Redis of backend %s did not answer (%s: %s)", alias, type(exc).__name__, exc)
+                logger.warning("metrics: Redis of backend %s did not answer (%s: %s)", alias, type(exc).__name__, redact(str(exc)))
                 up[alias] = False
         yield from families(figures, up)
 

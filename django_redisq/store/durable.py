@@ -33,6 +33,7 @@ from redis.cluster import RedisCluster
 from redis.exceptions import AskError, MovedError, NoScriptError, ResponseError
 
 from django_redisq.exceptions import NotDurable
+from django_redisq.redact import redact, shown
 
 if TYPE_CHECKING:
     from django_redisq.options import Options
@@ -53,11 +54,11 @@ def validate(w: str, opts: dict[str, Any]) -> list[tuple[str, str, str]]:
     replicas = opts.get("DURABLE_REPLICAS", 0)
     timeout = opts.get("DURABLE_TIMEOUT", DEFAULT_TIMEOUT)
     if isinstance(replicas, bool) or not isinstance(replicas, int) or not 0 <= replicas <= 100:
-        problems.append(("E068", f"{w}['DURABLE_REPLICAS'] must be a whole number of replicas from 0 (off) to 100, got {replicas!r}.",
+        problems.append(("E068", f"{w}['DURABLE_REPLICAS'] must be a whole number of replicas from 0 (off) to 100, got {shown(replicas)}.",
                          'For a master with one replica: "DURABLE_REPLICAS": 1.'))
         replicas = 0
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) or not 0 < timeout <= MAX_TIMEOUT:
-        problems.append(("E069", f"{w}['DURABLE_TIMEOUT'] must be seconds, more than 0 and at most {MAX_TIMEOUT:g}, got {timeout!r}.",
+        problems.append(("E069", f"{w}['DURABLE_TIMEOUT'] must be seconds, more than 0 and at most {MAX_TIMEOUT:g}, got {shown(timeout)}.",
                          f"How long an enqueue or ack waits for its replicas; the default is {DEFAULT_TIMEOUT:g}. "
                          "(WAIT with 0 would block for ever.)"))
     elif timeout * 1000 < 1:
@@ -188,7 +189,7 @@ def _wait_again(pinned: Pinned, options: Options, reply: Any, acked: int, what: 
             (acked,) = pinned.send(("WAIT", options.durable_replicas, timeout_ms(options)))
         except (redis.ConnectionError, redis.TimeoutError) as exc:  # the master may be gone: what it had is Redis's to keep
             logger.warning("%s: replication not confirmed (%s: %s); after a failover it may have to be done again", what(),
-                           type(exc).__name__, exc)
+                           type(exc).__name__, redact(str(exc)))
             return reply
         if isinstance(acked, Exception):
             pinned.release()

@@ -13,10 +13,11 @@ import redis
 from redis.sentinel import MasterNotFoundError
 
 from django_redisq.connection import topology
-from django_redisq.connection.clients import BLOCK_TIMEOUT, get_client, is_transient, scrub
+from django_redisq.connection.clients import BLOCK_TIMEOUT, get_client, is_transient
 from django_redisq.connection.topology import describe
 from django_redisq.exceptions import RedisUnavailable
 from django_redisq.options import Options
+from django_redisq.redact import redact
 
 # BLOCK_TIMEOUT (how long a fetch blocks) and is_transient (may a failed step be tried again) are the connection's,
 # named here for the worker, which reaches Redis only through the store
@@ -38,9 +39,9 @@ def check_server(options: Options) -> dict[str, Any]:
     except MasterNotFoundError as exc:  # the sentinels' account, one line: a wrong SENTINEL_KWARGS password is one of its causes
         raise RedisUnavailable(topology.no_master(options, where, exc)) from None
     except redis.RedisError as exc:
-        raise RedisUnavailable(f"cannot reach Redis at {where}: {type(exc).__name__}: {scrub(str(exc))}") from None
+        raise RedisUnavailable(f"cannot reach Redis at {where}: {type(exc).__name__}: {redact(str(exc))}") from None
     except OSError as exc:
-        raise RedisUnavailable(f"cannot reach Redis at {where}: {exc}") from None
+        raise RedisUnavailable(f"cannot reach Redis at {where}: {redact(str(exc))}") from None
     info = min(infos, key=_version)
     version = _version(info)
     if version < MIN_REDIS:

@@ -305,6 +305,13 @@ def test_log_entry_links_lead_to_the_task_or_the_queue(r, admin_client):
     assert admin_client.get(base + "x/change/").status_code == 404
 
 
+@pytest.mark.parametrize("object_id", ["default//x", "//x", "default/emails/", "/", "_2F_2F", "default/_2F/x", "a/b/c/d"])
+def test_a_malformed_log_entry_link_is_a_404(r, db, object_id):
+    """An id with an empty part could not be reversed to a page: it was a 500 (NoReverseMatch)."""
+    viewer = client_for(staff("viewer", "view_deadletter"), raise_request_exception=False)
+    assert viewer.get(f"/admin/django_redisq/deadletter/{object_id}/change/").status_code == 404
+
+
 # -- actions -------------------------------------------------------------
 
 

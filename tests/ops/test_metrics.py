@@ -145,3 +145,33 @@ def test_counters_are_kept_inside_the_scripts(r, broker):
     k = keys()
     assert (r.get(k.counter("retried")), r.get(k.counter("failed")), r.get(k.counter("failed_final")),
             r.get(k.counter("dead_count"))) == ("1", "1", "1", "1")
+
+
+def commands_spent(r, path: str) -> tuple[int, int]:
+    """The status of a GET of ``path`` and the Redis commands it cost (INFO stats before and after)."""
+    before = r.info("stats")["total_commands_processed"]
+    status = Client().get(path).status_code
+    return status, r.info("stats")["total_commands_processed"] - before
+
+
+def test_a_repeated_backend_is_read_once(r):
+    """?backend= repeated 500 times costs the Redis commands of one (it cost 500 times as many)."""
+    assert Client().get("/metrics/?backend=default").status_code == 200  # the pool's connection is made: not counted below
+    status, one = commands_spent(r, "/metrics/?backend=default")
+    assert status == 200 and one > 1
+    status, many = commands_spent(r, "/metrics/?" + "&".join(["backend=default"] * 500))
+    assert (status, many) == (200, one)
+    s = scrape(path="/metrics/?backend=default&backend=default")
+    assert s[("redisq_up", (("backend", "default"),))] == 1 and sample(s, "redisq_queue_tasks", state="pending") == 0
+
+
+def test_an_unknown_or_excessive_backend_is_a_400(r):
+    for path in ("/metrics/?backend=nope", "/metrics/?backend=default&backend=nope", "/metrics/?backend="):
+        response = Client().get(path)
+        assert response.status_code == 400, (path, response.status_code)
+        assert response["Content-Type"].startswith("text/plain")
+        text = response.content.decode()
+        assert text.endswith("\n") and text.count("\n") == 1 and "backend" in text, text
+    distinct = "&".join(f"backend=b{i}" for i in range(1000))
+    response = Client().get("/metrics/?" + distinct)
+    assert response.status_code == 400 and len(response.content) < 200

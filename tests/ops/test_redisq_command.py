@@ -79,6 +79,65 @@ def test_dead_show_of_an_undecodable_message(r):
     assert "does not decode" in run("dead", "show", "bad-1")[0]
 
 
+TERMINAL_ATTACK = "\x1b]0;PWNED\x07\x1b[2J\x1b[31m"  # retitles the terminal, clears the screen, turns it red
+RAW_CONTROLS = ("\x1b", "\x07", "\x9b", "\x7f", "\r", "\udcff")  # ESC, BEL, C1 CSI, DEL, CR, a lone surrogate
+
+
+def assert_no_raw_controls(text: str) -> None:
+    for c in RAW_CONTROLS:
+        assert c not in text, f"{c!r} printed raw in {text[:300]!r}"
+
+
+@pytest.fixture
+def evil_dead(r) -> list[str]:
+    """Dead letters whose id, task, exception, message, traceback and stored message carry terminal escapes."""
+    ids = ["evil-1", "evil-2\x1b[2J\x07"]
+    for task_id in ids:
+        helpers.seed_dead(r, task_id)
+        errors = [{"exc": f"builtins.ValueError{TERMINAL_ATTACK}", "msg": f"{TERMINAL_ATTACK}boom\x9b31m\x7f\r", "at": 1,
+                   "tb": f"Traceback (most recent call last):\n  File \"x.py\", line 1\x1b[2K\x07\nValueError: {TERMINAL_ATTACK}"}]
+        r.hset(helpers.keys().task(task_id), mapping={
+            "task": f"tests.testapp.tasks.add{TERMINAL_ATTACK}", "exc": errors[0]["exc"], "error": errors[0]["msg"],
+            "errors": json.dumps(errors, ensure_ascii=False), "reason": f"failed{TERMINAL_ATTACK}", "workers": f"w1{TERMINAL_ATTACK}",
+            "msg": json.dumps({"v": 1, "args": [TERMINAL_ATTACK], "kwargs": {"k": "\x1b"}})})
+    r.hset(helpers.keys().task(ids[1]), "msg", f"{{not json{TERMINAL_ATTACK}\n".encode() + b"\xff")  # undecodable, not UTF-8
+    r.hset(helpers.keys().task(ids[1]), "task", b"tests.testapp.tasks.add\xff" + TERMINAL_ATTACK.encode())
+    return ids
+
+
+def test_dead_list_and_show_escape_control_characters(r, evil_dead):
+    """A task's error message can rewrite the operator's terminal: list and show print escapes, not the characters."""
+    text, _ = run("dead", "list")
+    assert_no_raw_controls(text)
+    assert "\\x1b]0;PWNED\\x07" in text and "evil-2\\x1b[2J\\x07" in text and "\\udcff" in text
+    assert len(text.splitlines()) == 3  # two dead letters and the total: no field adds a line
+    for task_id in evil_dead:
+        text, _ = run("dead", "show", task_id)
+        assert_no_raw_controls(text)
+        assert "\\x1b]0;PWNED\\x07" in text and "Traceback (most recent call last):\n  File" in text  # its lines kept
+        assert f"id:        {task_id.encode('unicode_escape').decode()}" in text
+    assert "message:   " in run("dead", "show", evil_dead[1])[0]
+    data = run_json("dead", "show", evil_dead[0])  # JSON escapes by itself and keeps the text as it is
+    assert data["row"]["task"] == f"tests.testapp.tasks.add{TERMINAL_ATTACK}"
+
+
+def test_other_subcommands_escape_what_redis_holds(r):
+    r.zadd(helpers.keys().workers, {f"w{TERMINAL_ATTACK}": helpers.redis_ms(r)})
+    r.set(helpers.keys().worker_info(f"w{TERMINAL_ATTACK}"), json.dumps({
+        "host": f"box{TERMINAL_ATTACK}\nfake line", "pid": 7, "queues": ["default"], "concurrency": 2, "pool": f"threads{TERMINAL_ATTACK}"}))
+    r.set(helpers.keys().paused, f"1000|ops{TERMINAL_ATTACK}\nfake line")
+    for args in (("stats",), ("queue",), ("health",), ("queue", "resume", "default")):
+        out = io.StringIO()
+        try:
+            call_command("redisq", *args, stdout=out, stderr=io.StringIO())
+        except SystemExit:  # health exits 1 on a breach; what it printed is checked all the same
+            pass
+        text = out.getvalue()
+        assert "ops" in text or "box" in text or args == ("queue", "resume", "default"), (args, text)
+        assert_no_raw_controls(text)
+        assert "\nfake line" not in text, args
+
+
 @pytest.mark.parametrize("args, message", [
     (("dead", "show", "nope"), "no dead letter 'nope' in any configured queue"),
     (("dead", "show", "nope", "--queue", "emails"), "no dead letter 'nope' in queue 'emails'"),

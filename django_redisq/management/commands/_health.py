@@ -18,6 +18,7 @@ from django.core.management.base import BaseCommand
 from django_redisq.exceptions import RedisError
 from django_redisq.health import Thresholds, breaches, configured
 from django_redisq.management.commands._args import non_negative
+from django_redisq.management.commands._text import printable
 from django_redisq.ops.inspector import Inspector
 
 OK, BREACHED, UNREACHABLE = 0, 1, 2
@@ -66,4 +67,4 @@ def run(command: BaseCommand, ins: Inspector, opts: dict[str, Any]) -> None:
 
 
 def emit(command: BaseCommand, opts: dict[str, Any], data: dict[str, Any], lines: list[str]) -> None:
-    command.stdout.write(json.dumps(data, indent=2) if opts.get("json") else "\n".join(lines))
+    command.stdout.write(json.dumps(data, indent=2) if opts.get("json") else "\n".join(map(printable, lines)))  # one line each

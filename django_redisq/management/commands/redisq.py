@@ -13,7 +13,9 @@
     redisq health [--max-pending N] [--max-age SECONDS] [--max-dead N] [--min-workers N] [--queue Q ...] [--json]
 
 It reads through ``ops/inspector.py`` and changes through ``ops/operations.py``, as
-the admin does. Long runs draw a progress bar on stderr.
+the admin does. Long runs draw a progress bar on stderr. What it prints of Redis's
+strings (ids, task names, errors, tracebacks, workers, who paused) is escaped
+(``_text.printable``): a stored ESC or BEL never reaches the terminal.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django_redisq.exceptions import InvalidArguments
 from django_redisq.management.commands import _health
 from django_redisq.management.commands._args import non_negative, positive
+from django_redisq.management.commands._text import printable
 from django_redisq.ops.inspector import DeadFilter, Inspector, UnknownQueue, UnknownSchedule, schedule_rows
 from django_redisq.ops.operations import DELETE, PAUSE, REPLAY, RUN_NOW, TASK_ID_RE, Operations, Progress, QueueOperations, ScheduleOperations
 
@@ -138,7 +141,12 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
 
     def emit(self, opts: dict[str, Any], data: Any, text: str) -> None:
-        self.stdout.write(json.dumps(data, default=_json_default, indent=2) if opts.get("json") else text)
+        """JSON (which escapes by itself), or the text with anything non-printable escaped, its lines kept.
+
+        Each field from Redis is escaped where the text is built, newlines included
+        (``printable``), so only the lines the text is made of remain lines here.
+        """
+        self.stdout.write(json.dumps(data, default=_json_default, indent=2) if opts.get("json") else printable(text, lines=True))
 
     def _queue(self, opts: dict[str, Any]) -> str:
         queue = opts.get("queue") or self.ins.queues[0]
@@ -159,13 +167,14 @@ class Command(BaseCommand):
             for w in s.workers:
                 workers.setdefault(w.name, w)
         lines.append("")
-        lines += [f"worker {w.name} host={w.host} pid={w.pid} queues={','.join(w.queues)} pool={w.pool} concurrency={w.concurrency} "
+        lines += [f"worker {printable(w.name)} host={printable(w.host)} pid={printable(w.pid)} queues={printable(','.join(w.queues))} "
+                  f"pool={printable(w.pool)} concurrency={printable(w.concurrency)} "
                   f"heartbeat={w.seen_ago:.1f}s ago{'' if w.alive else ' (silent)'}" for w in workers.values()]
         if not workers:
             lines.append("no workers")
         lines += [self._paused_line(s) for s in stats if s.paused]
         for s in stats:
-            lines += [f"limit {s.queue}: {limit.name or 'the queue (MAX_RUNNING)'} running {limit.running}/{limit.limit}, "
+            lines += [f"limit {s.queue}: {printable(limit.name) or 'the queue (MAX_RUNNING)'} running {limit.running}/{limit.limit}, "
                       f"waiting {limit.waiting}" for limit in s.limits]
             if s.rate_limit:
                 lines.append(f"limit {s.queue}: the queue (RATE_LIMIT) {s.rate_limit}")
@@ -178,7 +187,7 @@ class Command(BaseCommand):
         """``paused since <time> by <who>``, or ``active``, for a QueueStats or QueueFigures."""
         if not s.paused:
             return "active"
-        return "paused" + (f" since {s.paused_at:%Y-%m-%dT%H:%M:%SZ}" if s.paused_at else "") + (f" by {s.paused_by}" if s.paused_by else "")
+        return "paused" + (f" since {s.paused_at:%Y-%m-%dT%H:%M:%SZ}" if s.paused_at else "") + (f" by {printable(s.paused_by)}" if s.paused_by else "")
 
     def _paused_line(self, s: Any) -> str:
         return f"queue {s.queue} is {self._pause_state(s).upper()[:6]}{self._pause_state(s)[6:]}: workers start none of its tasks"
@@ -195,7 +204,7 @@ class Command(BaseCommand):
             return self.emit(opts, data, "\n".join(lines))
         name = opts["name"]
         change = QueueOperations(self.ins).act(action, name, f"manage.py redisq ({_user()})")  # UnknownQueue -> CommandError
-        since = f" (since {change.at:%Y-%m-%dT%H:%M:%SZ}" + (f" by {change.by})" if change.by else ")") if change.at else ""
+        since = f" (since {change.at:%Y-%m-%dT%H:%M:%SZ}" + (f" by {printable(change.by)})" if change.by else ")") if change.at else ""
         if action == PAUSE:
             text = (f"paused queue {name}: workers start none of its tasks within a second; enqueues still succeed"
                     if change.changed else f"queue {name} was paused already{since}")
@@ -217,7 +226,7 @@ class Command(BaseCommand):
             if r.problems:
                 lines.append(f"{r.name:<20} NOT RUN: {' '.join(r.problems)}")
             else:
-                state = f"PAUSED since {when(r.paused_at)}" + (f" by {r.paused_by}" if r.paused_by else "") if r.paused else "active"
+                state = f"PAUSED since {when(r.paused_at)}" + (f" by {printable(r.paused_by)}" if r.paused_by else "") if r.paused else "active"
                 lines.append(f"{r.name:<20} {r.expression:<16} {r.timezone:<16} {when(r.next_run):<21}{when(r.last_run):<21}"
                              f"{r.fired:>6}{r.missed:>7}{r.skipped:>8}{r.paused_ticks:>7}  {state}")
         if not rows:
@@ -253,8 +262,8 @@ class Command(BaseCommand):
     def dead_list(self, opts: dict[str, Any]) -> None:
         queue = self._queue(opts)
         page = self.ins.dead_page(queue, self._flt(opts), start=max(0, opts["start"]), per_page=opts["limit"])
-        lines = [f"{r.id}  {f'{r.died_at:%Y-%m-%dT%H:%M:%SZ}' if r.died_at else '?':<20}  {r.task or '?'}  "
-                 f"{r.exc_name or '?'}: {r.error[:80]}" for r in page.items]
+        lines = [f"{printable(r.id)}  {f'{r.died_at:%Y-%m-%dT%H:%M:%SZ}' if r.died_at else '?':<20}  {printable(r.task) or '?'}  "
+                 f"{printable(r.exc_name) or '?'}: {printable(r.error[:80])}" for r in page.items]
         if not lines:
             lines.append(f"no dead letters in queue {queue}" + (" match" if self._flt(opts) else ""))
         if page.total is not None:
@@ -272,15 +281,16 @@ class Command(BaseCommand):
         if detail is None:
             raise CommandError(f"no dead letter {task_id!r} in " + (f"queue {queue!r}" if opts.get("queue") else "any configured queue"))
         r = detail.row
-        lines = [f"id:        {r.id}", f"task:      {r.task}", f"queue:     {r.queue}", f"state:     {r.state} ({r.reason})",
+        lines = [f"id:        {printable(r.id)}", f"task:      {printable(r.task)}", f"queue:     {printable(r.queue)}",
+                 f"state:     {printable(r.state)} ({printable(r.reason)})",
                  f"attempts:  {r.failures} failed, {r.deliveries} deliveries", f"died at:   {r.died_at}",
-                 f"workers:   {', '.join(detail.workers) or '-'}", f"idem key:  {detail.idempotency_key or '-'}"]
+                 f"workers:   {printable(', '.join(detail.workers)) or '-'}", f"idem key:  {printable(detail.idempotency_key) or '-'}"]
         if detail.message_error:
-            lines += [f"message:   {detail.message_error}", detail.raw_message]
+            lines += [f"message:   {printable(detail.message_error)}", printable(detail.raw_message)]
         else:
-            lines += [f"args:      {json.dumps(detail.args)}", f"kwargs:    {json.dumps(detail.kwargs)}"]
-        for n, a in enumerate(detail.attempts, 1):
-            lines += ["", f"attempt {n}: {a.exc} at {a.at}: {a.message}", a.traceback.rstrip()]
+            lines += [f"args:      {printable(json.dumps(detail.args))}", f"kwargs:    {printable(json.dumps(detail.kwargs))}"]
+        for n, a in enumerate(detail.attempts, 1):  # a traceback keeps its lines, nothing else does
+            lines += ["", f"attempt {n}: {printable(a.exc)} at {a.at}: {printable(a.message)}", printable(a.traceback.rstrip(), lines=True)]
         self.emit(opts, asdict(detail), "\n".join(lines))
 
     def dead_replay(self, opts: dict[str, Any]) -> None:
@@ -324,7 +334,7 @@ class Command(BaseCommand):
             missing = [i for i in ids if i not in found]
             if missing:
                 raise CommandError(f"not dead letters of {'queue ' + opts['queue'] if opts.get('queue') else 'any configured queue'}: "
-                                   + ", ".join(missing))
+                                   + ", ".join(map(printable, missing)))
             started, done, skipped, where = time.monotonic(), 0, 0, {}
             for queue in dict.fromkeys(found.values()):
                 try:
