@@ -13,7 +13,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from django.conf import settings
-from django.core.checks import Error
+from django.core.checks import CheckMessage, Error, Warning
 from django.core.exceptions import ImproperlyConfigured
 
 from django_redisq import partitions
@@ -180,8 +180,14 @@ def _problems(alias: str, params: Any) -> list[tuple[str, str, str]]:
     return problems
 
 
-def check_errors(alias: str, params: Any, obj: Any = None) -> list[Error]:
-    return [Error(msg, hint=hint, obj=obj, id=f"django_redisq.{cid}") for cid, msg, hint in validate(alias, params)]
+def check_errors(alias: str, params: Any, obj: Any = None) -> list[CheckMessage]:
+    """The system checks of ``TASKS[alias]``: every problem (errors), then what works but may not be meant (warnings)."""
+    errors: list[CheckMessage] = [Error(msg, hint=hint, obj=obj, id=f"django_redisq.{cid}") for cid, msg, hint in validate(alias, params)]
+    opts = params.get("OPTIONS") if isinstance(params, dict) else None
+    if errors or not isinstance(opts, dict):
+        return errors
+    return [Warning(redact(msg), hint=redact(hint), obj=obj, id=f"django_redisq.{cid}")
+            for cid, msg, hint in topology.cautions(f"TASKS[{alias!r}]['OPTIONS']", opts)]
 
 
 def build_options(alias: str, params: dict[str, Any]) -> Options:

@@ -458,3 +458,17 @@ def test_a_500_of_bad_settings_logs_no_credential(path, caplog, admin_client):
     assert response.status_code == 500
     assert "E067" in caplog.text and SETTING_PW not in caplog.text
     assert SETTING_PW not in response.content.decode(errors="replace")
+
+
+def test_a_tls_master_behind_clear_text_sentinels_is_a_check_warning():
+    """W060: rediss:// to the master, nothing for the sentinels: their answers (and password) cross the network clear."""
+    from django_redisq.conf import check_errors
+
+    base = {"BACKEND": "django_redisq.backend.RedisQueueBackend", "QUEUES": ["default"]}
+    clear = {"REDIS_URL": "rediss://:hunter2@mymaster/0", "SENTINELS": [("10.0.0.1", 26379)], "SENTINEL_MASTER": "mymaster"}
+    found = check_errors("default", {**base, "OPTIONS": clear})
+    assert [(m.id, m.level) for m in found] == [("django_redisq.W060", 30)]  # a warning, not an error
+    assert "hunter2" not in found[0].msg + (found[0].hint or "")
+    tls = {**clear, "SENTINEL_KWARGS": {"ssl": True}}
+    assert check_errors("default", {**base, "OPTIONS": tls}) == []
+    assert check_errors("default", {**base, "OPTIONS": {**clear, "REDIS_URL": "redis://:hunter2@mymaster/0"}}) == []

@@ -106,6 +106,23 @@ def _port(parts: Any) -> Any:
         return True
 
 
+def cautions(w: str, opts: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """What works but may not be what was meant, as ``(check id, message, hint)`` (system check warnings).
+
+    W060: the master is reached over TLS (``rediss://``) but the sentinels are not
+    (no ``ssl`` in ``SENTINEL_KWARGS``): the sentinels' answers, and their
+    password if they have one, cross the network in clear text.
+    """
+    out: list[tuple[str, str, str]] = []
+    extra = opts.get("SENTINEL_KWARGS") or {}
+    parts = _split(opts.get("REDIS_URL"))
+    if opts.get("SENTINELS") and parts is not None and parts.scheme == "rediss" and isinstance(extra, dict) and not extra.get("ssl"):
+        out.append(("W060", f"{w}: the master is reached over TLS (rediss://), the sentinels in clear text.",
+                    'If the sentinels listen on TLS, add "ssl": True (and "ssl_ca_certs") to SENTINEL_KWARGS; '
+                    "silence this check (SILENCED_SYSTEM_CHECKS) if they are on a trusted network."))
+    return out
+
+
 def _split(url: Any) -> Any:
     try:
         return urlsplit(url) if isinstance(url, str) else None
