@@ -137,3 +137,16 @@ def wait_for(predicate, timeout: float = 15.0, step: float = 0.02) -> bool:
             return True
         time.sleep(step)
     return False
+
+
+def blocked_in(r, command: str) -> int:
+    """Clients blocked in ``command`` (e.g. ``blmove``) on one server, or on every master of a cluster, where each
+    node answers CLIENT LIST for its own clients only."""
+    from redis.cluster import RedisCluster
+
+    if isinstance(r, RedisCluster):
+        replies = r.client_list(target_nodes=RedisCluster.PRIMARIES)
+        lists = list(replies.values()) if isinstance(replies, dict) else [replies]
+    else:
+        lists = [r.client_list()]
+    return sum(c.get("cmd") == command for clients in lists for c in clients)

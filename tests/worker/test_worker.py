@@ -8,7 +8,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from django_redisq.compat import TaskResultStatus
 from django_redisq.worker.worker import Worker
-from tests.helpers import drain, keys, message, seed_pending, wait_for, where_is
+from tests.helpers import blocked_in, drain, keys, message, seed_pending, wait_for, where_is
 from tests.testapp import tasks
 from tests.testapp.tasks import EFFECTS
 
@@ -151,7 +151,7 @@ def test_multiple_queues_each_have_a_fetcher(r, make_worker):
     t.start()
     try:
         # all three fetchers block in BLMOVE (seen by Redis), so the task is on a queue nobody is polling just now
-        assert wait_for(lambda: sum(c.get("cmd") == "blmove" for c in r.client_list()) >= 3, timeout=10)
+        assert wait_for(lambda: blocked_in(r, "blmove") >= 3, timeout=10)
         start = time.monotonic()
         res = tasks.noop.using(queue_name="low").enqueue(1)
         while tasks.noop.get_result(res.id).status != TaskResultStatus.SUCCESSFUL:
