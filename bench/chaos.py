@@ -125,7 +125,11 @@ design, and the figure would measure that wait instead of the reaper's."""
 PREFIX = "redisq"
 KINDS = {"quick": 0.50, "slow": 0.06, "flaky": 0.12, "fail": 0.05, "delayed": 0.12, "order": 0.10, "limited": 0.05}
 FAIL_RUNS = 3  # chaos_fail: max_retries=2
-RECOVERY_LIMIT = 15.0
+RECOVERY_LIMIT = 5.0
+"""Seconds from a SIGKILL to each of its default-priority tasks running elsewhere, at most, when no Redis fault or
+freeze fell in that time (a generous bound for a loaded machine: the figure is the distribution printed)."""
+FIRST_TARGET = 2.0
+"""The target for a kill's first task running elsewhere (p99, reported, not asserted)."""
 FAULTS = ("sigkill", "same_name_restart", "sigterm", "client_kill", "pause", "restart", "freeze", "error_replies", "long_pause")
 """The fault kinds (``do_<kind>``); ``restart`` is counted as ``restart`` or ``restart_crash``."""
 PROCESS_FAULTS = ("child_kill",)
@@ -173,6 +177,7 @@ class Config:
     sequence: list[str] = field(default_factory=list)  # faults in this order (cycled) instead of at random
     kinds: dict[str, float] = field(default_factory=lambda: dict(KINDS))  # the task mix
     priorities: tuple[int, ...] = PRIORITIES  # drawn for the quick, flaky and limited tasks
+    recovery_limit: float = RECOVERY_LIMIT  # the checks' bound on a default-priority orphan's recovery (no fault in the window)
     workdir: str = ""
     keep: bool = False  # keep the run directory (logs, AOF) after a passing run
 
@@ -1152,6 +1157,17 @@ def account(main: RedisServer, effects: RedisServer, faults: list[Fault], procs:
             rec.append(d)
             if not any(f.t - 1 <= g.end and g.t <= f.t + d for g in slowing):
                 clean_rec.append(d)
+    # per kill: from the death to the first of its tasks (any priority) running in another process
+    first: list[tuple[Fault, float]] = []
+    for f in kills:
+        later = [min(ts) - f.t for tid in f.ids
+                 if (ts := [run.t for run in runs.get(tid, []) if run.t >= f.t and run.pid != f.pid])]
+        if later:
+            first.append((f, min(later)))
+    r["recovery_limit"] = cfg.recovery_limit
+    r["recovery_first"] = _spread([d for _, d in first])
+    r["recovery_first_clean"] = _spread([d for f, d in first if not any(f.t - 1 <= g.end and g.t <= f.t + d for g in slowing)])
+    r["recovery_tasks"] = _spread(rec)
     r["sigkills_with_tasks"] = sum(bool(f.ids) for f in kills)
     r["tasks_held_by_killed_workers"] = sum(len(f.ids) for f in kills)
     r["killed_tasks_not_rerun"] = never
@@ -1239,6 +1255,19 @@ def near_fault(faults: list[Fault], t: float) -> str:
     return f"{f.kind} (+{t - f.end:.1f}s)"
 
 
+def _spread(values: list[float]) -> dict[str, Any]:
+    """p50, p99 and max of ``values`` (seconds, rounded), and how many."""
+    if not values:
+        return {"n": 0, "p50": None, "p99": None, "max": None}
+    v = sorted(values)
+    return {"n": len(v), "p50": round(v[len(v) // 2], 2), "p99": round(v[min(len(v) - 1, int(len(v) * 0.99))], 2),
+            "max": round(v[-1], 2)}
+
+
+def _spread_text(d: dict[str, Any]) -> str:
+    return f"p50 {d['p50']} s, p99 {d['p99']} s, max {d['max']} s (n={d['n']})" if d["n"] else "no samples"
+
+
 def checks(r: dict[str, Any]) -> list[str]:
     """The claims; each failing one is a line of the returned list."""
     bad = []
@@ -1254,8 +1283,9 @@ def checks(r: dict[str, Any]) -> list[str]:
         bad.append(f"finished + dead = {r['finished'] + r['dead']} != enqueued {r['enqueued']}")
     if r["dead_designed"] != r["fail_tasks"]:
         bad.append(f"designed failures dead {r['dead_designed']} != always-fail tasks {r['fail_tasks']}")
-    if r["recovery_max_without_redis_fault_s"] is not None and r["recovery_max_without_redis_fault_s"] > RECOVERY_LIMIT:
-        bad.append(f"recovery {r['recovery_max_without_redis_fault_s']} s > {RECOVERY_LIMIT} s")
+    limit = r.get("recovery_limit", RECOVERY_LIMIT)
+    if r["recovery_max_without_redis_fault_s"] is not None and r["recovery_max_without_redis_fault_s"] > limit:
+        bad.append(f"recovery {r['recovery_max_without_redis_fault_s']} s > {limit} s")
     if r["worker_logs"].get("thread_crashes"):
         bad.append(f"worker threads crashed: {r['worker_logs']['thread_crashes']}")
     return bad
@@ -1323,8 +1353,11 @@ def table(r: dict[str, Any]) -> str:
         ("  long_pause (redis-server SIGSTOP > WORKER_TIMEOUT)", f.get("long_pause", 0)),
         *pool_rows,
         ("tasks held by SIGKILLed workers", f"{r['tasks_held_by_killed_workers']} (in {r['sigkills_with_tasks']} kills)"),
-        ("death -> running elsewhere: max (median)", f"{r['recovery_max_s']} s ({r['recovery_median_s']} s)"),
-        ("  max, no Redis fault or freeze in the window (<= 15 s)", f"{r['recovery_max_without_redis_fault_s']} s"),
+        (f"death -> its first task running elsewhere (target p99 <= {FIRST_TARGET:g} s)", _spread_text(r["recovery_first"])),
+        ("  kills with no Redis fault or freeze in the window", _spread_text(r["recovery_first_clean"])),
+        ("death -> each default-priority task running elsewhere", _spread_text(r["recovery_tasks"])),
+        (f"  max, no Redis fault or freeze in the window (<= {r.get('recovery_limit', RECOVERY_LIMIT):g} s)",
+         f"{r['recovery_max_without_redis_fault_s']} s"),
         ("  samples (tasks)", r["recovery_samples"]),
         ("worker log: thread crashes / reaps / lease lost", "{} / {} / {}".format(
             r["worker_logs"].get("thread_crashes", 0), r["reaps"], r["worker_logs"].get("lease_lost_warnings", 0))),

@@ -203,3 +203,26 @@ def test_a_sigkilled_worker_on_a_partitioned_queue_loses_nothing(partitioned, re
     assert set(runs()) == {f"q{i}" for i in range(n)}  # nothing lost, in any partition
     assert Inspector(get_options()).figures()[QUEUES.index("low")].totals["recovered"] > 0
     print(f"\npartitioned SIGKILL: the victim held {held}")
+
+
+def test_a_sigkilled_worker_is_reaped_by_its_connection_on_every_master(cluster, redis_cluster, redis_url, run_worker_process):
+    """With the default timings (WORKER_TIMEOUT 10 s), each queue's poller asks the master that holds the queue which
+    connections it still has: the dead worker is reaped on all three masters in a few seconds."""
+    env = {"REDISQ_TEST_CLUSTER": "1", "REDISQ_TEST_EFFECTS_URL": redis_url, "REDISQ_TEST_REDIS_URL": redis_cluster.url}
+    victim = run_worker_process(*QUEUES, "-c", "3", "--name", "victim", env=env)
+    for q in QUEUES:
+        mark.using(queue_name=q).enqueue(f"long-{q}", 20)
+
+    def held(q: str) -> int:
+        return sum(cluster.llen(key) for key in cluster.scan_iter(match=QueueKeys(q).processing("*")))
+
+    assert wait_for(lambda: all(held(q) == 1 for q in QUEUES), 30), victim.output()[-2000:]
+    run_worker_process(*QUEUES, "-c", "3", "--name", "rescuer", env=env)
+    assert wait_for(lambda: all(cluster.hlen(QueueKeys(q).presence) == 2 for q in QUEUES), 30)
+    time.sleep(0.5)
+    killed = time.monotonic()
+    victim.proc.send_signal(signal.SIGKILL)
+    assert wait_for(lambda: all(cluster.zcard(QueueKeys(q).workers) == 1 for q in QUEUES), 15)
+    took = time.monotonic() - killed
+    assert took < 6.0, f"reaped {took:.1f} s after the kill: by the timeout, not by the connection"
+    assert wait_for(lambda: all(held(q) == 1 for q in QUEUES), 10)  # each long task now in the rescuer's hands

@@ -110,3 +110,26 @@ def test_sigkilled_master_fails_over_and_producers_and_workers_carry_on(sentinel
     after = [k for _, k, at in present if at > first_after]
     assert after and all(done[k] == 1 for k in after), f"a task enqueued after the recovery did not run exactly once; {report}"
     assert first_after - killed_at[0] < 15, report
+
+
+def test_a_sigkilled_worker_is_reaped_by_its_connection_through_the_sentinels(sentinel, redis_url, run_worker_process):
+    """The presence links go to the master the sentinels name; with the default WORKER_TIMEOUT (10 s) the
+    dead worker is reaped in a few seconds."""
+    import json
+
+    env = {"REDISQ_TEST_REDIS_URL": f"redis://{sentinel.master_name}/0", "REDISQ_TEST_SENTINELS": json.dumps(sentinel.sentinels),
+           "REDISQ_TEST_SENTINEL_MASTER": sentinel.master_name, "REDISQ_TEST_EFFECTS_URL": redis_url}
+    master = _master(sentinel)
+    k = QueueKeys("default")
+    victim = run_worker_process("default", "-c", "1", "--name", "victim", env=env)
+    mark.enqueue("long", 20)
+    assert wait_for(lambda: sum(master.llen(key) for key in master.scan_iter(match=k.processing("*"))) == 1, 30)
+    rescuer = run_worker_process("default", "-c", "1", "--name", "rescuer", env=env)
+    assert wait_for(lambda: master.hlen(k.presence) == 2, 30)
+    time.sleep(0.5)
+    killed = time.monotonic()
+    victim.proc.send_signal(signal.SIGKILL)
+    assert wait_for(lambda: master.zcard(k.workers) == 1, 15)
+    took = time.monotonic() - killed
+    assert took < 6.0, f"reaped {took:.1f} s after the kill: by the timeout, not by the connection"
+    rescuer.proc.send_signal(signal.SIGKILL)

@@ -13,7 +13,7 @@ store/schedule_steps.py; ``Broker`` is all three.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, cast
 
 import redis
@@ -33,6 +33,7 @@ from django_redisq.store.durable import what as _what
 from django_redisq.store.durations import MAX_NAMES, TTL_MS, triples
 from django_redisq.store.keys import QueueKeys
 from django_redisq.store.operator_steps import OperatorSteps
+from django_redisq.store.presence import PresenceSteps
 from django_redisq.store.replies import (
     DEFAULTS,
     Delivery,
@@ -52,7 +53,7 @@ def _wire(value: Any) -> Any:
     return value
 
 
-class Broker(OperatorSteps, ScheduleSteps):
+class Broker(OperatorSteps, ScheduleSteps, PresenceSteps):
     """Queue operations for one backend's options. Cheap to build; holds no connection."""
 
     def __init__(self, options: Options, client: redis.Redis | None = None) -> None:
@@ -263,11 +264,16 @@ class Broker(OperatorSteps, ScheduleSteps):
         ``WORKER_TIMEOUT`` (after an outage every heartbeat looks stale). An
         operator's call (no ``reaper``) has no such condition. A task with a cancel
         request is dead-lettered (``cancelled``) instead of given back.
+        Workers whose process is known dead by its connection are reaped sooner: ``reap_gone`` (store/presence.py).
         """
+        return self._reap(queue, reaper, max_workers, ())
+
+    def _reap(self, queue: str, reaper: str, max_workers: int, pairs: Sequence[str]) -> tuple[int, list[str], list[Recovered]]:
+        """reap.lua by the clock (no ``pairs``) or by connection (``pairs``: worker id, the presence entry seen gone)."""
         k = self.keys(queue)
         out = self._script("reap")(
-            keys=[k.workers, k.pending, k.alive, k.dead, k.cancels, k.prioritized, k.prioseq, k.slots, k.blocked],
-            args=[k.prefix, self._ms(self.options.worker_timeout), max_workers, reaper, self.heartbeat_gap_ms()],
+            keys=[k.workers, k.pending, k.alive, k.dead, k.cancels, k.prioritized, k.prioseq, k.slots, k.blocked, k.presence],
+            args=[k.prefix, self._ms(self.options.worker_timeout), max_workers, reaper, self.heartbeat_gap_ms(), *pairs],
         )
         if len(out) == 2 and out[1] == -1:
             return 0, [], []
@@ -285,12 +291,15 @@ class Broker(OperatorSteps, ScheduleSteps):
         """
         return self._ms(self.options.worker_timeout / 2)
 
-    def heartbeat(self, queues: Iterable[str], worker: str, info: dict[str, Any]) -> list[str]:
+    def heartbeat(self, queues: Iterable[str], worker: str, info: dict[str, Any],
+                  presence: Mapping[str, str] | None = None) -> list[str]:
         """Refresh this worker's heartbeat and guard leases on every queue, in one round trip.
 
-        Returns the queues on which the worker was not registered before this
-        call (it was reaped there, or this is its first heartbeat).
+        ``presence``: per queue, the entry that proves the worker's process alive there (store/presence.py); a
+        queue without one leaves the worker to be reaped by the timeout only. Returns the queues on which the
+        worker was not registered before this call (it was reaped there, or this is its first heartbeat).
         """
+        presence = presence or {}
         script = self._script("heartbeat")
         lease = self._ms(self.options.worker_timeout)
         gap = self.heartbeat_gap_ms()
@@ -299,7 +308,8 @@ class Broker(OperatorSteps, ScheduleSteps):
         pipe = self.client.pipeline(transaction=False)
         for q in queues:
             k = self.keys(q)
-            script(keys=[k.workers, k.processing(worker), k.alive], args=[k.prefix, worker, lease, text, gap], client=pipe)
+            script(keys=[k.workers, k.processing(worker), k.alive, k.presence],
+                   args=[k.prefix, worker, lease, text, gap, presence.get(q, "")], client=pipe)
         return [q for q, (_, registered) in zip(queues, pipe.execute(), strict=True) if not registered]
 
     def nothing_left(self, queues: Iterable[str], worker: str, skip_waiting: Iterable[str] = ()) -> bool:

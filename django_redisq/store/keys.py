@@ -25,6 +25,9 @@ key                                type    meaning
 ``P:dead``                         ZSET    id -> died at (Redis ms): the dead-letter queue
 ``P:workers``                      ZSET    worker id -> last heartbeat (Redis ms)
 ``P:alive``                        HASH    worker id -> start of its unbroken run of heartbeats
+``P:presence``                     HASH    worker id -> ``<server run_id>:<client id>`` of the connection that
+                                           proves the worker's process alive (store/presence.py)
+``P:reaper``                       STRING  the worker that polls the queue's presence, for a short lease
 ``P:worker:<worker>``              STRING  JSON about a live worker (host, pid, queues)
 ``P:t:<id>``                       HASH    the task: message, state, attempts, errors, result
 ``P:status:<id>``                  STRING  idempotency guard: ``running:<worker>`` or ``success``
@@ -83,8 +86,8 @@ STATES = ("pending", "scheduled", "running", "finished", "dead", "moving")
 class QueueKeys:
     """Key names of one queue; cheap to build, so callers may cache or not."""
 
-    __slots__ = ("alive", "blocked", "cancels", "dead", "limits", "paused", "pending", "prefix", "prioritized", "prioseq", "queue",
-                 "rate", "scheduled", "slots", "workers")
+    __slots__ = ("alive", "blocked", "cancels", "dead", "limits", "paused", "pending", "prefix", "presence", "prioritized",
+                 "prioseq", "queue", "rate", "reaper", "scheduled", "slots", "workers")
 
     def __init__(self, queue: str, key_prefix: str = DEFAULT_PREFIX) -> None:
         self.queue = queue
@@ -101,6 +104,8 @@ class QueueKeys:
         self.dead = base + ":dead"
         self.workers = base + ":workers"
         self.alive = base + ":alive"
+        self.presence = base + ":presence"
+        self.reaper = base + ":reaper"
         self.cancels = base + ":cancels"
         self.paused = base + ":paused"
 

@@ -15,6 +15,12 @@ beat Redis answered. No other worker can have reaped it before that, so after
 a pause the executors wait for the next beat, which fences them if needed,
 and only tasks already running when the pause began can run twice.
 
+With a ``Presence`` (store/presence.py), the heartbeat also holds the worker's
+presence links: between beats it looks at them every ``CHECK_EVERY`` (no round
+trip), and when one was dropped (an operator's CLIENT KILL, a reset) it opens
+a new one and beats at once to register it, long before a reaper could judge
+the worker dead by its connection; until then ``may_start()`` is false.
+
 The sweep hands back ids in the worker's processing list that the worker never
 heard of (a fetch whose reply was lost), once seen twice in a row.
 """
@@ -30,6 +36,7 @@ from typing import Any
 from django_redisq.exceptions import RedisError
 from django_redisq.options import Options
 from django_redisq.store.broker import Broker
+from django_redisq.store.presence import CHECK_EVERY, Presence
 
 logger = logging.getLogger("django_redisq")
 
@@ -45,27 +52,37 @@ class Heartbeat:
         known: Callable[[], set[str]],
         on_fenced: Callable[[str], None],
         on_beat: Callable[[bool], None] | None = None,
+        presence: Presence | None = None,
     ) -> None:
         """``broker``: one on the heartbeat's own connections (``Broker.for_heartbeat``), whose short timeouts keep a
-        beat's round trip within the lease; ``on_beat`` is told of each beat's success (health file, metrics)."""
+        beat's round trip within the lease; ``on_beat`` is told of each beat's success (health file, metrics);
+        ``presence``: the worker's presence links (opened), which this thread owns from then on."""
         self.options, self.worker_id, self.queues = options, worker_id, list(queues)
         self.info, self.known, self.on_fenced = info, known, on_fenced
         self.broker = broker
         self.lease_until = 0.0  # monotonic: executors may start tasks before this
         self.on_beat = on_beat
+        self.presence = presence
         self._registered = False
         self._suspects: dict[str, set[str]] = {}
         self._wake = threading.Event()
         self._stop = threading.Event()
 
     def may_start(self) -> bool:
-        """Whether no other worker can have reaped this one yet."""
-        return time.monotonic() < self.lease_until
+        """Whether no other worker can have reaped this one yet: not by the clock, nor by its connection."""
+        now = time.monotonic()
+        return now < self.lease_until and (self.presence is None or self.presence.fresh(now))
 
     def beat(self) -> None:
         """One heartbeat on every queue; fences the queues on which the worker had been reaped."""
         sent = time.monotonic()
-        gone = self.broker.heartbeat(self.queues, self.worker_id, self.info())
+        records = None
+        if self.presence is not None:
+            self.presence.verify()
+            records = self.presence.records()
+        gone = self.broker.heartbeat(self.queues, self.worker_id, self.info(), records)
+        if self.presence is not None:
+            self.presence.registered()
         if self._registered:
             for q in gone:
                 self.on_fenced(q)
@@ -95,7 +112,7 @@ class Heartbeat:
             if failed:  # try again soon, but a failing Redis is not hammered by wake-ups
                 self._stop.wait(min(0.25, self.options.heartbeat_interval))
             else:
-                self._wake.wait(self.options.heartbeat_interval)
+                self._between_beats()
             self._wake.clear()
             if self._stop.is_set():
                 return
@@ -115,6 +132,25 @@ class Heartbeat:
                     self.sweep(q)
                 except Exception as exc:  # noqa: BLE001 - logged; the next beat sweeps again
                     logger.warning("sweep of queue %s failed (%s: %s)", q, type(exc).__name__, exc)
+
+    def _between_beats(self) -> None:
+        """Wait one interval, or less: woken, or a presence link was dropped (then beat now to register a new one)."""
+        if self.presence is None:
+            self._wake.wait(self.options.heartbeat_interval)
+            return
+        deadline = time.monotonic() + self.options.heartbeat_interval
+        while not self._wake.wait(max(0.0, min(CHECK_EVERY, deadline - time.monotonic()))):
+            try:
+                if not self.presence.check() or time.monotonic() >= deadline:
+                    return
+            except Exception:
+                logger.debug("presence check failed", exc_info=True)
+                return
+
+    def close(self) -> None:
+        """Close the presence links (the worker has left: nothing to prove any more)."""
+        if self.presence is not None:
+            self.presence.close()
 
     def sweep(self, q: str) -> None:
         """Hand back ids in our processing list that we do not know (a fetch reply lost)."""

@@ -3,7 +3,9 @@
 - promote: move due delayed and retried tasks from ``scheduled`` to ``pending``,
   waking when the next one is due (at most every half second);
 - reap: hand back the tasks of workers silent past ``WORKER_TIMEOUT`` (every
-  ``HEARTBEAT_INTERVAL``; reap.lua decides who may reap whom);
+  ``HEARTBEAT_INTERVAL``; reap.lua decides who may reap whom), and, sooner, of
+  workers whose process is known dead by its connection (``Presence``, every
+  ``POLL_EVERY`` while this worker holds the queue's poll lease, store/presence.py);
 - cancel: tell the pool of running tasks someone cancelled (one look per
   queue with tasks running here, each round, so within about a second);
 - in burst mode, notice when the queues are drained.
@@ -21,6 +23,7 @@ from typing import Any
 
 from django_redisq.exceptions import RedisError
 from django_redisq.store.broker import Broker
+from django_redisq.store.presence import CONFIRM, POLL_EVERY
 from django_redisq.worker.held import Held
 from django_redisq.worker.pools import Pool
 
@@ -34,9 +37,10 @@ class Upkeep:
     def __init__(self, broker: Broker, worker_id: str, queues: Sequence[str], held: Held, pool: Pool,
                  stop: threading.Event, reap_every: float, burst: bool,
                  on_recovered: Callable[[Any], None] | None = None, paused: Callable[[], frozenset[str]] | None = None,
-                 tick: Callable[[], None] | None = None) -> None:
+                 tick: Callable[[], None] | None = None, by_connection: bool = False) -> None:
         """``paused``: the pause watch's view (a burst worker does not wait for a paused queue); ``tick``: called every
-        round (the task log's summary line is written even when no more tasks come)."""
+        round (the task log's summary line is written even when no more tasks come); ``by_connection``: also reap
+        workers whose presence connection is gone (off when an ACL refuses this worker ``CLIENT``)."""
         self.broker, self.worker_id, self.queues = broker, worker_id, list(queues)
         self.held, self.pool, self.stop = held, pool, stop
         self.reap_every, self.burst = reap_every, burst
@@ -44,20 +48,29 @@ class Upkeep:
         self.on_recovered = on_recovered  # told what each reap handed back (the task_recovered signal)
         self.paused = paused
         self.tick: Callable[[], None] = tick or (lambda: None)
+        self.by_connection = by_connection
+        self._poll_at = dict.fromkeys(self.queues, 0.0)  # monotonic: when to poll each queue's presence next
+        self._gone_since: dict[tuple[str, str, str], float] = {}  # (queue, worker, entry) -> first seen gone
 
     def loop(self) -> None:
         """Rounds until stopped, or, with ``burst``, until the queues are drained."""
-        quiet_rounds, last_reap = 0, 0.0
+        quiet_rounds, last_reap, promote_at = 0, 0.0, 0.0
         while not self.stop.is_set():
-            wait, moved = ROUND, 0
+            wait, moved, now = ROUND, 0, time.monotonic()
             try:
-                for q in self.queues:
-                    n, nxt = self.broker.promote(q)
-                    moved += n
-                    if nxt >= 0:
-                        wait = min(wait, nxt / 1000)
-                if time.monotonic() - last_reap >= self.reap_every:
-                    last_reap = time.monotonic()
+                if self.by_connection:
+                    wait = min(wait, self.reap_by_connection(now))
+                if now >= promote_at or self.burst:
+                    nearest = ROUND
+                    for q in self.queues:
+                        n, nxt = self.broker.promote(q)
+                        moved += n
+                        if nxt >= 0:
+                            nearest = min(nearest, nxt / 1000)
+                    promote_at = now + nearest
+                wait = min(wait, promote_at - now)
+                if now - last_reap >= self.reap_every:
+                    last_reap = now
                     self.reap()
                 self.cancel_running()
                 self.tick()
@@ -93,10 +106,52 @@ class Upkeep:
             except RedisError as exc:
                 logger.warning("reaping queue %s failed (%s: %s)", q, type(exc).__name__, exc)
                 continue
-            if self.on_recovered is not None and recovered:
-                self.on_recovered(recovered)
-            if workers:
-                logger.warning("reaped worker(s) %s: %d task(s) of queue %s back to pending", ", ".join(workers), tasks, q)
+            self._reaped(q, tasks, workers, recovered, how="silent past WORKER_TIMEOUT")
+
+    def reap_by_connection(self, now: float) -> float:
+        """Poll the presence of the queues whose poll lease this worker holds (or can take); reap the workers whose
+        connection stayed gone for ``CONFIRM``. Returns seconds until the next poll is due."""
+        for q in self.queues:
+            if now < self._poll_at[q]:
+                continue
+            try:
+                records, wait = self.broker.presence_lease(q, self.worker_id)
+                if records is None:  # another worker polls this queue; take over if its lease lapses
+                    self._poll_at[q] = now + max(wait, POLL_EVERY)
+                    continue
+                self._poll_at[q] = now + POLL_EVERY
+                records.pop(self.worker_id, None)
+                gone = self.broker.connections_gone(q, records) if records else {}
+                due = self._confirmed(q, gone, now)
+                if due:
+                    self._reaped(q, *self.broker.reap_gone(q, self.worker_id, due), how="their connection closed")
+            except RedisError as exc:
+                if "NOPERM" in str(exc):  # an ACL refuses CLIENT LIST to us: leave it to the timeout
+                    logger.warning("reaping by connection is off for worker %s (%s); dead workers are reaped after "
+                                   "WORKER_TIMEOUT", self.worker_id, exc)
+                    self.by_connection = False
+                    return ROUND
+                logger.warning("presence poll of queue %s failed (%s: %s)", q, type(exc).__name__, exc)
+                self._poll_at[q] = now + ROUND
+        return max(0.0, min(self._poll_at.values()) - now)
+
+    def _confirmed(self, q: str, gone: dict[str, str], now: float) -> dict[str, str]:
+        """Of the workers seen gone now, those seen gone (with the same entry) for ``CONFIRM``."""
+        seen = {(q, w, rec) for w, rec in gone.items()}
+        for key in [k for k in self._gone_since if k[0] == q and k not in seen]:
+            del self._gone_since[key]  # back, or reaped: forget
+        due = {}
+        for key in seen:
+            first = self._gone_since.setdefault(key, now)
+            if now - first >= CONFIRM:
+                due[key[1]] = key[2]
+        return due
+
+    def _reaped(self, q: str, tasks: int, workers: list[str], recovered: Any, how: str) -> None:
+        if self.on_recovered is not None and recovered:
+            self.on_recovered(recovered)
+        if workers:
+            logger.warning("reaped worker(s) %s (%s): %d task(s) of queue %s back to pending", ", ".join(workers), how, tasks, q)
 
     def drained(self) -> bool:
         """Nothing held, nothing pending (a paused queue's tasks wait for its resume, not for a burst worker)."""

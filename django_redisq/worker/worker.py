@@ -155,8 +155,9 @@ class Worker:
         # each component gets what it needs here, in this order, and none of them knows the worker
         self.observer = Observer(RedisQueueBackend, self.options.alias, self.id, self.pool.name, self.queues, concurrency,
                                  self.options.worker_timeout, lambda: len(held.running))  # worker/observer.py
-        self.heartbeat = Heartbeat(Broker.for_heartbeat(self.options), self.options, self.id, self.queues, self.info,
-                                   held.known, self._fenced, on_beat=self.observer.beat)
+        beats = Broker.for_heartbeat(self.options)
+        self.heartbeat = Heartbeat(beats, self.options, self.id, self.queues, self.info, held.known, self._fenced,
+                                   on_beat=self.observer.beat, presence=beats.presence(self.queues))
         idle = {q: threading.Event() for q in self.queues}  # set: the queue looked dry (or resumed), its thread fetches
         for event in idle.values():
             event.set()
@@ -166,7 +167,8 @@ class Worker:
         self.settler = Settler(self.broker, self.id, self._force, self._settled, on_event=self.observer.settle_event)
         self.tasklog = TaskLog()
         self.upkeep = Upkeep(self.broker, self.id, self.queues, held, self.pool, self._stop, self.options.heartbeat_interval,
-                             burst, self.observer.recovered, paused=self.fetcher.paused, tick=self.tasklog.tick)
+                             burst, self.observer.recovered, paused=self.fetcher.paused, tick=self.tasklog.tick,
+                             by_connection=True)
         # periodic schedules: on unless burst (a draining worker would keep enqueuing); bad ones are logged and skipped
         self.scheduler = Scheduler(self.options, self.broker, self._stop) if (not burst if scheduler is None else scheduler) else None
 
@@ -214,6 +216,7 @@ class Worker:
     def run(self) -> int:
         """Serve until stopped (or drained, with ``burst``); returns tasks settled."""
         self.pool.start()  # children set up before the worker registers and fetches
+        self.prove_presence()
         self.heartbeat.beat()  # registered before the first fetch
         heartbeat = threading.Thread(target=self.heartbeat.loop, name="redisq-heartbeat", daemon=True)
         flusher = threading.Thread(target=self.settler.flush_loop, args=(self.unsettled, self._flush_stop), name="redisq-settle", daemon=True)
@@ -233,6 +236,18 @@ class Worker:
             self._shutdown([*fetchers, *extra], executors, [heartbeat, flusher])
             self.tasklog.tick(force=True)
         return self.processed
+
+    def prove_presence(self) -> None:
+        """Open the presence links (store/presence.py): this worker's death is then seen within a second, and it
+        reaps dead workers as soon. Refused by an ACL, both fall back to WORKER_TIMEOUT, and the log says so."""
+        presence = self.heartbeat.presence
+        why = presence.open() if presence is not None else "no presence links"
+        if why:
+            self.heartbeat.presence = None
+            self.upkeep.by_connection = False
+            logger.warning("worker %s cannot prove its presence by its connection (%s): a dead worker's tasks are "
+                           "recovered after WORKER_TIMEOUT (%gs), not within a second; grant CLIENT ID, CLIENT LIST "
+                           "and INFO to recover sooner", self.id, why, self.options.worker_timeout)
 
     def describe_pool(self) -> str:
         kind = {"threads": "thread(s)", "processes": "child process(es)", "asyncio": "task(s) at once on an event loop"}
@@ -374,7 +389,9 @@ class Worker:
         except RedisError as exc:
             clean = False
             logger.warning("could not hand back tasks at shutdown (%s); the reaper will", exc)
+        self.heartbeat.close()
         if not clean:
-            logger.warning("worker %s stopped with %d task(s) unfinished; they return after WORKER_TIMEOUT", self.id, len(self.held))
+            logger.warning("worker %s stopped with %d task(s) unfinished; they go back to pending once this process exits "
+                           "(or after WORKER_TIMEOUT)", self.id, len(self.held))
         else:
             logger.log(logging.DEBUG if self.burst else logging.INFO, "worker %s stopped after %d task(s)", self.id, self.processed)

@@ -20,6 +20,7 @@ NAMES = (
     "bury",
     "promote",
     "reap",
+    "presence",
     "release",
     "heartbeat",
     "replay",

@@ -1,0 +1,256 @@
+"""Presence: tell a dead worker process from a paused one by its connection, and reap the dead within a second.
+
+A worker's heartbeat says "alive" every HEARTBEAT_INTERVAL, so silence alone
+can only prove a worker dead after WORKER_TIMEOUT: a worker paused by SIGSTOP,
+a long GC or a frozen Redis is silent too, and must not be reaped. The kernel
+knows better: when a process dies its sockets are closed and the server drops
+its clients at once, while a paused process keeps them. So each worker holds
+one idle connection per server its queues live on (``Presence``, a *link*), and
+registers ``<server run_id>:<client id>`` of it with every heartbeat (in
+``P:presence``). One worker per queue at a time (the holder of a short lease,
+``presence.lua``) asks the server which registered connections it no longer
+has (``CLIENT LIST ID ...``, on the node that holds the queue); a worker whose
+connection stays gone for ``CONFIRM`` is reaped by reap.lua, which checks that
+the entry is still the one seen gone.
+
+The edges, and why they reap nobody alive:
+
+* an operator's ``CLIENT KILL`` or a reset connection: the worker sees its link
+  dropped within ``CHECK_EVERY`` (a non-blocking read, no round trip), opens a
+  new one and registers it at once, well inside ``CONFIRM``; the new entry no
+  longer matches what the reaper saw gone;
+* a Redis restart or failover: every client id changes, and so does the
+  server's run_id; an entry of another run is never judged (its worker falls
+  back to the timeout until it registers a link to the new server, which it
+  does on its next beat);
+* a worker that cannot prove itself (an ACL refuses ``CLIENT``, the link cannot
+  be opened) registers no entry: it is reaped by the timeout only.
+
+And the fence (DESIGN invariant 8) holds: a worker starts tasks only while its
+links were seen alive within ``FRESH`` and every drop since has been
+registered again (``fresh``); ``FRESH`` is well under ``CONFIRM``, so by the
+time a reaper may judge it dead, a worker that lost its link has stopped
+starting what it holds.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import redis
+
+from django_redisq.connection.links import ask, dropped, node_address, node_client, open_link
+from django_redisq.store.operator_steps import BrokerPart
+from django_redisq.store.replies import Recovered
+
+logger = logging.getLogger("django_redisq")
+
+CHECK_EVERY = 0.05
+"""Seconds between a worker's looks at its own links (local: one non-blocking read each)."""
+FRESH = 0.25
+"""A worker starts tasks only while its links were seen alive this recently (seconds)."""
+POLL_EVERY = 0.15
+"""Seconds between the lease holder's looks at the queue's registered connections."""
+CONFIRM = 0.6
+"""Seconds a registered connection must stay gone before its worker is reaped: far more than a live worker
+needs to see its link dropped and register a new one (about ``CHECK_EVERY`` plus a round trip)."""
+LEASE_MS = 400
+"""The poll lease; renewed each round by its holder, taken over once it lapses."""
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _run_id(info: Any) -> str:
+    for line in _text(info).splitlines():
+        if line.startswith("run_id:"):
+            return line[7:].strip()
+    return ""
+
+
+class _Link:
+    """One held connection to one server, with what identifies it there."""
+
+    def __init__(self, client: redis.Redis, key: str) -> None:
+        self.conn = open_link(client, key)
+        try:
+            self.client_id = int(ask(self.conn, "CLIENT", "ID"))
+            self.run_id = _run_id(ask(self.conn, "INFO", "server"))
+            ask(self.conn, "CLIENT", "LIST", "ID", self.client_id)  # what the reapers will ask: refused by an ACL?
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def record(self) -> str:
+        return f"{self.run_id}:{self.client_id}" if self.run_id else ""
+
+    def is_master(self) -> bool:
+        role = ask(self.conn, "ROLE")
+        return bool(role) and _text(role[0]) == "master"
+
+    def close(self) -> None:
+        try:
+            self.conn.disconnect()
+        except Exception:  # noqa: BLE001 - closing a broken socket
+            pass
+
+
+class Presence:
+    """A worker's links, one per server that holds one of its queues. Owned by the heartbeat thread."""
+
+    def __init__(self, client: redis.Redis, keys: Mapping[str, str]) -> None:
+        """``client``: where the worker's queues live; ``keys``: a key of each queue (where its slot is)."""
+        self.client, self.keys = client, dict(keys)
+        self.links: dict[str, _Link | None] = {}  # by server address ('' on one server or through Sentinel)
+        self.refused = ""  # why this worker cannot prove its presence (an ACL): then only the timeout reaps it
+        self.seen_ok = 0.0
+        self.dirty = True  # a link changed since the last registration
+
+    def _where(self, queue: str) -> str:
+        return node_address(self.client, self.keys[queue])
+
+    def open(self) -> str:
+        """Open every link; '' or why this worker's presence cannot be proven (said once, at start)."""
+        for q in self.keys:
+            self._ensure(self._where(q), q)
+        return self.refused
+
+    def _ensure(self, where: str, queue: str) -> _Link | None:
+        link = self.links.get(where)
+        if link is None and not self.refused:
+            try:
+                link = _Link(self.client, self.keys[queue])
+            except redis.ResponseError as exc:  # NOPERM: CLIENT or INFO refused for our user
+                self.refused = str(exc)
+            except (redis.RedisError, OSError) as exc:  # unreachable now: no proof until the next try
+                logger.debug("presence link to %s not opened (%s)", where or "Redis", exc)
+            self.links[where] = link
+            self.dirty = True
+        return link
+
+    def check(self) -> bool:
+        """Look at every link without a round trip; reopen a dropped one. Whether all were fine and registered."""
+        ok = True
+        for where, link in list(self.links.items()):
+            if link is not None and dropped(link.conn):
+                link.close()
+                self.links[where] = None
+                ok = False
+        if not ok or self.dirty:
+            for q in self.keys:
+                self._ensure(self._where(q), q)
+            self.dirty = True
+            return False
+        self.seen_ok = time.monotonic()
+        return True
+
+    def verify(self) -> None:
+        """Before a beat: each queue's link goes to the server that holds the queue now (a failover moves it)."""
+        wanted = {self._where(q): q for q in self.keys}
+        for where, link in list(self.links.items()):
+            if where not in wanted or (link is not None and not self._still_master(link)):
+                if link is not None:
+                    link.close()
+                del self.links[where]
+                self.dirty = True
+        for where, q in wanted.items():
+            self._ensure(where, q)
+
+    @staticmethod
+    def _still_master(link: _Link) -> bool:
+        try:
+            return link.is_master()
+        except (redis.RedisError, OSError):
+            return False
+
+    def records(self) -> dict[str, str]:
+        """Per queue, the entry the heartbeat registers ('' when no link proves us there)."""
+        out = {}
+        for q in self.keys:
+            link = self.links.get(self._where(q))
+            out[q] = link.record if link is not None else ""
+        return out
+
+    def registered(self) -> None:
+        """A heartbeat registered ``records()``: the links are proven again."""
+        self.dirty = False
+        self.seen_ok = time.monotonic()
+
+    def fresh(self, now: float) -> bool:
+        """Whether no reaper can have judged us dead by our connection: the links were seen alive within ``FRESH``
+        and registered. Always true for a worker that registers no link (only the timeout reaps it)."""
+        if self.refused or not any(self.links.values()):
+            return not self.dirty
+        return not self.dirty and now - self.seen_ok < FRESH
+
+    def close(self) -> None:
+        for link in self.links.values():
+            if link is not None:
+                link.close()
+        self.links.clear()
+
+
+def gone_of(info: Any, listed: Any, records: Mapping[str, str]) -> dict[str, str]:
+    """The entries of ``records`` (worker -> '<run_id>:<client id>') the server no longer has a connection for,
+    given its ``INFO server`` and ``CLIENT LIST ID ...`` replies. Entries of another run of the server (a restart,
+    a failover) and entries that do not parse are never judged."""
+    run_id = info.get("run_id", "") if isinstance(info, dict) else _run_id(info)
+    present: set[str] = set()
+    if isinstance(listed, list):
+        present = {str(c.get("id")) for c in listed if isinstance(c, dict)}
+    else:
+        for line in _text(listed).splitlines():
+            head = line.split(" ", 1)[0]
+            if head.startswith("id="):
+                present.add(head[3:])
+    out = {}
+    for w, rec in records.items():
+        rid, _, cid = rec.rpartition(":")
+        if rid and rid == run_id and cid.isdigit() and cid not in present:
+            out[w] = rec
+    return out
+
+
+class PresenceSteps(BrokerPart):
+    """The Broker's steps for the presence poll (part of ``Broker``, like store/operator_steps.py's)."""
+
+    if TYPE_CHECKING:  # provided by Broker
+        def _reap(self, queue: str, reaper: str, max_workers: int, pairs: Sequence[str]
+                  ) -> tuple[int, list[str], list[Recovered]]: ...
+
+    def presence(self, queues: Sequence[str]) -> Presence:
+        """The presence links of a worker serving ``queues`` (not opened yet: ``Presence.open``)."""
+        return Presence(self.client, {q: self.keys(q).presence for q in queues})
+
+    def presence_lease(self, queue: str, worker: str) -> tuple[dict[str, str] | None, float]:
+        """Take or renew the queue's poll lease: (worker -> entry of every registered worker, 0), or (None, seconds
+        until the lease held by another worker lapses)."""
+        k = self.keys(queue)
+        out = self._script("presence")(keys=[k.presence, k.reaper], args=[worker, LEASE_MS])
+        if int(out[0]) != 1:
+            return None, int(out[1]) / 1000
+        flat = [_text(v) for v in out[1:]]
+        return dict(zip(flat[::2], flat[1::2], strict=True)), 0.0
+
+    def connections_gone(self, queue: str, records: Mapping[str, str]) -> dict[str, str]:
+        """Of ``records``, those whose connection the server that holds ``queue`` no longer has (one round trip)."""
+        ids = sorted({rec.rpartition(":")[2] for rec in records.values() if rec.rpartition(":")[2].isdigit()})
+        if not ids:
+            return {}
+        node = node_client(self.client, self.keys(queue).presence)
+        pipe = node.pipeline(transaction=False)
+        pipe.info("server")
+        pipe.execute_command("CLIENT LIST", "ID", *ids)
+        info, listed = pipe.execute()
+        return gone_of(info, listed, records)
+
+    def reap_gone(self, queue: str, reaper: str, gone: Mapping[str, str], max_workers: int = 10
+                  ) -> tuple[int, list[str], list[Recovered]]:
+        """Reap the workers in ``gone`` (worker -> the entry seen gone) whose entry is still that one."""
+        pairs: Sequence[str] = [x for w, rec in list(gone.items())[:max_workers] for x in (w, rec)]
+        return self._reap(queue, reaper, max_workers, pairs)
