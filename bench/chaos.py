@@ -126,8 +126,9 @@ PREFIX = "redisq"
 KINDS = {"quick": 0.50, "slow": 0.06, "flaky": 0.12, "fail": 0.05, "delayed": 0.12, "order": 0.10, "limited": 0.05}
 FAIL_RUNS = 3  # chaos_fail: max_retries=2
 RECOVERY_LIMIT = 5.0
-"""Seconds from a SIGKILL to each of its default-priority tasks running elsewhere, at most, when no Redis fault or
-freeze fell in that time (a generous bound for a loaded machine: the figure is the distribution printed)."""
+"""Seconds from a SIGKILL to the first of its tasks running elsewhere, at most, when no Redis fault or freeze fell in
+that time (a generous bound for a loaded machine: the figure is the distribution printed). Each of its tasks after
+the first also waits for a free slot, behind the others: that figure is printed, not bounded."""
 FIRST_TARGET = 2.0
 """The target for a kill's first task running elsewhere (p99, reported, not asserted)."""
 FAULTS = ("sigkill", "same_name_restart", "sigterm", "client_kill", "pause", "restart", "freeze", "error_replies", "long_pause")
@@ -145,7 +146,9 @@ SLOWING_FAULTS = (*WINDOW_EXPLAINERS, "error_replies", "long_pause", "freeze")
 """Faults of the queue's Redis, and freezes (the reaper may be the frozen one): a recovery
 measured across one is not held to RECOVERY_LIMIT."""
 BURST_QUICK = 40  # quick tasks a burst asks for (freeze, same_name_restart), besides 2 slow ones per worker thread
-REAP_RE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) \w+ reaped worker\(s\) (.+?): (\d+) task\(s\) of queue (\S+)", re.M)
+REAP_RE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) \w+ reaped worker\(s\) (.+?)(?: \(([^)]*)\))?: (\d+) task\(s\) of queue (\S+)",
+                     re.M)
+"""A reap in a worker's log: time, ms, worker ids, how (their connection closed / silent past WORKER_TIMEOUT), tasks, queue."""
 
 
 @dataclass
@@ -953,7 +956,7 @@ def worker_tz() -> ZoneInfo:
     return ZoneInfo(getattr(settings, "TIME_ZONE", global_settings.TIME_ZONE))
 
 
-def read_reaps(procs: list[Proc], workdir: Path) -> list[tuple[float, str, str, int]]:
+def read_reaps(procs: list[Proc], workdir: Path) -> list[tuple[float, str, str, int, str]]:
     """``reaped worker(s)`` lines of every worker log: (time, reaped worker id, reaper's label, tasks)."""
     out = []
     tz = worker_tz()
@@ -964,7 +967,7 @@ def read_reaps(procs: list[Proc], workdir: Path) -> list[tuple[float, str, str, 
         for m in REAP_RE.finditer(path.read_text(errors="replace")):
             t = datetime.strptime(m[1], "%Y-%m-%d %H:%M:%S").replace(tzinfo=tz).timestamp() + int(m[2]) / 1000
             for wid in m[3].split(", "):
-                out.append((t, wid, proc.label, int(m[4])))
+                out.append((t, wid, proc.label, int(m[5]), m[4] or ""))
     return sorted(out)
 
 
@@ -1211,10 +1214,13 @@ def account(main: RedisServer, effects: RedisServer, faults: list[Fault], procs:
 
     events: list[tuple[float, str]] = []  # (time, worker id): one reap of one worker, whatever the queues
     last: dict[str, float] = {}
-    for t, wid, _reaper, _n in read_reaps(procs, workdir):
+    how: Counter[str] = Counter()
+    for t, wid, _reaper, _n, by in read_reaps(procs, workdir):
         if t - last.get(wid, -1e18) > 15:
             events.append((t, wid))
+            how["by connection" if "connection" in by else "by the timeout"] += 1
         last[wid] = t
+    r["reaps_how"] = dict(how)
     wrong = [(t, wid) for t, wid in events if legit(wid, t) is False]
     r["reaps"] = len(events)
     r["reaps_of_unknown_ids"] = sum(legit(wid, t) is None for t, wid in events)
@@ -1283,9 +1289,9 @@ def checks(r: dict[str, Any]) -> list[str]:
         bad.append(f"finished + dead = {r['finished'] + r['dead']} != enqueued {r['enqueued']}")
     if r["dead_designed"] != r["fail_tasks"]:
         bad.append(f"designed failures dead {r['dead_designed']} != always-fail tasks {r['fail_tasks']}")
-    limit = r.get("recovery_limit", RECOVERY_LIMIT)
-    if r["recovery_max_without_redis_fault_s"] is not None and r["recovery_max_without_redis_fault_s"] > limit:
-        bad.append(f"recovery {r['recovery_max_without_redis_fault_s']} s > {limit} s")
+    limit, first = r.get("recovery_limit", RECOVERY_LIMIT), r["recovery_first_clean"]["max"]
+    if first is not None and first > limit:
+        bad.append(f"recovery (death -> its first task running elsewhere) {first} s > {limit} s")
     if r["worker_logs"].get("thread_crashes"):
         bad.append(f"worker threads crashed: {r['worker_logs']['thread_crashes']}")
     return bad
@@ -1354,13 +1360,14 @@ def table(r: dict[str, Any]) -> str:
         *pool_rows,
         ("tasks held by SIGKILLed workers", f"{r['tasks_held_by_killed_workers']} (in {r['sigkills_with_tasks']} kills)"),
         (f"death -> its first task running elsewhere (target p99 <= {FIRST_TARGET:g} s)", _spread_text(r["recovery_first"])),
-        ("  kills with no Redis fault or freeze in the window", _spread_text(r["recovery_first_clean"])),
+        (f"  kills with no Redis fault or freeze in the window (max <= {r.get('recovery_limit', RECOVERY_LIMIT):g} s)",
+         _spread_text(r["recovery_first_clean"])),
         ("death -> each default-priority task running elsewhere", _spread_text(r["recovery_tasks"])),
-        (f"  max, no Redis fault or freeze in the window (<= {r.get('recovery_limit', RECOVERY_LIMIT):g} s)",
-         f"{r['recovery_max_without_redis_fault_s']} s"),
+        ("  max, no Redis fault or freeze in the window", f"{r['recovery_max_without_redis_fault_s']} s"),
         ("  samples (tasks)", r["recovery_samples"]),
-        ("worker log: thread crashes / reaps / lease lost", "{} / {} / {}".format(
-            r["worker_logs"].get("thread_crashes", 0), r["reaps"], r["worker_logs"].get("lease_lost_warnings", 0))),
+        ("worker log: thread crashes / reaps / lease lost", "{} / {} ({}) / {}".format(
+            r["worker_logs"].get("thread_crashes", 0), r["reaps"], _pairs(r.get("reaps_how", {})) or "-",
+            r["worker_logs"].get("lease_lost_warnings", 0))),
         ("  fetch replies lost, tasks handed back", r["worker_logs"].get("fetch_reply_lost_handbacks", 0)),
         ("chaos / settle time", f"{r['chaos_seconds']} s / {r['settle_seconds']} s"),
     ]

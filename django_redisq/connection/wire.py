@@ -70,11 +70,32 @@ class Wire:
         except ResponseError:
             self._idle.append(conn)  # read in full: the connection is in step
             raise
-        except BaseException:
+        except BaseException as exc:
             conn.disconnect()
+            if isinstance(exc, redis.ConnectionError):  # the server dropped clients (CLIENT KILL, a restart): so the
+                self._prune()                           # retry does not pick another idle connection that is dead too
             raise
         self._idle.append(conn)
         return reply
+
+    def _prune(self) -> None:
+        """Close the idle connections the server has closed (one non-blocking read each; only after a failure).
+        Each is taken off the idle list first, so no other thread is using it while it is looked at."""
+        kept = []
+        for _ in range(len(self._idle)):
+            try:
+                conn = self._idle.pop()
+            except IndexError:  # another thread took the last one
+                break
+            try:
+                closed = conn.can_read(0)
+            except (redis.ConnectionError, OSError):
+                closed = True
+            if closed:
+                conn.disconnect()
+            else:
+                kept.append(conn)
+        self._idle.extend(kept)
 
     def close(self) -> None:
         idle, self._idle = self._idle, []

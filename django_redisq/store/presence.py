@@ -85,13 +85,32 @@ class _Link:
             self.close()
             raise
 
+        self.probing = False
+
     @property
     def record(self) -> str:
         return f"{self.run_id}:{self.client_id}" if self.run_id else ""
 
-    def is_master(self) -> bool:
-        role = ask(self.conn, "ROLE")
-        return bool(role) and _text(role[0]) == "master"
+    def probe(self) -> None:
+        """Ask the server its role, without waiting: ``dropped`` reads the answer when it comes. A frozen server
+        answers late, and the link is kept meanwhile (a round trip that timed out would close it)."""
+        if not self.probing:
+            self.conn.send_command("ROLE")
+            self.probing = True
+
+    def dropped(self) -> bool:
+        """Whether the server closed the link, or its answer to ``probe`` says it no longer is a master (a failover
+        demoted it): no round trip, one non-blocking read of the socket."""
+        if not dropped(self.conn):
+            return False
+        if not self.probing:
+            return True  # closed, or something unasked
+        try:
+            role = self.conn.read_response()
+        except (redis.RedisError, OSError):
+            return True
+        self.probing = False
+        return not (role and _text(role[0]) == "master")
 
     def close(self) -> None:
         try:
@@ -137,7 +156,7 @@ class Presence:
         """Look at every link without a round trip; reopen a dropped one. Whether all were fine and registered."""
         ok = True
         for where, link in list(self.links.items()):
-            if link is not None and dropped(link.conn):
+            if link is not None and link.dropped():
                 link.close()
                 self.links[where] = None
                 ok = False
@@ -150,23 +169,24 @@ class Presence:
         return True
 
     def verify(self) -> None:
-        """Before a beat: each queue's link goes to the server that holds the queue now (a failover moves it)."""
+        """Before a beat: each queue's link goes to the server that holds the queue now. On a Cluster the slot's
+        node may have changed; elsewhere each link is asked its server's role (read by ``check``)."""
         wanted = {self._where(q): q for q in self.keys}
         for where, link in list(self.links.items()):
-            if where not in wanted or (link is not None and not self._still_master(link)):
+            if where not in wanted:
                 if link is not None:
                     link.close()
                 del self.links[where]
                 self.dirty = True
+            elif link is not None:
+                try:
+                    link.probe()
+                except (redis.RedisError, OSError):
+                    link.close()
+                    self.links[where] = None
+                    self.dirty = True
         for where, q in wanted.items():
             self._ensure(where, q)
-
-    @staticmethod
-    def _still_master(link: _Link) -> bool:
-        try:
-            return link.is_master()
-        except (redis.RedisError, OSError):
-            return False
 
     def records(self) -> dict[str, str]:
         """Per queue, the entry the heartbeat registers ('' when no link proves us there)."""

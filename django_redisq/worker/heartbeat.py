@@ -109,10 +109,9 @@ class Heartbeat:
     def loop(self) -> None:
         failed = False
         while True:
-            if failed:  # try again soon, but a failing Redis is not hammered by wake-ups
-                self._stop.wait(min(0.25, self.options.heartbeat_interval))
-            else:
-                self._between_beats()
+            # after a failed beat, try again soon, but a failing Redis is not hammered by wake-ups
+            self._between_beats(min(0.25, self.options.heartbeat_interval) if failed else self.options.heartbeat_interval,
+                                wakeable=not failed)
             self._wake.clear()
             if self._stop.is_set():
                 return
@@ -133,17 +132,19 @@ class Heartbeat:
                 except Exception as exc:  # noqa: BLE001 - logged; the next beat sweeps again
                     logger.warning("sweep of queue %s failed (%s: %s)", q, type(exc).__name__, exc)
 
-    def _between_beats(self) -> None:
-        """Wait one interval, or less: woken, or a presence link was dropped (then beat now to register a new one)."""
+    def _between_beats(self, seconds: float, wakeable: bool = True) -> None:
+        """Wait ``seconds``, or less: woken (if ``wakeable``), or a presence link was dropped (then beat now, to
+        register a new one)."""
+        event = self._wake if wakeable else self._stop
         if self.presence is None:
-            self._wake.wait(self.options.heartbeat_interval)
+            event.wait(seconds)
             return
-        deadline = time.monotonic() + self.options.heartbeat_interval
-        while not self._wake.wait(max(0.0, min(CHECK_EVERY, deadline - time.monotonic()))):
+        deadline = time.monotonic() + seconds
+        while not event.wait(max(0.0, min(CHECK_EVERY, deadline - time.monotonic()))):
             try:
                 if not self.presence.check() or time.monotonic() >= deadline:
                     return
-            except Exception:
+            except Exception:  # a link we cannot look at is reopened at the next beat
                 logger.debug("presence check failed", exc_info=True)
                 return
 

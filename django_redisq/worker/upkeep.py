@@ -51,6 +51,7 @@ class Upkeep:
         self.by_connection = by_connection
         self._poll_at = dict.fromkeys(self.queues, 0.0)  # monotonic: when to poll each queue's presence next
         self._gone_since: dict[tuple[str, str, str], float] = {}  # (queue, worker, entry) -> first seen gone
+        self._polled = dict.fromkeys(self.queues, 0.0)  # monotonic: the last poll of each queue that Redis answered
 
     def loop(self) -> None:
         """Rounds until stopped, or, with ``burst``, until the queues are drained."""
@@ -120,6 +121,9 @@ class Upkeep:
                     self._poll_at[q] = now + max(wait, POLL_EVERY)
                     continue
                 self._poll_at[q] = now + POLL_EVERY
+                if now - self._polled[q] > 3 * POLL_EVERY + 0.2:  # a gap (Redis or we were away): judge afresh
+                    self._forget(q)
+                self._polled[q] = now
                 records.pop(self.worker_id, None)
                 gone = self.broker.connections_gone(q, records) if records else {}
                 due = self._confirmed(q, gone, now)
@@ -134,6 +138,11 @@ class Upkeep:
                 logger.warning("presence poll of queue %s failed (%s: %s)", q, type(exc).__name__, exc)
                 self._poll_at[q] = now + ROUND
         return max(0.0, min(self._poll_at.values()) - now)
+
+    def _forget(self, q: str) -> None:
+        """Start over for ``q``: a worker seen gone before a gap in our polls may have had no chance to come back."""
+        for key in [k for k in self._gone_since if k[0] == q]:
+            del self._gone_since[key]
 
     def _confirmed(self, q: str, gone: dict[str, str], now: float) -> dict[str, str]:
         """Of the workers seen gone now, those seen gone (with the same entry) for ``CONFIRM``."""

@@ -61,8 +61,7 @@ def test_short_chaos_run_loses_nothing(tmp_path):
     assert chaos.checks(report) == [], table + "\n" + repr(report["examples"])
     assert report["enqueued"] >= 550
     assert set(report["faults"]) == set(chaos.FAULTS) | {"restart_crash"}
-    assert report["recovery_max_s"] is not None, "no SIGKILL caught a worker holding tasks"
-    assert report["recovery_max_without_redis_fault_s"] is None or report["recovery_max_without_redis_fault_s"] <= cfg.recovery_limit, table
+    assert report["recovery_first"]["n"] >= 1, "no SIGKILL caught a worker holding tasks"
     # Whether a freeze catches a worker holding unstarted tasks depends on timing (in one CI run of 4 the one
     # freeze found its 4 tasks all running); tests/test_hardening.py freezes a worker holding prefetched tasks
     # on purpose. Here every task held by a frozen worker is counted by the checks above either way.
@@ -131,8 +130,8 @@ def test_short_chaos_run_with_the_process_pool(tmp_path):
         kinds={"quick": 0.5, "slow": 0.15, "flaky": 0.1, "fail": 0.07, "delayed": 0.08, "order": 0.1},
         # reaped about 1 s after the kill (their connection closed), the orphans then wait for a free child: here two
         # workers of two children, one of them the killed worker's replacement, whose children start one after another
-        # (about 1 s each); 3.2 s to the first and 5.2 s to the last of them in one run
-        recovery_limit=10.0,
+        # (about 1 s each): 1.4 s and 3.2 s to the first of them in two runs
+        recovery_limit=8.0,
     )
     report = chaos.run_chaos(cfg)
     table = chaos.table(report)
