@@ -66,7 +66,7 @@ type: $(STAMP)
 
 # the site, strictly: a broken link, a missing page or an unresolved API reference fails the build
 docs: $(STAMP)
-	$(VENV)/bin/mkdocs build --strict --quiet
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 
 # what would be published: the sdist and the wheel, checked as the package index renders them
 dist: $(STAMP)
