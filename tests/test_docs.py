@@ -38,7 +38,8 @@ from tests.conftest import ROOT
 DOCS = ROOT / "docs"
 BACKEND = "django_redisq.backend.RedisQueueBackend"
 FENCE = re.compile(r"^(?P<indent> *)(?P<fence>```+)(?P<info>[^\n`]*)\n(?P<body>.*?)^(?P=indent)(?P=fence)[ \t]*$", re.M | re.S)
-GUIDES = sorted([*DOCS.glob("howto/*.md"), *DOCS.glob("reference/*.md"), *DOCS.glob("migrating/*.md")])
+TESTING = DOCS / "howto" / "testing.md"  # its blocks test the tutorial's project: they run there
+GUIDES = sorted({*DOCS.glob("howto/*.md"), *DOCS.glob("reference/*.md"), *DOCS.glob("migrating/*.md")} - {TESTING})
 
 
 def blocks(page: Path, lang: str = "python") -> list[tuple[str, str, int]]:
@@ -131,6 +132,15 @@ def test_the_tutorial_builds_a_working_project(tmp_path: Path, redis_url: str, r
     manage(project, env, "runworker", "--burst", "-v", "0")
     schedules = json.loads(manage(project, env, "redisq", "schedules", "--json"))
     assert schedules[0]["last_run"], schedules
+
+    # the testing guide's files, in this project: the ImmediateBackend, then a real Redis with in-process workers
+    for title, code, line in blocks(TESTING):
+        assert title, f"testing.md:{line}: every Python block names its file"
+        (project / title).write_text(code + "\n")
+    for settings_module, test_file in (("mysite.test_settings", "test_views.py"), ("mysite.settings", "test_shop.py")):
+        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--ds", settings_module, test_file],
+                              cwd=project, env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
 
 
 # -- the guides' blocks --------------------------------------------------------------------
