@@ -53,7 +53,7 @@ def test_bad_settings_are_named(params, expected):
 
 def test_messages_say_how_to_fix():
     [(_cid, msg, hint)] = validate("default", {"OPTIONS": {"MAX_RETRIES": "3"}})
-    assert "MAX_RETRIES must be a whole number" in msg and "README" in hint
+    assert "MAX_RETRIES must be a whole number" in msg and "reference/settings" in hint
 
 
 def test_result_max_bytes_defaults_to_a_mebibyte_and_is_per_queue():
