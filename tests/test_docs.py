@@ -143,6 +143,40 @@ def test_the_tutorial_builds_a_working_project(tmp_path: Path, redis_url: str, r
         assert done.returncode == 0, done.stdout + done.stderr
 
 
+@pytest.mark.slow
+def test_the_readmes_quick_start_works_pasted_into_a_new_project(tmp_path: Path, redis_url: str, r: Any) -> None:
+    """The README's blocks, each headed by the file it goes in, pasted into a new startproject: check, migrate,
+    the view enqueues, runworker runs the task, get_result says SUCCESSFUL."""
+    readme = ROOT / "README.md"
+    assert len(readme.read_bytes()) < 12 * 1024, "the README stays under 12 KB"
+    for page in re.findall(r"https://django-redisq\.readthedocs\.io/en/latest/([\w/-]+)/", readme.read_text() + (ROOT / "pyproject.toml").read_text()):
+        assert (DOCS / f"{page}.md").is_file(), f"the README or pyproject.toml links to a page the site does not have: {page}"
+    env = {k: v for k, v in os.environ.items() if k not in ("DJANGO_SETTINGS_MODULE", "PYTHONPATH")}
+    subprocess.run([sys.executable, "-m", "django", "startproject", "mysite"], cwd=tmp_path, env=env, check=True)
+    project = tmp_path / "mysite"
+    manage(project, env, "startapp", "shop")
+    pasted = []
+    for _, code, line in blocks(readme):
+        target = re.match(r"# ([\w/]+\.py)", code)
+        assert target, f"README.md:{line}: a Python block starts with the file it goes in"
+        path, code = project / target.group(1), code.replace("redis://127.0.0.1:6379/0", redis_url)
+        if path.name == "views.py":  # startapp's views.py holds only an import: the README's block is the file
+            path.write_text(code + "\n")
+        else:
+            path.write_text((path.read_text() if path.exists() else "") + "\n\n" + code + "\n")
+        pasted.append(target.group(1))
+    assert pasted == ["mysite/settings.py", "shop/tasks.py", "shop/views.py"]
+    assert 15 <= sum(len(code.splitlines()) for _, code, _ in blocks(readme)) <= 30, "a quick start of about 20 lines"
+    assert "System check identified no issues" in manage(project, env, "check")
+    manage(project, env, "migrate", "-v", "0")
+    call = ("from django.test import RequestFactory; from shop.views import place_order; "
+            "print(place_order(RequestFactory().get('/'), 7).content.decode())")
+    placed = json.loads(manage(project, env, "shell", "-c", call).strip().splitlines()[-1])
+    manage(project, env, "runworker", "--burst", "-v", "0")
+    status = f"from shop.tasks import send_receipt; print(send_receipt.get_result({placed['task_id']!r}).status)"
+    assert manage(project, env, "shell", "-c", status).strip().splitlines()[-1] == "SUCCESSFUL"
+
+
 # -- the guides' blocks --------------------------------------------------------------------
 
 def guide_blocks() -> list[Any]:
