@@ -27,6 +27,7 @@ import types
 from pathlib import Path
 from typing import Any
 
+import django
 import pytest
 from django.test import override_settings
 
@@ -136,6 +137,8 @@ def test_the_tutorial_builds_a_working_project(tmp_path: Path, redis_url: str, r
     # the testing guide's files, in this project: the ImmediateBackend, then a real Redis with in-process workers
     for title, code, line in blocks(TESTING):
         assert title, f"testing.md:{line}: every Python block names its file"
+        if django.VERSION < (6,):  # the page's comment: Django 5.2 names the backport's module
+            code = code.replace('"django.tasks.backends.', '"django_tasks.backends.')
         (project / title).write_text(code + "\n")
     for settings_module, test_file in (("mysite.test_settings", "test_views.py"), ("mysite.settings", "test_shop.py")):
         done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--ds", settings_module, test_file],
