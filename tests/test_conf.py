@@ -1,9 +1,12 @@
+import sys
+
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 from django.test import override_settings
 
+from django_redisq.compat import task_backends
 from django_redisq.conf import build_options, get_options, validate
 from django_redisq.options import Options
 
@@ -50,7 +53,7 @@ def test_bad_settings_are_named(params, expected):
 
 def test_messages_say_how_to_fix():
     [(_cid, msg, hint)] = validate("default", {"OPTIONS": {"MAX_RETRIES": "3"}})
-    assert "MAX_RETRIES must be a whole number" in msg and "README" in hint
+    assert "MAX_RETRIES must be a whole number" in msg and "reference/settings" in hint
 
 
 def test_result_max_bytes_defaults_to_a_mebibyte_and_is_per_queue():
@@ -97,3 +100,25 @@ def test_get_options_unknown_alias():
 def test_options_are_frozen():
     with pytest.raises(AttributeError):
         Options().max_retries = 5  # type: ignore[misc]
+
+
+def test_cache_alias_without_django_redis_installed_is_a_clear_check_error(monkeypatch):
+    """django-redis is an optional extra: CACHE_ALIAS without it is check E018 naming the extra, and the runtime says the same."""
+    from django_redisq.connection.clients import pool_kwargs
+
+    caches = {"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": "redis://127.0.0.1:6379/0"}}
+    monkeypatch.setitem(sys.modules, "django_redis", None)  # import django_redis now raises ImportError
+    tasks = {"default": {"BACKEND": BACKEND, "QUEUES": ["default"], "OPTIONS": {"CACHE_ALIAS": "default"}}}
+    with override_settings(CACHES=caches, TASKS=tasks):
+        assert ids({"OPTIONS": {"CACHE_ALIAS": "default"}}) == ["E018"]
+        # the backend's system check (Django's cache checks, run first by `manage.py check`, only say the module is missing)
+        [error] = task_backends["default"].check()
+        assert error.id == "django_redisq.E018" and 'pip install "django-redisq[django-redis]"' in error.hint
+        with pytest.raises(ImproperlyConfigured, match=r"django-redisq\[django-redis\]"):
+            pool_kwargs(Options(cache_alias="default"))
+
+
+def test_cache_alias_with_django_redis_installed_passes_the_checks():
+    caches = {"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": "redis://127.0.0.1:6379/0"}}
+    with override_settings(CACHES=caches):
+        assert ids({"OPTIONS": {"CACHE_ALIAS": "default"}}) == []

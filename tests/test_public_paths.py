@@ -1,4 +1,4 @@
-"""Every import path the README documents, and the ones earlier releases documented, still import.
+"""Every import path the documentation (docs/) documents, and the ones earlier releases documented, still import.
 
 The package moved from flat modules to layers (connection/, store/, worker/,
 ops/, admin/); user code, settings (``BACKEND``) and URLconfs name these
@@ -31,6 +31,7 @@ PATHS = [
     ("django_redisq.exceptions", "RedisUnavailable"),
     ("django_redisq.testing", "RedisServer"),
     ("django_redisq.testing", "find_redis_server"),
+    ("django_redisq.worker.worker", "Worker"),  # docs/howto/testing.md: in-process burst workers
     ("django_redisq.connection.async_pools", "aclose"),
     ("django_redisq.aconnection", "aclose"),  # the path earlier releases documented
     ("django_redisq.admin", "site"),  # what the admin's autodiscovery imports

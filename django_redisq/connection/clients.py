@@ -13,6 +13,7 @@ import threading
 from typing import Any
 
 import redis
+from django.core.exceptions import ImproperlyConfigured
 from redis.backoff import AbstractBackoff, ExponentialWithJitterBackoff, NoBackoff
 from redis.retry import Retry
 
@@ -109,7 +110,10 @@ def pool_kwargs(options: Options) -> dict[str, Any]:
     if options.embedded:
         return {"connection_class": redis.UnixDomainSocketConnection, "path": _embedded_socket(options.embedded_path), **common}
     if options.cache_alias:
-        from django_redis import get_redis_connection
+        try:
+            from django_redis import get_redis_connection
+        except ImportError as exc:  # conf.py reports it first, as check E018
+            raise ImproperlyConfigured('CACHE_ALIAS needs the django-redis package: pip install "django-redisq[django-redis]".') from exc
 
         base = get_redis_connection(options.cache_alias).connection_pool
         return {**_settings_of(base), "connection_class": base.connection_class, **common}

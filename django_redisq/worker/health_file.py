@@ -2,7 +2,7 @@
 
 The worker rewrites the file after every heartbeat Redis answered, so a
 liveness probe only checks its age (``find PATH -mmin -1``, or a few lines of
-shell: see the README's Monitoring section). A file is cheaper and more
+shell: see the Monitoring guide, docs/howto/monitoring.md). A file is cheaper and more
 honest than asking the worker over the broker (Celery's ``inspect ping``
 needs the very broker whose outage it should detect): a worker wedged after
 a reconnect stops touching it, whatever its threads still do.

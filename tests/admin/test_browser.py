@@ -6,7 +6,7 @@ but failed when ``CI`` is set, so CI never skips it silently. Screenshots of
 every step go to tests/artifacts/ (not committed); with
 ``REDISQ_DOCS_SCREENSHOTS=1`` the dead-letter list and detail shots, the
 Schedules page, the edit form and the Queues page with the slowest tasks are
-also written to docs/img/ for the README.
+also written to docs/img/ for the documentation site (docs/howto/admin.md and others show them).
 """
 
 from __future__ import annotations
