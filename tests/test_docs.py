@@ -360,3 +360,15 @@ def test_a_foreign_producer_enqueues_as_the_wire_protocol_page_says(r: Any, make
     make_worker("default").run()
     result = tasks.add.get_result("from-elsewhere-1")
     assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == 5
+
+
+def test_the_wire_protocol_page_names_every_key_of_the_schema() -> None:
+    """store/keys.py's docstring is the key table the scripts follow; the page for other producers may not lag it."""
+    import re
+
+    from django_redisq.store import keys as schema
+
+    documented = set(re.findall(r"``(P:[^`]+)``", schema.__doc__ or ""))
+    page = (DOCS / "reference" / "wire-protocol.md").read_text()
+    assert len(documented) > 20
+    assert sorted(k for k in documented if f"`{k}`" not in page) == []
