@@ -133,3 +133,41 @@ def test_a_sigkilled_worker_is_reaped_by_its_connection_through_the_sentinels(se
     took = time.monotonic() - killed
     assert took < 6.0, f"reaped {took:.1f} s after the kill: by the timeout, not by the connection"
     rescuer.proc.send_signal(signal.SIGKILL)
+
+
+def test_a_failover_reaps_no_worker_and_the_presence_links_follow_the_new_master(sentinel, redis_url, run_worker_process):
+    """The master dies and the sentinels promote the replica: every client id changes with the server's run, so the
+    entries of the old run are never judged; both workers register links to the new master, nobody is reaped, and a
+    worker killed after that is reaped by its connection on the new master."""
+    import json
+
+    env = {"REDISQ_TEST_REDIS_URL": f"redis://{sentinel.master_name}/0", "REDISQ_TEST_SENTINELS": json.dumps(sentinel.sentinels),
+           "REDISQ_TEST_SENTINEL_MASTER": sentinel.master_name, "REDISQ_TEST_EFFECTS_URL": redis_url}
+    k = QueueKeys("default")
+    a = run_worker_process("default", "-c", "1", "--name", "a", env=env)
+    b = run_worker_process("default", "-c", "1", "--name", "b", env=env)
+    assert wait_for(lambda: _master(sentinel).hlen(k.presence) == 2, 30)
+    sentinel.master.stop(signal.SIGKILL)
+    assert wait_for(lambda: sentinel.master_port() == sentinel.replica.port, 60), "the sentinels did not promote the replica"
+    new = redis.Redis(port=sentinel.replica.port, decode_responses=True)
+    run_id = new.info("server")["run_id"]
+
+    def on_new_master() -> bool:
+        try:
+            entries = new.hvals(k.presence)
+        except redis.RedisError:
+            return False
+        return len(entries) == 2 and all(e.startswith(run_id + ":") for e in entries)
+
+    assert wait_for(on_new_master, 30), new.hgetall(k.presence)
+    time.sleep(2)  # several polls of the new master's presence
+    assert new.zcard(k.workers) == 2
+    killed = time.monotonic()
+    a.proc.send_signal(signal.SIGKILL)
+    assert wait_for(lambda: new.zcard(k.workers) == 1, 15)
+    took = time.monotonic() - killed
+    b.proc.send_signal(signal.SIGTERM)
+    out = b.output()
+    assert took < 6.0, f"reaped {took:.1f} s after the kill: by the timeout, not by the connection\n{out[-3000:]}"
+    assert "reaped worker(s) a." in out and "their connection closed" in out, out[-3000:]
+    assert "reaped worker(s) b." not in a.output()
