@@ -144,8 +144,9 @@ class Heartbeat:
             try:
                 if not self.presence.check() or time.monotonic() >= deadline:
                     return
-            except Exception:  # a link we cannot look at is reopened at the next beat
+            except Exception:  # a link we cannot look at is reopened at the next beat, which is not hurried
                 logger.debug("presence check failed", exc_info=True)
+                event.wait(max(0.0, deadline - time.monotonic()))
                 return
 
     def close(self) -> None:
