@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import argparse
 import ast
+import importlib
 import json
 import os
 import re
 import subprocess
 import sys
 import types
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -181,6 +183,20 @@ def test_the_readmes_quick_start_works_pasted_into_a_new_project(tmp_path: Path,
 
 
 # -- the guides' blocks --------------------------------------------------------------------
+
+@pytest.fixture(autouse=True)
+def _registries_restored() -> Iterator[None]:
+    """The blocks register tasks (and stubs of the tasks a settings block names) and @periodic schedules
+    process-wide: undone after each test, or every later worker of the suite would serve them (a process-pool
+    child would import their modules, which no file holds)."""
+    task_module, schedules_module = importlib.import_module("django_redisq.task"), importlib.import_module("django_redisq.schedules")
+    registry, code_schedules = dict(task_module._registry), dict(schedules_module._code)
+    yield
+    task_module._registry.clear()
+    task_module._registry.update(registry)
+    schedules_module._code.clear()
+    schedules_module._code.update(code_schedules)
+
 
 def guide_blocks() -> list[Any]:
     found = []
