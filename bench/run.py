@@ -49,6 +49,7 @@ import time
 import venv
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +74,20 @@ for _p in (str(ENGINE), str(BENCH)):
     sys.path.insert(0, _p)
 
 import redis  # noqa: E402
-from common import START_KEY, Procs, enqueue_modes, group_cpu_seconds, rate_loop, redis_cpu_seconds, start_latency, summary, tail, vmrss_kb, watch_drain  # noqa: E402
+from common import (  # noqa: E402
+    START_KEY,
+    Procs,
+    enqueue_modes,
+    group_cpu_seconds,
+    percentile,
+    rate_loop,
+    redis_cpu_seconds,
+    start_latency,
+    summary,
+    tail,
+    vmrss_kb,
+    watch_drain,
+)
 
 PEERS_VENV = BENCH / ".peers-venv"
 PEER_PACKAGES = ["dramatiq[redis]==2.2.1", "huey==3.5.4", "rq==2.12.0", "hiredis"]
@@ -85,7 +99,7 @@ OWN_VENV_PEERS = {
     "celery": (BENCH / ".celery-venv", ["celery[redis]==5.7.0", "hiredis"]),
     "arq": (BENCH / ".arq-venv", ["arq==0.28.0", "hiredis"]),
 }
-SECTIONS = ("limits", "enqueue", "aenqueue", "durable", "drain", "flow", "latency", "pools", "flatness", "rss", "peers")
+SECTIONS = ("limits", "enqueue", "aenqueue", "durable", "drain", "flow", "latency", "hoarding", "pools", "flatness", "rss", "peers")
 OPT_IN_SECTIONS = ("partitions",)
 """Sections a default run leaves out: name them in ``--only``."""
 PARTITION_COUNTS = (1, 2, 4, 8)
@@ -633,6 +647,94 @@ class Bench:
         finally:
             sub.close()
             self.procs.stop([p], grace=15)
+
+    # -- hoarding (issue 22) ----------------------------------------------
+
+    def hoarding(self) -> None:
+        """Two workers (-c 2) on one queue, A busy with long tasks, B idle: enqueue->start of fast tasks, and where they ran.
+
+        ``idle``: one task at a time while A's two threads run long tasks (A must not take it: B waits in BLMOVE).
+        ``burst``: both idle, two long tasks and 18 fast ones enqueued at once (the issue's run): whichever worker
+        took the batch starts the two long ones and must hand the fast ones back for the other to run.
+        """
+        from benchapp.tasks import hold
+
+        samples, rounds = self.cfg["lat_samples"], max(3, self.cfg["repeats"] * 3)
+        for rep in range(self.cfg["repeats"]):
+            self.r.flushall()
+            names = (f"hoard-a-{rep}", f"hoard-b-{rep}")
+            self.procs.start([*self.worker_argv(("default",), 2), "--name", names[0]], env=self.env, cwd=BENCH,
+                             log=self.logdir / f"{names[0]}.log")
+            try:
+                self._registered(1)
+                busy = samples * 0.05 + 30.0
+                hold.enqueue(busy)
+                hold.enqueue(busy)
+                deadline = time.monotonic() + 30  # A took both
+                while self.r.llen(self.key("default", "pending")) and time.monotonic() < deadline:
+                    time.sleep(0.02)
+                self.procs.start([*self.worker_argv(("default",), 2), "--name", names[1]], env=self.env, cwd=BENCH,
+                                 log=self.logdir / f"{names[1]}.log")
+                self._registered(2)
+                time.sleep(2.5)  # a BLMOVE A entered before it was busy has ended (BLOCK_TIMEOUT)
+                ids: list[str] = []
+                out = start_latency(partial(self._delay_into, ids), self.r, START_KEY, samples)
+                on_b = self._ran_on(ids, names[1])
+                self.res.add("hoard_idle_p50", "hoarding: A busy, B idle: enqueue->start p50", "ms", out.get("start_p50_ms"))
+                self.res.add("hoard_idle_p99", "hoarding: A busy, B idle: enqueue->start p99", "ms", out.get("start_p99_ms"))
+                self.res.add("hoard_idle_on_b", "  share started on the idle worker B", "%", 100 * on_b / max(1, len(ids)))
+                log(f"hoarding idle run {rep + 1}: start p50 {fmt(out.get('start_p50_ms'))} p99 {fmt(out.get('start_p99_ms'))} ms, "
+                    f"{on_b}/{len(ids)} on the idle worker, lost {out['lost']}")
+            finally:
+                self.procs.stop(grace=5)
+            # the burst: both idle, fresh workers each round so the long tasks of the last round do not linger
+            waits: list[float] = []
+            for k in range(rounds):
+                self.r.flushall()
+                ps = [self.procs.start([*self.worker_argv(("default",), 2), "--name", f"{n}-{k}"], env=self.env, cwd=BENCH,
+                                       log=self.logdir / f"{n}-{k}.log") for n in names]
+                try:
+                    self._registered(2)
+                    t0 = time.time()
+                    # one script call, as one enqueue_many would: whichever worker's BLMOVE wakes first may take it all
+                    fill = [(hold, (3.0,)), (hold, (3.0,))] + [(self.stamp, (i,)) for i in range(18)]
+                    self.backend.broker.enqueue("default", [self.backend._prepare(t, a, {})[1] for t, a in fill])
+                    got = 0
+                    deadline = time.monotonic() + 10
+                    while got < 18 and time.monotonic() < deadline:
+                        item = self.r.blpop([START_KEY], timeout=max(0.01, deadline - time.monotonic()))
+                        if item is None:
+                            break
+                        raw = item[1] if isinstance(item[1], str) else item[1].decode()
+                        waits.append((float(raw.split()[1]) - t0) * 1000)
+                        got += 1
+                    waits += [10_000.0] * (18 - got)  # not started within 10 s: counted as 10 s
+                finally:
+                    self.procs.stop(ps, grace=5)
+            self.res.add("hoard_burst_p50", "hoarding: burst of 2 long + 18 fast on two idle workers: enqueue->start p50", "ms",
+                         percentile(waits, 50))
+            self.res.add("hoard_burst_p99", "hoarding: burst: enqueue->start p99 (fast tasks)", "ms", percentile(waits, 99))
+            self.res.add("hoard_burst_max", "hoarding: burst: enqueue->start max (fast tasks)", "ms", max(waits))
+            self.res.details.setdefault("hoarding", []).append({"run": rep, "idle": out, "idle_on_b": on_b, "burst_waits_ms": waits})
+            log(f"hoarding burst run {rep + 1}: {len(waits)} fast tasks over {rounds} rounds, start p50 {fmt(percentile(waits, 50))} "
+                f"p99 {fmt(percentile(waits, 99))} max {fmt(max(waits))} ms")
+        self.r.flushall()
+
+    def _delay_into(self, ids: list[str], i: int) -> None:
+        ids.append(self.stamp.delay(i).id)
+
+    def _registered(self, n: int, queue: str = "default") -> None:
+        deadline = time.monotonic() + 30
+        while self.r.zcard(self.key(queue, "workers")) < n:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{n} worker(s) did not register")
+            time.sleep(0.02)
+
+    def _ran_on(self, ids: Sequence[str], name: str, queue: str = "default") -> int:
+        pipe = self.r.pipeline(transaction=False)
+        for i in ids:
+            pipe.hget(self.keys(queue).task(i), "workers")
+        return sum(1 for w in pipe.execute() if (w or "").split(",")[-1].startswith(name + "."))
 
     # -- pools -----------------------------------------------------------
 
