@@ -41,6 +41,7 @@ from django_redisq.store.replies import (
     Recovered,
     delivery,
 )
+from django_redisq.store.running_marks import RunningMarks
 from django_redisq.store.schedule_steps import ScheduleSteps
 
 
@@ -52,7 +53,7 @@ def _wire(value: Any) -> Any:
     return value
 
 
-class Broker(OperatorSteps, ScheduleSteps):
+class Broker(OperatorSteps, ScheduleSteps, RunningMarks):
     """Queue operations for one backend's options. Cheap to build; holds no connection."""
 
     def __init__(self, options: Options, client: redis.Redis | None = None) -> None:

@@ -5,7 +5,7 @@ throughput), and fetches nothing while every slot is busy (worker/held.py,
 worker/fetcher.py). A task it fetched may still wait: its slots were free
 when it fetched, then each took a task that runs long. Every ``CHECK_EVERY``
 seconds this component takes every task that has waited unstarted longer
-than ``HOLD_AT_MOST`` and hands it back with release.lua, the step a stopping
+than ``HAND_BACK_AFTER`` (0.25 s by default) and hands it back with release.lua, the step a stopping
 or pausing worker uses: in one atomic step per queue the claim is undone (the
 delivery count is as if never fetched: a hand-back is not a delivery) and the
 task goes to the end of its queue taken next, at the front of its priority,
@@ -29,10 +29,8 @@ from django_redisq.worker.held import Held
 
 logger = logging.getLogger("django_redisq")
 
-HOLD_AT_MOST = 0.25
-"""Seconds a fetched task may wait unstarted in a worker before it is handed back."""
 CHECK_EVERY = 0.05
-"""Seconds between two looks for such tasks: a task waits at most ``HOLD_AT_MOST + CHECK_EVERY`` (plus a round trip)."""
+"""Seconds between two looks for such tasks: a task waits at most ``HAND_BACK_AFTER + CHECK_EVERY`` (plus a round trip)."""
 
 
 def hand_back(broker: Broker, worker_id: str, q: str, ids: Sequence[str], why: str) -> bool:
@@ -50,8 +48,8 @@ def hand_back(broker: Broker, worker_id: str, q: str, ids: Sequence[str], why: s
 class HandBack:
     """Hands back the tasks a worker held too long unstarted (see the module docstring)."""
 
-    def __init__(self, broker: Broker, worker_id: str, held: Held, stop: threading.Event,
-                 hold_at_most: float = HOLD_AT_MOST) -> None:
+    def __init__(self, broker: Broker, worker_id: str, held: Held, stop: threading.Event, hold_at_most: float) -> None:
+        """``hold_at_most``: seconds a fetched task may wait unstarted (the option ``HAND_BACK_AFTER``)."""
         self.broker, self.worker_id, self.held, self.stop = broker, worker_id, held, stop
         self.hold_at_most = hold_at_most
         self.handed = 0  # tasks handed back so far

@@ -314,8 +314,9 @@ class Held:
         return max(0, len(self.inflight) - len(self.running))
 
     def current(self, limit: int = 50) -> list[str]:
+        """The ids executing now (at most ``limit``)."""
         with self.lock:
-            return sorted(self.running)[:limit]
+            return sorted(self.executing)[:limit]
 
     def __len__(self) -> int:
         return len(self.inflight)

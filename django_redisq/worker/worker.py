@@ -7,6 +7,8 @@
 - ``worker/queue_order.py``: the queue order, strict (earlier queues first) or weighted.
 - ``worker/handback.py``: hands back what the worker fetched and could not start
   soon (every slot took a long task), so a worker with a free slot runs it.
+- ``worker/marks.py``: tells Redis which held tasks run now (``running`` apart from
+  ``held`` in stats, the admin, metrics and health).
 - ``worker/pausing.py``: reads which queues are paused, blocks them and hands back
   their fetched tasks; unblocks them on resume.
 - executor lanes (here): take tasks in the queue order, each only within
@@ -47,9 +49,10 @@ from django_redisq.store.broker import Broker
 from django_redisq.store.replies import CORRUPT, NOMSG, Delivery
 from django_redisq.store.server import BLOCK_TIMEOUT
 from django_redisq.worker.fetcher import Fetcher
-from django_redisq.worker.handback import HOLD_AT_MOST, HandBack
+from django_redisq.worker.handback import HandBack
 from django_redisq.worker.heartbeat import Heartbeat
 from django_redisq.worker.held import Held
+from django_redisq.worker.marks import Marks
 from django_redisq.worker.observer import Observer
 from django_redisq.worker.outcome import DEAD, Outcome, error_dict
 from django_redisq.worker.pausing import Pauses
@@ -67,8 +70,9 @@ logger = logging.getLogger("django_redisq")
 BAD_MESSAGE = "django_redisq.exceptions.BadMessage"
 HOLD_SECONDS = 0.01
 """Automatic prefetch: hold about this much work per thread beyond the tasks running."""
-START_SOON = HOLD_AT_MOST / 2
-"""Beyond its free slots a worker holds only what its threads start within this, by the average run time."""
+START_SOON = 0.5
+"""Beyond its free slots a worker holds only what its threads start within this share of HAND_BACK_AFTER, by the
+average run time."""
 AUTO_PREFETCH_MAX = 64
 
 
@@ -159,7 +163,8 @@ class Worker:
         self.unsettled = [Unsettled() for _ in range(self.pool.lanes)]
         # each component gets what it needs here, in this order, and none of them knows the worker
         self.observer = Observer(RedisQueueBackend, self.options.alias, self.id, self.pool.name, self.queues, concurrency,
-                                 self.options.worker_timeout, lambda: len(held.executing))  # worker/observer.py
+                                 self.options.worker_timeout, lambda: len(held.executing),  # worker/observer.py
+                                 held.waiting)
         self.heartbeat = Heartbeat(Broker.for_heartbeat(self.options), self.options, self.id, self.queues, self.info,
                                    held.known, self._fenced, on_beat=self.observer.beat)
         idle = {q: threading.Event() for q in self.queues}  # set: the queue looked dry (or resumed), its thread fetches
@@ -168,7 +173,10 @@ class Worker:
         self.pauses = pauses = Pauses(self.broker, self.id, self.queues, held, self._stop, lambda q: idle[q].set())
         self.fetcher = Fetcher(self.broker, self.id, self.queues, held, self._stop, self.heartbeat.wake, idle,
                                lambda: pauses.paused, pauses.saw_paused, burst)
-        self.handback = HandBack(self.broker, self.id, held, self._stop)
+        self.handback = HandBack(self.broker, self.id, held, self._stop, self.options.hand_back_after)
+        # stops with the settler, once nothing runs: the marks say so until then
+        self.marks = Marks(self.broker, self.id, self.queues, held, self._flush_stop, self.options.worker_timeout,
+                           self.options.heartbeat_interval)
         self.settler = Settler(self.broker, self.id, self._force, self._settled, on_event=self.observer.settle_event)
         self.tasklog = TaskLog()
         self.upkeep = Upkeep(self.broker, self.id, self.queues, held, self.pool, self._stop, self.options.heartbeat_interval,
@@ -206,8 +214,8 @@ class Worker:
 
     def ahead(self) -> int:
         """Tasks held unstarted beyond the free slots (no hoarding, worker/held.py): the prefetch's share beyond the
-        threads, and only what they start within START_SOON at the average run time, even with a fixed prefetch."""
-        soon = int(self.concurrency * START_SOON / max(self.avg_duration, 1e-6))
+        threads, and only what they start within half of HAND_BACK_AFTER at the average run time, even with a fixed prefetch."""
+        soon = int(self.concurrency * START_SOON * self.options.hand_back_after / max(self.avg_duration, 1e-6))
         return max(0, min(self.prefetch() - self.concurrency, soon))
 
     @property
@@ -234,16 +242,17 @@ class Worker:
                      for i, u in enumerate(self.unsettled)]
         extra = [threading.Thread(target=self.pauses.loop, name="redisq-pauses", daemon=True),
                  threading.Thread(target=self.handback.loop, name="redisq-handback", daemon=True)]
+        marks = threading.Thread(target=self.marks.loop, name="redisq-marks", daemon=True)
         if self.scheduler is not None and self.scheduler.schedules:
             extra.append(threading.Thread(target=self.scheduler.loop, name="redisq-scheduler", daemon=True))
-        for t in [heartbeat, flusher, *fetchers, *executors, *extra]:
+        for t in [heartbeat, flusher, marks, *fetchers, *executors, *extra]:
             t.start()
         # runworker's banner is the start line people read; this one is for workers built in code
         logger.debug("worker %s serving %s with %s", self.id, self.order.describe(), self.describe_pool())
         try:
             self.upkeep.loop()
         finally:
-            self._shutdown([*fetchers, *extra], executors, [heartbeat, flusher])
+            self._shutdown([*fetchers, *extra], executors, [heartbeat, flusher, marks])
             self.tasklog.tick(force=True)
         return self.processed
 
