@@ -651,56 +651,47 @@ class Bench:
     # -- hoarding (issue 22) ----------------------------------------------
 
     def hoarding(self) -> None:
-        """Two workers (-c 2) on one queue, A busy with long tasks, B idle: enqueue->start of fast tasks, and where they ran.
+        """Issue 22: a worker busy on long tasks must not take tasks another worker could start now.
 
-        ``idle``: one task at a time while A's two threads run long tasks (A must not take it: B waits in BLMOVE).
-        ``burst``: both idle, two long tasks and 18 fast ones enqueued at once (the issue's run): whichever worker
-        took the batch starts the two long ones and must hand the fast ones back for the other to run.
+        Worker A (-c 2) serves ``default low``, worker B (-c 2) serves ``low``; two long tasks on ``default`` keep
+        both of A's threads busy (only A serves it). Then, on their shared queue ``low``:
+        ``idle``: one task at a time (as in ``latency``), enqueue->start and the share B started;
+        ``burst``: 18 tasks in one script call, several rounds (fresh workers each), enqueue->start of each.
+        A worker that hoards takes them (its idle queue's fetcher waits in BLMOVE beside B's) and starts them
+        only once its long tasks end.
         """
         from benchapp.tasks import hold
 
-        samples, rounds = self.cfg["lat_samples"], max(3, self.cfg["repeats"] * 3)
+        samples, rounds = self.cfg["lat_samples"], max(5, self.cfg["repeats"] * 5)
+        low = self.stamp.using(queue_name="low")
         for rep in range(self.cfg["repeats"]):
-            self.r.flushall()
-            names = (f"hoard-a-{rep}", f"hoard-b-{rep}")
-            self.procs.start([*self.worker_argv(("default",), 2), "--name", names[0]], env=self.env, cwd=BENCH,
-                             log=self.logdir / f"{names[0]}.log")
-            try:
-                self._registered(1)
-                busy = samples * 0.05 + 30.0
-                hold.enqueue(busy)
-                hold.enqueue(busy)
-                deadline = time.monotonic() + 30  # A took both
-                while self.r.llen(self.key("default", "pending")) and time.monotonic() < deadline:
-                    time.sleep(0.02)
-                self.procs.start([*self.worker_argv(("default",), 2), "--name", names[1]], env=self.env, cwd=BENCH,
-                                 log=self.logdir / f"{names[1]}.log")
-                self._registered(2)
-                time.sleep(2.5)  # a BLMOVE A entered before it was busy has ended (BLOCK_TIMEOUT)
-                ids: list[str] = []
-                out = start_latency(partial(self._delay_into, ids), self.r, START_KEY, samples)
-                on_b = self._ran_on(ids, names[1])
-                self.res.add("hoard_idle_p50", "hoarding: A busy, B idle: enqueue->start p50", "ms", out.get("start_p50_ms"))
-                self.res.add("hoard_idle_p99", "hoarding: A busy, B idle: enqueue->start p99", "ms", out.get("start_p99_ms"))
-                self.res.add("hoard_idle_on_b", "  share started on the idle worker B", "%", 100 * on_b / max(1, len(ids)))
-                log(f"hoarding idle run {rep + 1}: start p50 {fmt(out.get('start_p50_ms'))} p99 {fmt(out.get('start_p99_ms'))} ms, "
-                    f"{on_b}/{len(ids)} on the idle worker, lost {out['lost']}")
-            finally:
-                self.procs.stop(grace=5)
-            # the burst: both idle, fresh workers each round so the long tasks of the last round do not linger
             waits: list[float] = []
-            for k in range(rounds):
+            idle: dict[str, Any] = {}
+            on_b = taken = 0
+            for k in range(rounds + 1):  # round 0: the idle measurement; then the bursts
                 self.r.flushall()
-                ps = [self.procs.start([*self.worker_argv(("default",), 2), "--name", f"{n}-{k}"], env=self.env, cwd=BENCH,
-                                       log=self.logdir / f"{n}-{k}.log") for n in names]
+                names = (f"hoard-a-{rep}-{k}", f"hoard-b-{rep}-{k}")
+                busy = (samples * 0.06 + 30.0) if k == 0 else 4.0
+                ps = [self.procs.start([*self.worker_argv(queues, 2), "--name", n], env=self.env, cwd=BENCH, log=self.logdir / f"{n}.log")
+                      for n, queues in zip(names, (("default", "low"), ("low",)), strict=True)]
                 try:
-                    self._registered(2)
+                    self._registered(1, "default")
+                    self._registered(2, "low")
+                    hold.enqueue(busy)
+                    hold.enqueue(busy)
+                    deadline = time.monotonic() + 30
+                    while (self.r.llen(self.key("default", "pending")) or not self._started(2)) and time.monotonic() < deadline:
+                        time.sleep(0.01)
+                    time.sleep(1.5)  # past one BLMOVE timeout: each worker blocks as it does when busy
+                    if k == 0:
+                        ids: list[str] = []
+                        idle = start_latency(partial(self._delay_into, ids, low), self.r, START_KEY, samples)
+                        on_b, taken = self._ran_on(ids, names[1], "low"), len(ids)
+                        continue
                     t0 = time.time()
-                    # one script call, as one enqueue_many would: whichever worker's BLMOVE wakes first may take it all
-                    fill = [(hold, (3.0,)), (hold, (3.0,))] + [(self.stamp, (i,)) for i in range(18)]
-                    self.backend.broker.enqueue("default", [self.backend._prepare(t, a, {})[1] for t, a in fill])
+                    low.enqueue_many([((i,), {}) for i in range(18)])
                     got = 0
-                    deadline = time.monotonic() + 10
+                    deadline = time.monotonic() + busy + 5
                     while got < 18 and time.monotonic() < deadline:
                         item = self.r.blpop([START_KEY], timeout=max(0.01, deadline - time.monotonic()))
                         if item is None:
@@ -708,20 +699,29 @@ class Bench:
                         raw = item[1] if isinstance(item[1], str) else item[1].decode()
                         waits.append((float(raw.split()[1]) - t0) * 1000)
                         got += 1
-                    waits += [10_000.0] * (18 - got)  # not started within 10 s: counted as 10 s
+                    waits += [(busy + 5) * 1000] * (18 - got)  # never started: counted as the whole wait
                 finally:
                     self.procs.stop(ps, grace=5)
-            self.res.add("hoard_burst_p50", "hoarding: burst of 2 long + 18 fast on two idle workers: enqueue->start p50", "ms",
-                         percentile(waits, 50))
-            self.res.add("hoard_burst_p99", "hoarding: burst: enqueue->start p99 (fast tasks)", "ms", percentile(waits, 99))
-            self.res.add("hoard_burst_max", "hoarding: burst: enqueue->start max (fast tasks)", "ms", max(waits))
-            self.res.details.setdefault("hoarding", []).append({"run": rep, "idle": out, "idle_on_b": on_b, "burst_waits_ms": waits})
-            log(f"hoarding burst run {rep + 1}: {len(waits)} fast tasks over {rounds} rounds, start p50 {fmt(percentile(waits, 50))} "
-                f"p99 {fmt(percentile(waits, 99))} max {fmt(max(waits))} ms")
+            self.res.add("hoard_idle_p50", "hoarding: A busy, B idle, one task at a time: enqueue->start p50", "ms", idle.get("start_p50_ms"))
+            self.res.add("hoard_idle_p99", "hoarding: A busy, B idle, one task at a time: enqueue->start p99", "ms", idle.get("start_p99_ms"))
+            self.res.add("hoard_idle_on_b", "  share started on the idle worker B", "%", 100 * on_b / max(1, taken))
+            self.res.add("hoard_burst_p50", "hoarding: A busy, B idle, 18 at once: enqueue->start p50", "ms", percentile(waits, 50))
+            self.res.add("hoard_burst_p99", "hoarding: A busy, B idle, 18 at once: enqueue->start p99", "ms", percentile(waits, 99))
+            self.res.add("hoard_burst_max", "hoarding: A busy, B idle, 18 at once: enqueue->start max", "ms", max(waits))
+            self.res.details.setdefault("hoarding", []).append({"run": rep, "idle": idle, "idle_on_b": on_b, "idle_n": taken,
+                                                                "burst_waits_ms": waits})
+            log(f"hoarding run {rep + 1}: one at a time: start p50 {fmt(idle.get('start_p50_ms'))} p99 {fmt(idle.get('start_p99_ms'))} ms, "
+                f"{on_b}/{taken} on the idle worker, lost {idle.get('lost')}; 18 at once x {rounds}: start p50 "
+                f"{fmt(percentile(waits, 50))} p99 {fmt(percentile(waits, 99))} max {fmt(max(waits))} ms")
         self.r.flushall()
 
-    def _delay_into(self, ids: list[str], i: int) -> None:
-        ids.append(self.stamp.delay(i).id)
+    def _started(self, n: int) -> bool:
+        """Whether ``n`` long tasks have left pending and are in a worker's list (the hoarding section's A is busy)."""
+        return sum(self.r.llen(k) for k in self.r.scan_iter(self.keys("default").processing("*"))) >= n
+
+    @staticmethod
+    def _delay_into(ids: list[str], task: Any, i: int) -> None:
+        ids.append(task.delay(i).id)
 
     def _registered(self, n: int, queue: str = "default") -> None:
         deadline = time.monotonic() + 30
