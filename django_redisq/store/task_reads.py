@@ -291,6 +291,9 @@ class TaskReads(MergedDeadScan):
                             started_at=ms_to_datetime(data.get("started_at")), finished_at=ms_to_datetime(data.get("finished_at")),
                             result=data.get("result"), replayed=data.get("replayed", "0") not in ("", "0"),
                             dead_score=ms_to_datetime(dead_score))
+        if detail.row.state == "running" and detail.workers:  # fetch.lua's word: running only if its worker's mark says so
+            if task_id not in marked(self.client.get(k.running(detail.workers[-1]))):
+                detail.row.state = "held"
         try:
             msg = json.loads(detail.raw_message)
             if not isinstance(msg, dict):

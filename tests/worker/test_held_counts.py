@@ -112,6 +112,8 @@ def test_a_mark_never_counts_more_than_the_worker_holds(r, broker):
     page = Inspector.for_alias("default").running_page("default")
     assert (page.total, page.running, page.held) == (2, 1, 1)
     assert [(row.id, row.state) for row in page.items] == [("a", "running"), ("d", "held")]
+    ins = Inspector.for_alias("default")
+    assert (ins.task("default", "a").row.state, ins.task("default", "d").row.state) == ("running", "held")  # the detail page
     assert 0 < r.pttl(keys().running("w1")) <= 10_000
     broker.mark_running("w1", {}, ["default"], 10.0)
     assert not r.exists(keys().running("w1"))
