@@ -49,6 +49,7 @@ import time
 import venv
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +74,20 @@ for _p in (str(ENGINE), str(BENCH)):
     sys.path.insert(0, _p)
 
 import redis  # noqa: E402
-from common import START_KEY, Procs, enqueue_modes, group_cpu_seconds, rate_loop, redis_cpu_seconds, start_latency, summary, tail, vmrss_kb, watch_drain  # noqa: E402
+from common import (  # noqa: E402
+    START_KEY,
+    Procs,
+    enqueue_modes,
+    group_cpu_seconds,
+    percentile,
+    rate_loop,
+    redis_cpu_seconds,
+    start_latency,
+    summary,
+    tail,
+    vmrss_kb,
+    watch_drain,
+)
 
 PEERS_VENV = BENCH / ".peers-venv"
 PEER_PACKAGES = ["dramatiq[redis]==2.2.1", "huey==3.5.4", "rq==2.12.0", "hiredis"]
@@ -85,7 +99,7 @@ OWN_VENV_PEERS = {
     "celery": (BENCH / ".celery-venv", ["celery[redis]==5.7.0", "hiredis"]),
     "arq": (BENCH / ".arq-venv", ["arq==0.28.0", "hiredis"]),
 }
-SECTIONS = ("limits", "enqueue", "aenqueue", "durable", "drain", "flow", "latency", "pools", "flatness", "rss", "peers")
+SECTIONS = ("limits", "enqueue", "aenqueue", "durable", "drain", "flow", "latency", "hoarding", "pools", "flatness", "rss", "peers")
 OPT_IN_SECTIONS = ("partitions",)
 """Sections a default run leaves out: name them in ``--only``."""
 PARTITION_COUNTS = (1, 2, 4, 8)
@@ -633,6 +647,94 @@ class Bench:
         finally:
             sub.close()
             self.procs.stop([p], grace=15)
+
+    # -- hoarding (issue 22) ----------------------------------------------
+
+    def hoarding(self) -> None:
+        """Issue 22: a worker busy on long tasks must not take tasks another worker could start now.
+
+        Worker A (-c 2) serves ``default low``, worker B (-c 2) serves ``low``; two long tasks on ``default`` keep
+        both of A's threads busy (only A serves it). Then, on their shared queue ``low``:
+        ``idle``: one task at a time (as in ``latency``), enqueue->start and the share B started;
+        ``burst``: 18 tasks in one script call, several rounds (fresh workers each), enqueue->start of each.
+        A worker that hoards takes them (its idle queue's fetcher waits in BLMOVE beside B's) and starts them
+        only once its long tasks end.
+        """
+        from benchapp.tasks import hold
+
+        samples, rounds = self.cfg["lat_samples"], max(5, self.cfg["repeats"] * 5)
+        low = self.stamp.using(queue_name="low")
+        for rep in range(self.cfg["repeats"]):
+            waits: list[float] = []
+            idle: dict[str, Any] = {}
+            on_b = taken = 0
+            for k in range(rounds + 1):  # round 0: the idle measurement; then the bursts
+                self.r.flushall()
+                names = (f"hoard-a-{rep}-{k}", f"hoard-b-{rep}-{k}")
+                busy = (samples * 0.06 + 30.0) if k == 0 else 4.0
+                ps = [self.procs.start([*self.worker_argv(queues, 2), "--name", n], env=self.env, cwd=BENCH, log=self.logdir / f"{n}.log")
+                      for n, queues in zip(names, (("default", "low"), ("low",)), strict=True)]
+                try:
+                    self._registered(1, "default")
+                    self._registered(2, "low")
+                    hold.enqueue(busy)
+                    hold.enqueue(busy)
+                    deadline = time.monotonic() + 30
+                    while (self.r.llen(self.key("default", "pending")) or not self._started(2)) and time.monotonic() < deadline:
+                        time.sleep(0.01)
+                    time.sleep(1.5)  # past one BLMOVE timeout: each worker blocks as it does when busy
+                    if k == 0:
+                        ids: list[str] = []
+                        idle = start_latency(partial(self._delay_into, ids, low), self.r, START_KEY, samples)
+                        on_b, taken = self._ran_on(ids, names[1], "low"), len(ids)
+                        continue
+                    t0 = time.time()
+                    low.enqueue_many([((i,), {}) for i in range(18)])
+                    got = 0
+                    deadline = time.monotonic() + busy + 5
+                    while got < 18 and time.monotonic() < deadline:
+                        item = self.r.blpop([START_KEY], timeout=max(0.01, deadline - time.monotonic()))
+                        if item is None:
+                            break
+                        raw = item[1] if isinstance(item[1], str) else item[1].decode()
+                        waits.append((float(raw.split()[1]) - t0) * 1000)
+                        got += 1
+                    waits += [(busy + 5) * 1000] * (18 - got)  # never started: counted as the whole wait
+                finally:
+                    self.procs.stop(ps, grace=5)
+            self.res.add("hoard_idle_p50", "hoarding: A busy, B idle, one task at a time: enqueue->start p50", "ms", idle.get("start_p50_ms"))
+            self.res.add("hoard_idle_p99", "hoarding: A busy, B idle, one task at a time: enqueue->start p99", "ms", idle.get("start_p99_ms"))
+            self.res.add("hoard_idle_on_b", "  share started on the idle worker B", "%", 100 * on_b / max(1, taken))
+            self.res.add("hoard_burst_p50", "hoarding: A busy, B idle, 18 at once: enqueue->start p50", "ms", percentile(waits, 50))
+            self.res.add("hoard_burst_p99", "hoarding: A busy, B idle, 18 at once: enqueue->start p99", "ms", percentile(waits, 99))
+            self.res.add("hoard_burst_max", "hoarding: A busy, B idle, 18 at once: enqueue->start max", "ms", max(waits))
+            self.res.details.setdefault("hoarding", []).append({"run": rep, "idle": idle, "idle_on_b": on_b, "idle_n": taken,
+                                                                "burst_waits_ms": waits})
+            log(f"hoarding run {rep + 1}: one at a time: start p50 {fmt(idle.get('start_p50_ms'))} p99 {fmt(idle.get('start_p99_ms'))} ms, "
+                f"{on_b}/{taken} on the idle worker, lost {idle.get('lost')}; 18 at once x {rounds}: start p50 "
+                f"{fmt(percentile(waits, 50))} p99 {fmt(percentile(waits, 99))} max {fmt(max(waits))} ms")
+        self.r.flushall()
+
+    def _started(self, n: int) -> bool:
+        """Whether ``n`` long tasks have left pending and are in a worker's list (the hoarding section's A is busy)."""
+        return sum(self.r.llen(k) for k in self.r.scan_iter(self.keys("default").processing("*"))) >= n
+
+    @staticmethod
+    def _delay_into(ids: list[str], task: Any, i: int) -> None:
+        ids.append(task.delay(i).id)
+
+    def _registered(self, n: int, queue: str = "default") -> None:
+        deadline = time.monotonic() + 30
+        while self.r.zcard(self.key(queue, "workers")) < n:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{n} worker(s) did not register")
+            time.sleep(0.02)
+
+    def _ran_on(self, ids: Sequence[str], name: str, queue: str = "default") -> int:
+        pipe = self.r.pipeline(transaction=False)
+        for i in ids:
+            pipe.hget(self.keys(queue).task(i), "workers")
+        return sum(1 for w in pipe.execute() if (w or "").split(",")[-1].startswith(name + "."))
 
     # -- pools -----------------------------------------------------------
 

@@ -39,6 +39,7 @@ GLOBALS: dict[str, tuple[str, type, float]] = {
     "HEARTBEAT_INTERVAL": ("heartbeat_interval", float, 0.05),
     "WORKER_TIMEOUT": ("worker_timeout", float, 0.2),
     "PREFETCH": ("prefetch", int, 0),
+    "HAND_BACK_AFTER": ("hand_back_after", float, 0.05),
     "MAX_MESSAGE_BYTES": ("max_message_bytes", int, 64),
     "SHUTDOWN_GRACE": ("shutdown_grace", float, 0),
 }
@@ -80,6 +81,7 @@ class Options:
     heartbeat_interval: float = 2.0
     worker_timeout: float = 10.0
     prefetch: int = 0  # 0 = the worker's concurrency
+    hand_back_after: float = 0.25  # a fetched task not started within this goes back to its queue (worker/handback.py)
     max_message_bytes: int = 512 * 1024
     shutdown_grace: float = 30.0
     max_running: int = 0  # QUEUE_OPTIONS[q]["MAX_RUNNING"]: tasks of the queue running at once, fleet-wide; 0 = no limit

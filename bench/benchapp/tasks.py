@@ -58,6 +58,15 @@ def stamp(x: int) -> int:
 
 
 @django_redisq.task
+def hold(seconds: float) -> float:
+    """A long task that records nothing (the ``hoarding`` section keeps a worker's threads busy with it)."""
+    import time
+
+    time.sleep(seconds)
+    return seconds
+
+
+@django_redisq.task
 async def astamp(x: int) -> int:
     return record_start(x)
 

@@ -25,7 +25,9 @@ from django_redisq.store.records import QueueFigures
 
 logger = logging.getLogger("django_redisq")
 
-STATES = ("pending", "scheduled", "running", "dead")
+STATES = ("pending", "scheduled", "running", "held", "dead")
+"""``running``: what workers run now (at most their slots); ``held``: in their hands and not running (fetched and not
+started, or run and waiting for the ack)."""
 COUNTERS = (
     # metric (without _total), help, how it is computed from the scripts' counters
     ("redisq_tasks_processed", "Tasks that succeeded (acked).", ("processed",)),
@@ -69,7 +71,8 @@ def families(figures: Sequence[QueueFigures], up: dict[str, bool]) -> Iterator[A
     for alias, ok in up.items():
         gup.add_metric([alias], 1.0 if ok else 0.0)
     yield gup
-    tasks = GaugeMetricFamily("redisq_queue_tasks", "Tasks of a queue in each state now.", labels=[*labels, "state"])
+    tasks = GaugeMetricFamily("redisq_queue_tasks", "Tasks of a queue in each state now (running: started and not finished; "
+                              "held: in a worker's hands, not running).", labels=[*labels, "state"])
     latency = GaugeMetricFamily("redisq_queue_latency_seconds", "Age of the oldest pending task (0 when none waits).", labels=labels)
     workers = GaugeMetricFamily("redisq_queue_workers", "Live workers serving the queue (heartbeat within WORKER_TIMEOUT).",
                                 labels=labels)

@@ -42,6 +42,7 @@ from django_redisq.store.replies import (
     Recovered,
     delivery,
 )
+from django_redisq.store.running_marks import RunningMarks
 from django_redisq.store.schedule_steps import ScheduleSteps
 
 
@@ -53,7 +54,7 @@ def _wire(value: Any) -> Any:
     return value
 
 
-class Broker(OperatorSteps, ScheduleSteps, PresenceSteps):
+class Broker(OperatorSteps, ScheduleSteps, PresenceSteps, RunningMarks):
     """Queue operations for one backend's options. Cheap to build; holds no connection."""
 
     def __init__(self, options: Options, client: redis.Redis | None = None) -> None:

@@ -22,6 +22,9 @@ key                                type    meaning
 ``P:limits``                       HASH    task path -> its max_running, for the tasks that have one
                                            (store/scripts/lib/limits.lua)
 ``P:processing:<worker>``          LIST    ids one worker has taken and not yet settled
+``P:running:<worker>``             STRING  JSON list of the ids of that list the worker runs now (the rest it
+                                           holds unstarted, or waits to ack); written by the worker when it
+                                           changes, with a TTL of WORKER_TIMEOUT (store/running_marks.py)
 ``P:dead``                         ZSET    id -> died at (Redis ms): the dead-letter queue
 ``P:workers``                      ZSET    worker id -> last heartbeat (Redis ms)
 ``P:alive``                        HASH    worker id -> start of its unbroken run of heartbeats
@@ -111,6 +114,10 @@ class QueueKeys:
 
     def processing(self, worker: str) -> str:
         return f"{self.prefix}processing:{worker}"
+
+    def running(self, worker: str) -> str:
+        """The ids ``worker`` runs now, of those in its processing list (store/running_marks.py)."""
+        return f"{self.prefix}running:{worker}"
 
     def worker_info(self, worker: str) -> str:
         return f"{self.prefix}worker:{worker}"

@@ -24,7 +24,7 @@ def _groups(queues: Sequence[str], rows: Sequence[Any]) -> list[list[Any]]:
     return list(by.values())
 
 
-COUNTS = ("pending", "scheduled", "running", "dead")
+COUNTS = ("pending", "scheduled", "running", "held", "dead")
 """The counts both kinds of row sum over a queue's partitions."""
 
 
@@ -46,6 +46,7 @@ def merged_stats(queues: Sequence[str], rows: list[QueueStats], raw: dict[str, l
             for w in row.workers:
                 if w.name in workers:
                     workers[w.name].holding += w.holding
+                    workers[w.name].running += w.running
                 else:
                     workers[w.name] = replace(w)
         ages = [r.oldest_pending_age for r in group if r.oldest_pending_age is not None]

@@ -29,6 +29,7 @@ from django_redisq.store.keys import QueueKeys
 from django_redisq.store.partition_stats import merged_figures, merged_stats
 from django_redisq.store.priority import MARKER, list_length
 from django_redisq.store.records import TOTALS, QueueFigures, QueueStats, WorkerInfo, pause_state
+from django_redisq.store.running_marks import marked
 from django_redisq.store.server import describe
 from django_redisq.store.task_reads import TaskReads
 
@@ -160,6 +161,7 @@ class QueueReads(TaskReads):
             for w, _ in workers:
                 pipe.llen(k.processing(w))
                 pipe.get(k.worker_info(w))
+                pipe.get(k.running(w))
             _ask_named(pipe, k, asked[0])
             per_queue.append((q, pending, scheduled, dead, workers, counters, times, asked))
         second = iter(pipe.execute())
@@ -168,13 +170,13 @@ class QueueReads(TaskReads):
         for q, pending, scheduled, dead, workers, counters, times, asked in per_queue:
             enq = next(second)
             processed, failed, died = ([int(v or 0) for v in c] for c in counters)
-            infos = [self._worker(name, score, next(second), next(second), now) for name, score in workers]
+            infos = [self._worker(name, score, next(second), next(second), now, next(second)) for name, score in workers]
             waiting, limited = _limit_states(self.options.for_queue(q).max_running, asked,
                                              [next(second) for _ in range(2 * len(asked[0]))])
             pending += waiting
             out.append(QueueStats(
                 alias=self.options.alias, queue=q, pending=pending, scheduled=scheduled, dead=dead,
-                running=sum(w.holding for w in infos),
+                running=sum(w.running for w in infos), held=sum(w.held for w in infos),
                 oldest_pending_age=(now - int(enq)) / 1000 if enq else None,
                 # a sliding last-60-seconds estimate from the current and previous minute buckets
                 processed_minute=round(processed[-1] + processed[-2] * (1 - fraction)),
@@ -244,6 +246,7 @@ class QueueReads(TaskReads):
             pipe.hget(k.task(oldest), "enqueued_at") if oldest else pipe.execute_command("ECHO", "")
             for w, _ in workers:
                 pipe.llen(k.processing(w))
+                pipe.get(k.running(w))
             _ask_named(pipe, k, row[8])
         second = iter(pipe.execute())
         out = []
@@ -251,22 +254,27 @@ class QueueReads(TaskReads):
             row = first[1 + i * stride : 1 + (i + 1) * stride]
             length, scheduled, dead, tail, workers, totals, ranked, _ = row[:8]
             enq = next(second)
-            running = sum(int(next(second)) for _ in workers)
+            holding = running = 0
+            for _ in workers:
+                n, mark = int(next(second)), next(second)
+                holding += n
+                running += min(n, len(marked(mark)))
             waiting, _ = _limit_states(0, row[8:], [next(second) for _ in range(2 * len(row[8]))])
             pending = list_length(length, tail) + int(ranked) + waiting
             age = (now - int(enq)) / 1000 if enq and str(enq).isdigit() else 0.0
             out.append(QueueFigures(
                 alias=self.options.alias, queue=q, pending=int(pending), scheduled=int(scheduled), running=running, dead=int(dead),
+                held=holding - running,
                 oldest_pending_age=max(0.0, age), workers=sum(1 for _, score in workers if now - score <= self.options.worker_timeout * 1000),
                 totals={name: int(v) if v and str(v).isdigit() else 0 for name, v in zip(TOTALS, totals, strict=True)},
                 **pauses[q],
             ))
         return out if len(out) == len(self.queues) else merged_figures(self.queues, out)
 
-    def _worker(self, name: str, score: float, holding: int, info_json: str | None, now: int) -> WorkerInfo:
+    def _worker(self, name: str, score: float, holding: int, info_json: str | None, now: int, mark: str | None = None) -> WorkerInfo:
         ago = max(0.0, (now - score) / 1000)
         w = WorkerInfo(name=name, last_seen=ms_to_datetime(score), seen_ago=ago,
-                       alive=ago <= self.options.worker_timeout, holding=int(holding))
+                       alive=ago <= self.options.worker_timeout, holding=int(holding), running=min(int(holding), len(marked(mark))))
         try:
             info = json.loads(info_json) if info_json else {}
         except ValueError:

@@ -134,6 +134,11 @@ class Pagination:
     top: str = ""
     scanned: int = 0
     budget_hit: bool = False
+    running: int | None = None  # the running list: how many of ``total`` run now (the rest are held)
+
+    @property
+    def held(self) -> int | None:
+        return None if self.running is None or self.total is None else self.total - self.running
 
     @property
     def number(self) -> int:
@@ -164,7 +169,7 @@ class WorkerInfo:
     last_seen: datetime | None
     seen_ago: float  # seconds since the last heartbeat
     alive: bool
-    holding: int  # ids in its processing list of this queue
+    holding: int  # ids in its processing list of this queue: running + held
     host: str = ""
     pid: int | None = None
     queues: list[str] = field(default_factory=list)
@@ -173,6 +178,12 @@ class WorkerInfo:
     processed: int | None = None
     current: list[str] = field(default_factory=list)
     started_at: datetime | None = None
+    running: int = 0  # of ``holding``, the tasks it runs now (its mark, store/running_marks.py): at most its concurrency
+
+    @property
+    def held(self) -> int:
+        """Of ``holding``, the tasks not running: fetched and not started, or run and waiting for their ack."""
+        return max(0, self.holding - self.running)
 
 
 @dataclass(slots=True)
@@ -181,7 +192,7 @@ class QueueStats:
     queue: str
     pending: int
     scheduled: int
-    running: int
+    running: int  # tasks the workers run now (at most their concurrency)
     dead: int
     oldest_pending_age: float | None  # seconds
     processed_minute: int
@@ -197,6 +208,7 @@ class QueueStats:
     paused: bool = False  # the queue is paused (redisq queue pause, the admin): workers start none of its tasks
     paused_at: datetime | None = None
     paused_by: str = ""
+    held: int = 0  # tasks in workers' hands, not running: fetched and not started, or waiting for their ack
 
     @property
     def failure_rate(self) -> float | None:
@@ -217,7 +229,7 @@ class QueueFigures:
     queue: str
     pending: int
     scheduled: int
-    running: int  # ids in every registered worker's processing list
+    running: int  # tasks the registered workers run now (the ids of their marks in their processing lists)
     dead: int
     oldest_pending_age: float  # seconds; 0 when nothing is pending
     workers: int  # live: heartbeat within WORKER_TIMEOUT
@@ -225,3 +237,4 @@ class QueueFigures:
     paused: bool = False
     paused_at: datetime | None = None
     paused_by: str = ""
+    held: int = 0  # the rest of the workers' processing lists: fetched and not started, or waiting for their ack

@@ -28,6 +28,7 @@ from django_redisq.store import scripts
 from django_redisq.store.dead_scan import SCAN_CHUNK, DeadFilter, MergedDeadScan
 from django_redisq.store.priority import ready_page, stored_priority
 from django_redisq.store.records import Attempt, Pagination, Scan, TaskDetail, TaskRow, stored_errors
+from django_redisq.store.running_marks import marked
 
 if TYPE_CHECKING:
     import redis
@@ -250,17 +251,31 @@ class TaskReads(MergedDeadScan):
         return Pagination(rows, per_page, start, total, start + per_page if start + per_page < total else None)
 
     def running_page(self, queue: str, page: int = 1, per_page: int = 50) -> Pagination:
-        """Ids in the processing lists of the queue's registered workers (bounded by their prefetch)."""
+        """Ids in the processing lists of the queue's registered workers (bounded by their prefetch): those running
+        first (a worker's mark, store/running_marks.py), then those held, each row's state saying which."""
         k = self.keys(queue)
         workers: list[str] = self.client.zrange(k.workers, 0, -1)  # type: ignore[assignment]
         pipe = self.client.pipeline(transaction=False)
         for w in workers:
             pipe.lrange(k.processing(w), 0, -1)
-        held = [(i, w) for w, ids in zip(workers, pipe.execute(), strict=True) for i in reversed(ids)]
+            pipe.get(k.running(w))
+        replies = pipe.execute()
+        running: list[tuple[str, str]] = []
+        held: list[tuple[str, str]] = []
+        for n, w in enumerate(workers):
+            ids, mark = replies[2 * n], marked(replies[2 * n + 1])
+            for i in reversed(ids):
+                (running if i in mark else held).append((i, w))
+        both = running + held
         start = (max(1, page) - 1) * per_page
-        chosen = held[start : start + per_page]
+        chosen = both[start : start + per_page]
         rows = self.rows(queue, [i for i, _ in chosen], {i: (None, w) for i, w in chosen})
-        return Pagination(rows, per_page, start, len(held), start + per_page if start + per_page < len(held) else None)
+        is_running = {i for i, _ in running}
+        for row in rows:
+            if row.id not in is_running and row.state == "running":  # fetch.lua wrote 'running': it has not started
+                row.state = "held"
+        return Pagination(rows, per_page, start, len(both), start + per_page if start + per_page < len(both) else None,
+                          running=len(running))
 
     def task(self, queue: str, task_id: str) -> TaskDetail | None:
         """Everything stored about one task, or None. A message that does not decode is reported, not raised."""
@@ -276,6 +291,9 @@ class TaskReads(MergedDeadScan):
                             started_at=ms_to_datetime(data.get("started_at")), finished_at=ms_to_datetime(data.get("finished_at")),
                             result=data.get("result"), replayed=data.get("replayed", "0") not in ("", "0"),
                             dead_score=ms_to_datetime(dead_score))
+        if detail.row.state == "running" and detail.workers:  # fetch.lua's word: running only if its worker's mark says so
+            if task_id not in marked(self.client.get(k.running(detail.workers[-1]))):
+                detail.row.state = "held"
         try:
             msg = json.loads(detail.raw_message)
             if not isinstance(msg, dict):

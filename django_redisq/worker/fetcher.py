@@ -9,6 +9,11 @@ fetch that finds its queue paused tells the pause watch (worker/pausing.py); whi
 queue is paused nobody fetches from it or blocks in BLMOVE on it (the watch
 reads its state every quarter second), and nothing is logged per attempt.
 
+No hoarding (worker/held.py): a fetch takes at most the worker's room, so
+a worker whose every slot is busy fetches nothing, and its idle queues'
+threads wait for a free slot instead of blocking in BLMOVE, where they would
+take a new task from under an idle worker's nose.
+
 In weighted order (worker/queue_order.py) an executor picks the queue first, by weight
 among the queues that have work (``take_weighted``), then takes that queue's
 next held task, fetching for it if none is held; in strict order it takes the
@@ -54,28 +59,38 @@ class Fetcher:
             if q in self.paused():  # no fetch, no BLMOVE: the pause watch unblocks us on resume
                 self.stop.wait(0.05)
                 continue
+            if not self.held.wait_for_room(0.2):  # every slot busy: leave new tasks to a worker with a free one
+                continue
             n = permits.take(timeout=0.2)
             if n == 0:
                 continue
+            room = 0
             try:
-                got = self.broker.fetch(q, self.worker_id, n)
+                room = self.held.reserve(n)
+                got = self.broker.fetch(q, self.worker_id, room) if room else []
                 if not got:
+                    self.held.unreserve(room)
+                    room = 0
                     moved = self.broker.wait(q, self.worker_id, 0.05 if self.burst else BLOCK_TIMEOUT)
-                    if moved:
-                        got = self.broker.fetch(q, self.worker_id, n - 1, moved_id=moved)
+                    if moved:  # the one a BLMOVE took, and what room there is now beside it
+                        room = self.held.reserve(n - 1)
+                        got = self.broker.fetch(q, self.worker_id, room, moved_id=moved)
                 if got:
                     idle.clear()
                 pause = 0.1
             except Fenced:  # reaped: the heartbeat drops what we hold and registers us again
+                self.held.unreserve(room)
                 permits.give(n)
                 self.on_fenced()
                 self.stop.wait(0.05)
                 continue
             except QueuePaused:  # the id a BLMOVE moved went back; the watch hands back what we hold
+                self.held.unreserve(room)
                 permits.give(n)
                 self.saw_paused(q)
                 continue
             except Exception as exc:  # the fetcher must outlive any reply it cannot read
+                self.held.unreserve(room)
                 permits.give(n)
                 if isinstance(exc, RedisError):
                     logger.warning("fetch from queue %s failed (%s); retrying in %.1fs", q, exc, pause)
@@ -85,6 +100,7 @@ class Fetcher:
                 pause = min(pause * 2, 5.0)
                 continue
             self.held.add(q, n, got)
+            self.held.unreserve(room)
 
     def fetch_now(self) -> bool:
         """An idle executor fetches for itself (queues in the queue order); whether it got anything."""
@@ -101,9 +117,14 @@ class Fetcher:
         n = self.held.permits[q].take(timeout=0)
         if n == 0:
             return False
+        room = self.held.reserve(n)
+        if room == 0:  # what this worker holds unstarted fills its free slots (or is being fetched)
+            self.held.permits[q].give(n)
+            return False
         try:
-            got = self.broker.fetch(q, self.worker_id, n)
+            got = self.broker.fetch(q, self.worker_id, room)
         except Exception as exc:  # noqa: BLE001 - the fetcher thread reports and backs off
+            self.held.unreserve(room)
             self.held.permits[q].give(n)
             self.idle[q].set()
             if isinstance(exc, Fenced):
@@ -111,7 +132,9 @@ class Fetcher:
             elif isinstance(exc, QueuePaused):
                 self.saw_paused(q)
             return False
-        if self.held.add(q, n, got):
+        kept = self.held.add(q, n, got)
+        self.held.unreserve(room)
+        if kept:
             return True
         self.idle[q].set()  # dry: the fetcher thread waits for the next task
         return False

@@ -9,6 +9,18 @@ reaped (the fence); the pause watch ``block``s a paused queue and takes its
 unstarted tasks back (``take_unstarted``). A per-queue ``Budget`` bounds how
 much is held (the prefetch, and a queue's ``WORKER_CONCURRENCY``).
 
+No hoarding: with ``slots`` (the worker's concurrency) the fetch is bounded
+across queues too. ``room`` is what may be fetched now: nothing while every
+slot is busy, else the free slots plus ``ahead()`` (the prefetch beyond the
+slots, kept only while it starts soon) less what is held unstarted or being
+fetched. What waits unstarted longer than a short bound anyway (every slot
+took a long task) is taken back by ``take_stale`` for the hand-back
+(worker/handback.py), so another worker with a free slot runs it.
+
+Three states of a held task: waiting (fetched, not started), executing
+(``begin`` to ``finished``: the pool runs it, never more than ``slots``), and
+run but not yet settled (between ``finished`` and ``forget``).
+
 Tasks waiting to start sit in one deque per queue; ``next`` serves them in
 the worker's queue order (worker/queue_order.py): strict, the first queue with one, or
 weighted among the queues with one. A blocked (paused) queue is skipped.
@@ -57,10 +69,17 @@ class Held:
     """Fetched, unsettled tasks of one worker; thread-safe."""
 
     def __init__(self, queues: Sequence[str], limit: Callable[[], int], order: QueueOrder | None = None,
-                 caps: dict[str, int] | None = None) -> None:
+                 caps: dict[str, int] | None = None, slots: int | None = None, ahead: Callable[[], int] | None = None) -> None:
+        """``slots``: tasks the worker runs at once (None: no bound across queues, the budgets alone);
+        ``ahead``: how many it may hold unstarted beyond its free slots (default none)."""
         self.lock = threading.Lock()
+        self._changed = threading.Condition(self.lock)  # a slot freed, or a task started or left
         self.inflight: dict[str, Delivery] = {}
-        self.running: set[str] = set()
+        self.running: set[str] = set()  # begun and not settled
+        self.executing: set[str] = set()  # begun and not finished: at most ``slots``
+        self.since: dict[str, float] = {}  # id -> when fetched (monotonic), while it waits unstarted
+        self.slots, self.ahead = slots, ahead or (lambda: 0)
+        self.fetching = 0  # room taken by fetches under way
         self.order = order or QueueOrder(queues)
         caps = caps or {}
         # a capped queue (WORKER_CONCURRENCY) holds at most its cap: running <= held <= cap, and nothing of
@@ -74,9 +93,11 @@ class Held:
         """Hold what a fetch returned for executors to run; give back the permits not used."""
         kept = [d for d in got if d.code in (RUN, NOMSG, CORRUPT)]
         if kept:
+            now = time.monotonic()
             with self.lock:
                 for d in kept:
                     self.inflight[d.id] = d
+                    self.since[d.id] = now
             with self._cond:
                 self._ready[q].extend(kept)
                 self._cond.notify(len(kept))
@@ -143,8 +164,78 @@ class Held:
                 if d.queue == q and task_id not in self.running:
                     del self.inflight[task_id]
                     out.append(task_id)
+            for task_id in out:
+                self.since.pop(task_id, None)
+            self._changed.notify_all()
         self.permits[q].give(len(out))
         return out
+
+    def take_stale(self, older_than: float) -> dict[str, list[str]]:
+        """Forget every waiting task fetched more than ``older_than`` seconds ago (to hand back), by queue,
+        oldest first; their permits go back. Only tasks in the queues' deques: none an executor took."""
+        cutoff = time.monotonic() - older_than
+        since = self.since
+        stale: list[Delivery] = []
+        with self._cond:
+            for q, dq in self._ready.items():
+                if dq and any(since.get(d.id, cutoff) < cutoff for d in dq):
+                    keep: deque[Delivery] = deque()
+                    for d in dq:
+                        (stale if since.get(d.id, cutoff) < cutoff else keep).append(d)
+                    self._ready[q] = keep
+        out: dict[str, list[str]] = {}
+        if not stale:
+            return out
+        with self.lock:
+            for d in sorted(stale, key=lambda d: since.get(d.id, 0.0)):
+                if self.inflight.get(d.id) is d:
+                    del self.inflight[d.id]
+                    since.pop(d.id, None)
+                    out.setdefault(d.queue, []).append(d.id)
+            self._changed.notify_all()
+        for q, ids in out.items():
+            self.permits[q].give(len(ids))
+        return out
+
+    # -- room: no hoarding -------------------------------------------------
+
+    def free_slots(self) -> int:
+        """Slots not running a task (unlocked read: a hint); a large number without ``slots``."""
+        return 1 << 30 if self.slots is None else self.slots - len(self.executing)
+
+    def reserve(self, want: int) -> int:
+        """Take room to fetch up to ``want`` tasks now (see the module docstring); ``unreserve`` it after the fetch."""
+        if self.slots is None or want <= 0:
+            return max(0, want)
+        with self.lock:
+            free = self.slots - len(self.executing)
+            if free <= 0:
+                return 0
+            waiting = len(self.inflight) - len(self.running) + self.fetching
+            k = max(0, min(want, free + self.ahead() - waiting))
+            self.fetching += k
+            return k
+
+    def unreserve(self, k: int) -> None:
+        """A fetch that took room ``k`` is over (what it got is held by now)."""
+        if k and self.slots is not None:
+            with self.lock:
+                self.fetching -= k
+                self._changed.notify_all()
+
+    def wait_for_room(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` until a slot is free and fewer tasks wait unstarted than the free slots (plus
+        ``ahead``); whether there is room. A fetcher blocks here, not in BLMOVE, while this worker is busy."""
+        if self.slots is None:
+            return True
+        slots = self.slots
+
+        def room() -> bool:
+            free = slots - len(self.executing)
+            return free > 0 and len(self.inflight) - len(self.running) + self.fetching < free + self.ahead()
+
+        with self._changed:
+            return self._changed.wait_for(room, timeout)
 
     def begin(self, d: Delivery, may_start: Callable[[], bool]) -> bool | None:
         """Mark ``d`` running: True; False if a fence dropped it; None if ``may_start()`` says not now."""
@@ -154,7 +245,15 @@ class Held:
             if not may_start():
                 return None
             self.running.add(d.id)
+            self.executing.add(d.id)
+            self.since.pop(d.id, None)
             return True
+
+    def finished(self, d: Delivery) -> None:
+        """``d`` has run (its outcome is known, not yet settled): its slot is free."""
+        with self.lock:
+            self.executing.discard(d.id)
+            self._changed.notify_all()
 
     def forget(self, settled: Iterable[Delivery]) -> None:
         """Settled tasks are no longer held; their permits go back."""
@@ -164,6 +263,9 @@ class Held:
                 if self.inflight.get(d.id) is d:
                     del self.inflight[d.id]
                 self.running.discard(d.id)
+                self.executing.discard(d.id)
+                self.since.pop(d.id, None)
+            self._changed.notify_all()
         for d in settled:
             self.permits[d.queue].give(1)
 
@@ -181,6 +283,7 @@ class Held:
         with self.lock:
             for d in waiting:
                 if self.inflight.pop(d.id, None) is d:
+                    self.since.pop(d.id, None)
                     out.setdefault(d.queue, []).append(d.id)
         return out
 
@@ -196,9 +299,24 @@ class Held:
                 out.setdefault(self.inflight[task_id].queue, set()).add(task_id)
         return out
 
-    def current(self, limit: int = 50) -> list[str]:
+    def executing_by_queue(self) -> dict[str, list[str]]:
+        """The ids of the tasks executing now (begun, not finished), by queue: at most ``slots`` in all."""
+        out: dict[str, list[str]] = {}
         with self.lock:
-            return sorted(self.running)[:limit]
+            for task_id in self.executing:
+                d = self.inflight.get(task_id)
+                if d is not None:
+                    out.setdefault(d.queue, []).append(task_id)
+        return out
+
+    def waiting(self) -> int:
+        """Tasks held and not started (unlocked read)."""
+        return max(0, len(self.inflight) - len(self.running))
+
+    def current(self, limit: int = 50) -> list[str]:
+        """The ids executing now (at most ``limit``)."""
+        with self.lock:
+            return sorted(self.executing)[:limit]
 
     def __len__(self) -> int:
         return len(self.inflight)

@@ -43,7 +43,8 @@ or a message that could not be read): a message's task path is anyone's input, s
 class WorkerMetrics:
     """The metrics of one worker process, in a registry of its own."""
 
-    def __init__(self, info: dict[str, str], busy: Callable[[], float], since_beat: Callable[[], float], concurrency: int) -> None:
+    def __init__(self, info: dict[str, str], busy: Callable[[], float], since_beat: Callable[[], float], concurrency: int,
+                 held: Callable[[], float] = lambda: 0) -> None:
         pc = prometheus()
         self.registry = reg = pc.CollectorRegistry()
         self.duration = pc.Histogram("redisq_worker_task_duration_seconds", "Run time of a task attempt, settled by this worker.",
@@ -60,6 +61,8 @@ class WorkerMetrics:
         pc.Gauge("redisq_worker_executors_busy", "Executors (threads, child processes, asyncio slots) running a task now.",
                  registry=reg).set_function(busy)
         pc.Gauge("redisq_worker_executors", "Executors of this worker (--concurrency).", registry=reg).set(concurrency)
+        pc.Gauge("redisq_worker_held_tasks", "Tasks this worker fetched and has not started (prefetched; not running).",
+                 registry=reg).set_function(held)
         pc.Gauge("redisq_worker_heartbeat_age_seconds", "Seconds since the last heartbeat Redis answered.",
                  registry=reg).set_function(since_beat)
         pc.Info("redisq_worker", "This worker process.", registry=reg).info(info)

@@ -29,10 +29,11 @@ class Observer:
     """One per worker; ``metrics`` and ``health`` stay None unless asked for."""
 
     def __init__(self, sender: type, alias: str, worker_id: str, pool: str, queues: list[str], concurrency: int,
-                 worker_timeout: float, running: Callable[[], int]) -> None:
-        """``sender``: the signals' sender (the backend class); ``running``: how many tasks the worker runs now."""
+                 worker_timeout: float, running: Callable[[], int], held: Callable[[], int] = lambda: 0) -> None:
+        """``sender``: the signals' sender (the backend class); ``running``: how many tasks the worker runs now;
+        ``held``: how many it holds fetched and not started."""
         self.sender, self.alias, self.worker_id, self.pool, self.queues = sender, alias, worker_id, pool, queues
-        self.concurrency, self.worker_timeout, self.running = concurrency, worker_timeout, running
+        self.concurrency, self.worker_timeout, self.running, self.held = concurrency, worker_timeout, running, held
         self.metrics: WorkerMetrics | None = None
         self.health: HealthFile | None = None
         self.last_beat = time.monotonic()
@@ -41,7 +42,7 @@ class Observer:
 
     def serve_metrics(self, host: str, port: int, token: str | None = None) -> int:
         self.metrics = WorkerMetrics(worker_info(self.worker_id, self.pool, self.queues), self.running,
-                                     lambda: time.monotonic() - self.last_beat, self.concurrency)
+                                     lambda: time.monotonic() - self.last_beat, self.concurrency, self.held)
         return self.metrics.serve(host, port, token)
 
     def write_health_file(self, path: str) -> None:

@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 
 from django_redisq.exceptions import RedisError
 from django_redisq.store.broker import Broker
+from django_redisq.worker.handback import hand_back
 from django_redisq.worker.held import Held
 
 logger = logging.getLogger("django_redisq")
@@ -101,10 +102,5 @@ class Pauses:
 
     def _hand_back(self, q: str) -> int:
         ids = self.held.take_unstarted(q)
-        if ids:
-            try:  # reversed: release puts each at the end taken next, so the oldest is taken first again
-                self.broker.release(q, self.worker_id, ids[::-1])
-            except RedisError as exc:
-                logger.warning("could not hand back %d task(s) of paused queue %s (%s); the heartbeat's sweep will",
-                               len(ids), q, exc)
+        hand_back(self.broker, self.worker_id, q, ids, "paused")
         return len(ids)

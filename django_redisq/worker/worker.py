@@ -5,6 +5,10 @@
 - ``worker/fetcher.py``: keeps the budget fetched; executors fetch for themselves
   under a backlog, a thread per queue blocks in BLMOVE once it is dry.
 - ``worker/queue_order.py``: the queue order, strict (earlier queues first) or weighted.
+- ``worker/handback.py``: hands back what the worker fetched and could not start
+  soon (every slot took a long task), so a worker with a free slot runs it.
+- ``worker/marks.py``: tells Redis which held tasks run now (``running`` apart from
+  ``held`` in stats, the admin, metrics and health).
 - ``worker/pausing.py``: reads which queues are paused, blocks them and hands back
   their fetched tasks; unblocks them on resume.
 - executor lanes (here): take tasks in the queue order, each only within
@@ -31,7 +35,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -45,8 +49,10 @@ from django_redisq.store.broker import Broker
 from django_redisq.store.replies import CORRUPT, NOMSG, Delivery
 from django_redisq.store.server import BLOCK_TIMEOUT
 from django_redisq.worker.fetcher import Fetcher
+from django_redisq.worker.handback import HandBack
 from django_redisq.worker.heartbeat import Heartbeat
 from django_redisq.worker.held import Held
+from django_redisq.worker.marks import Marks
 from django_redisq.worker.observer import Observer
 from django_redisq.worker.outcome import DEAD, Outcome, error_dict
 from django_redisq.worker.pausing import Pauses
@@ -64,6 +70,9 @@ logger = logging.getLogger("django_redisq")
 BAD_MESSAGE = "django_redisq.exceptions.BadMessage"
 HOLD_SECONDS = 0.01
 """Automatic prefetch: hold about this much work per thread beyond the tasks running."""
+START_SOON = 0.5
+"""Beyond its free slots a worker holds only what its threads start within this share of HAND_BACK_AFTER, by the
+average run time."""
 AUTO_PREFETCH_MAX = 64
 
 
@@ -146,7 +155,7 @@ class Worker:
         self.order = QueueOrder(self.queues, weights, {q: n for q in self.queues if (n := self.options.partitions(q)) > 1})
         self.queues = list(self.order.queues)
         caps = {q: c for q in self.queues if (c := self.options.for_queue(q).worker_concurrency)}
-        self.held = held = Held(self.queues, self.prefetch, self.order, caps)
+        self.held = held = Held(self.queues, self.prefetch, self.order, caps, slots=concurrency, ahead=self.ahead)
         if pool != "processes" and (max_tasks_per_child or max_memory_per_child):
             raise ValueError("max_tasks_per_child and max_memory_per_child apply to the process pool only (--pool processes)")
         self.pool: Pool = make_pool(pool, self.runner, self.id, concurrency, max_tasks_per_child=max_tasks_per_child,
@@ -154,7 +163,8 @@ class Worker:
         self.unsettled = [Unsettled() for _ in range(self.pool.lanes)]
         # each component gets what it needs here, in this order, and none of them knows the worker
         self.observer = Observer(RedisQueueBackend, self.options.alias, self.id, self.pool.name, self.queues, concurrency,
-                                 self.options.worker_timeout, lambda: len(held.running))  # worker/observer.py
+                                 self.options.worker_timeout, lambda: len(held.executing),  # worker/observer.py
+                                 held.waiting)
         beats = Broker.for_heartbeat(self.options)
         self.heartbeat = Heartbeat(beats, self.options, self.id, self.queues, self.info, held.known, self._fenced,
                                    on_beat=self.observer.beat, presence=beats.presence(self.queues))
@@ -164,6 +174,10 @@ class Worker:
         self.pauses = pauses = Pauses(self.broker, self.id, self.queues, held, self._stop, lambda q: idle[q].set())
         self.fetcher = Fetcher(self.broker, self.id, self.queues, held, self._stop, self.heartbeat.wake, idle,
                                lambda: pauses.paused, pauses.saw_paused, burst)
+        self.handback = HandBack(self.broker, self.id, held, self._stop, self.options.hand_back_after)
+        # stops with the settler, once nothing runs: the marks say so until then
+        self.marks = Marks(self.broker, self.id, self.queues, held, self._flush_stop, self.options.worker_timeout,
+                           self.options.heartbeat_interval)
         self.settler = Settler(self.broker, self.id, self._force, self._settled, on_event=self.observer.settle_event)
         self.tasklog = TaskLog()
         self.upkeep = Upkeep(self.broker, self.id, self.queues, held, self.pool, self._stop, self.options.heartbeat_interval,
@@ -200,6 +214,12 @@ class Worker:
         extra = int(self.concurrency * HOLD_SECONDS / max(self.avg_duration, 1e-6))
         return max(1, min(max(AUTO_PREFETCH_MAX, 2 * self.concurrency), self.concurrency + extra))
 
+    def ahead(self) -> int:
+        """Tasks held unstarted beyond the free slots (no hoarding, worker/held.py): the prefetch's share beyond the
+        threads, and only what they start within half of HAND_BACK_AFTER at the average run time, even with a fixed prefetch."""
+        soon = int(self.concurrency * START_SOON * self.options.hand_back_after / max(self.avg_duration, 1e-6))
+        return max(0, min(self.prefetch() - self.concurrency, soon))
+
     @property
     def stopping(self) -> bool:
         return self._stop.is_set()
@@ -223,17 +243,19 @@ class Worker:
         fetchers = [threading.Thread(target=self.fetcher.loop, args=(q,), name=f"redisq-fetch-{q}", daemon=True) for q in self.queues]
         executors = [threading.Thread(target=self._execute_loop, args=(i, u), name=f"redisq-exec-{i}", daemon=True)
                      for i, u in enumerate(self.unsettled)]
-        extra = [threading.Thread(target=self.pauses.loop, name="redisq-pauses", daemon=True)]
+        extra = [threading.Thread(target=self.pauses.loop, name="redisq-pauses", daemon=True),
+                 threading.Thread(target=self.handback.loop, name="redisq-handback", daemon=True)]
+        marks = threading.Thread(target=self.marks.loop, name="redisq-marks", daemon=True)
         if self.scheduler is not None and self.scheduler.schedules:
             extra.append(threading.Thread(target=self.scheduler.loop, name="redisq-scheduler", daemon=True))
-        for t in [heartbeat, flusher, *fetchers, *executors, *extra]:
+        for t in [heartbeat, flusher, marks, *fetchers, *executors, *extra]:
             t.start()
         # runworker's banner is the start line people read; this one is for workers built in code
         logger.debug("worker %s serving %s with %s", self.id, self.order.describe(), self.describe_pool())
         try:
             self.upkeep.loop()
         finally:
-            self._shutdown([*fetchers, *extra], executors, [heartbeat, flusher])
+            self._shutdown([*fetchers, *extra], executors, [heartbeat, flusher, marks])
             self.tasklog.tick(force=True)
         return self.processed
 
@@ -318,18 +340,23 @@ class Worker:
         used = d.code not in (NOMSG, CORRUPT)
         try:
             if used:
-                self.pool.submit(lane, d, partial(self._reported, unsettled) if self.pool.deferred else unsettled.add)
+                self.pool.submit(lane, d, partial(self._done, partial(self._reported, unsettled) if self.pool.deferred else unsettled.add))
             else:
-                unsettled.add(d, self._unrunnable(d))
+                self._done(unsettled.add, d, self._unrunnable(d))
         except BaseException as exc:  # a task that breaks the pool is dead-lettered, the lane goes on
             logger.exception("running task %s failed inside the worker", d.id)
-            unsettled.add(d, Outcome(DEAD, error=error_dict(exc), reason="worker_error"))
+            self._done(unsettled.add, d, Outcome(DEAD, error=error_dict(exc), reason="worker_error"))
         # under a backlog, settle in batches of half the prefetch, so fetching refills while the other
         # half runs; a slow task is settled at once, and the flusher settles what waits SETTLE_WITHIN
         if len(unsettled) >= min(ACK_BATCH, max(1, self.prefetch() // 2)) or unsettled.slow \
                 or unsettled.age() >= SETTLE_WITHIN:
             self.settler.settle(unsettled.take())
         return True, used
+
+    def _done(self, then: Callable[[Delivery, Outcome], None], d: Delivery, outcome: Outcome) -> None:
+        """``d`` has run: its slot is free (held.finished), then its outcome goes to be settled."""
+        self.held.finished(d)
+        then(d, outcome)
 
     def _settle_own(self, unsettled: Unsettled) -> None:
         if len(unsettled):

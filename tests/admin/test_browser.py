@@ -331,3 +331,36 @@ def test_operator_pauses_and_resumes_a_queue_while_a_worker_runs(r, page):
     finally:
         worker.request_stop()
         loop.join(10)
+
+
+def test_operator_sees_running_apart_from_held(r, page, run_worker_process):
+    """A real worker (-c 2) holds eight tasks and runs two: the Queues page shows 2 running and 6 held (the queue's
+    row and the worker's), and the Running page lists the two running first, then the six held, each saying so."""
+    from playwright.sync_api import expect
+
+    from tests.helpers import keys, wait_for
+    from tests.testapp.tasks import SPANS
+
+    User.objects.create_superuser("ops", "ops@example.com", "correct horse")
+    tasks.span.enqueue_many([([f"t{i}", 6.0], {}) for i in range(12)])
+    run_worker_process("default", "--concurrency", "2", "--prefetch", "8", env={"REDISQ_OPT_HAND_BACK_AFTER": "60"})
+    assert wait_for(lambda: r.llen(SPANS) == 2 and sum(r.llen(k) for k in r.scan_iter(keys().processing("*"))) == 8, timeout=30)
+    assert wait_for(lambda: r.get(next(r.scan_iter(keys().running("*")), "none")) is not None, timeout=5)
+    page.goto("/admin/")
+    page.fill("#id_username", "ops")
+    page.fill("#id_password", "correct horse")
+    page.click("input[type=submit]")
+    page.goto("/admin/django_redisq/deadletter/queues/")
+    row = page.locator("#redisq-queue-default-default")
+    expect(row.locator(".redisq-running")).to_have_text("2")
+    expect(row.locator(".redisq-held")).to_have_text("6")
+    workers = page.locator("#redisq-workers-default")
+    expect(workers.locator("td.redisq-running")).to_have_text("2")
+    expect(workers.locator("td.redisq-held")).to_have_text("6")
+    shot(page, "22-queues-running-held")
+    row.locator(".redisq-held").click()
+    expect(page.locator("#redisq-running-counts")).to_have_text("2 running, 6 held")
+    states = page.locator("#result_list td.redisq-task-state").all_inner_texts()
+    assert states == ["running"] * 2 + ["held"] * 6, states
+    expect(page.locator("#result_list")).to_contain_text("not started")
+    shot(page, "22-running-held")

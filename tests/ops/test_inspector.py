@@ -40,19 +40,22 @@ def test_stats_count_every_state_and_the_minute_counters(r, ins, make_worker):
     assert make_worker().run() >= 2  # noop acked; always_fails retried once, then buried
     tasks.add.delay(1, 2)
     tasks.add.using(run_after=timezone.now() + timedelta(hours=1)).enqueue(1, 2)
+    helpers.seed_processing(r, "run-1", "w1")
     helpers.seed_processing(r, "held-1", "w1")
+    r.set(helpers.keys().running("w1"), json.dumps(["run-1"]))  # the worker's mark: run-1 runs, held-1 waits
     r.zadd(helpers.keys().workers, {"w1": helpers.redis_ms(r)})
     r.set(helpers.keys().worker_info("w1"), json.dumps({"host": "box", "pid": 42, "queues": ["default"],
-                                                        "concurrency": 4, "current": ["held-1"]}))
+                                                        "concurrency": 4, "current": ["run-1"]}))
     by_queue = {s.queue: s for s in ins.stats()}
     s = by_queue["default"]
-    assert (s.pending, s.scheduled, s.running, s.dead) == (1, 1, 1, 1)
+    assert (s.pending, s.scheduled, s.running, s.held, s.dead) == (1, 1, 1, 1, 1)
     assert s.processed_hour == 1 and s.processed_minute == 1
     assert s.failed_hour == 2 and s.dead_hour == 1  # one retried attempt, one dead letter
     assert len(s.series) == 60 and s.series[-1][1:] == (1, 1, 1)
     assert s.oldest_pending_age is not None and 0 <= s.oldest_pending_age < 60
     [w] = s.workers
-    assert (w.name, w.host, w.pid, w.concurrency, w.holding, w.current, w.alive) == ("w1", "box", 42, 4, 1, ["held-1"], True)
+    assert (w.name, w.host, w.pid, w.concurrency, w.holding, w.running, w.held, w.current, w.alive) == (
+        "w1", "box", 42, 4, 2, 1, 1, ["run-1"], True)
     assert by_queue["emails"].pending == 0 and by_queue["emails"].oldest_pending_age is None
 
 

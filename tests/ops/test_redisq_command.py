@@ -34,7 +34,7 @@ def dead(r, make_worker) -> str:
 def test_stats(r, dead):
     tasks.add.delay(1, 2)
     text, _ = run("stats")
-    assert text.splitlines()[1].split()[:5] == ["default", "1", "0", "0", "1"] and "no workers" in text
+    assert text.splitlines()[1].split()[:6] == ["default", "1", "0", "0", "0", "1"] and "no workers" in text  # running, held, dead
     data = run_json("stats")
     assert [q["queue"] for q in data] == ["default", "emails", "low"]
     assert (data[0]["pending"], data[0]["dead"], data[0]["failed_hour"], len(data[0]["series"])) == (1, 1, 2, 60)

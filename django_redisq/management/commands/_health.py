@@ -54,7 +54,8 @@ def run(command: BaseCommand, ins: Inspector, opts: dict[str, Any]) -> None:
         t: Thresholds = configured(health, f.queue).merged(**over)
         found = breaches(f, t)
         lines += found
-        data[f.queue] = {"pending": f.pending, "oldest_pending_age": f.oldest_pending_age, "dead": f.dead, "workers": f.workers,
+        data[f.queue] = {"pending": f.pending, "running": f.running, "held": f.held, "oldest_pending_age": f.oldest_pending_age,
+                         "dead": f.dead, "workers": f.workers,
                          "paused": f.paused, "thresholds": {k: v for k, v in asdict(t).items() if v is not None}, "breaches": found}
     # a paused queue is an operator's choice, not a failure: said, never breached by itself
     notes = [f"note: queue {f.queue} ({f.alias}) is paused" + (f" since {f.paused_at:%Y-%m-%dT%H:%M:%SZ}" if f.paused_at else "")

@@ -25,7 +25,7 @@ import getpass
 import json
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import datetime
 from typing import Any
 
@@ -157,18 +157,23 @@ class Command(BaseCommand):
 
     def stats(self, opts: dict[str, Any]) -> None:
         stats = self.ins.stats()
-        lines = [f"{'queue':<16}{'pending':>9}{'sched':>8}{'running':>9}{'dead':>9}{'oldest':>9}"
+        lines = [f"{'queue':<16}{'pending':>9}{'sched':>8}{'running':>9}{'held':>7}{'dead':>9}{'oldest':>9}"
                  f"{'ok/min':>8}{'fail/min':>9}{'ok/h':>8}{'fail/h':>8}"]
         workers: dict[str, Any] = {}
         for s in stats:
             age = "-" if s.oldest_pending_age is None else f"{s.oldest_pending_age:.0f}s"
-            lines.append(f"{s.queue:<16}{s.pending:>9}{s.scheduled:>8}{s.running:>9}{s.dead:>9}{age:>9}"
+            lines.append(f"{s.queue:<16}{s.pending:>9}{s.scheduled:>8}{s.running:>9}{s.held:>7}{s.dead:>9}{age:>9}"
                          f"{s.processed_minute:>8}{s.failed_minute:>9}{s.processed_hour:>8}{s.failed_hour:>8}")
             for w in s.workers:
-                workers.setdefault(w.name, w)
+                seen = workers.get(w.name)
+                if seen is None:
+                    workers[w.name] = replace(w)
+                else:  # one worker on several queues: its running and held tasks of each
+                    seen.holding += w.holding
+                    seen.running += w.running
         lines.append("")
         lines += [f"worker {printable(w.name)} host={printable(w.host)} pid={printable(w.pid)} queues={printable(','.join(w.queues))} "
-                  f"pool={printable(w.pool)} concurrency={printable(w.concurrency)} "
+                  f"pool={printable(w.pool)} concurrency={printable(w.concurrency)} running={w.running} held={w.held} "
                   f"heartbeat={w.seen_ago:.1f}s ago{'' if w.alive else ' (silent)'}" for w in workers.values()]
         if not workers:
             lines.append("no workers")
@@ -178,8 +183,9 @@ class Command(BaseCommand):
                       f"waiting {limit.waiting}" for limit in s.limits]
             if s.rate_limit:
                 lines.append(f"limit {s.queue}: the queue (RATE_LIMIT) {s.rate_limit}")
-        data = [{k: v for k, v in asdict(s).items() if k != "series"} | {"series": [
-            {"minute": m, "processed": p, "failed": f, "dead": d} for m, p, f, d in s.series]} for s in stats]
+        data = [{k: v for k, v in asdict(s).items() if k not in ("series", "workers")} | {"series": [
+            {"minute": m, "processed": p, "failed": f, "dead": d} for m, p, f, d in s.series],
+            "workers": [asdict(w) | {"held": w.held} for w in s.workers]} for s in stats]
         self.emit(opts, data, "\n".join(lines))
 
     @staticmethod
@@ -196,10 +202,10 @@ class Command(BaseCommand):
         action = opts.get("queue_command") or "list"
         if action == "list":
             figures = self.ins.figures()
-            lines = [f"{'queue':<20}{'pending':>9}{'running':>9}  state"]
+            lines = [f"{'queue':<20}{'pending':>9}{'running':>9}{'held':>7}  state"]
             for f in figures:
-                lines.append(f"{f.queue:<20}{f.pending:>9}{f.running:>9}  {self._pause_state(f)}")
-            data = [{"queue": f.queue, "pending": f.pending, "running": f.running, "paused": f.paused,
+                lines.append(f"{f.queue:<20}{f.pending:>9}{f.running:>9}{f.held:>7}  {self._pause_state(f)}")
+            data = [{"queue": f.queue, "pending": f.pending, "running": f.running, "held": f.held, "paused": f.paused,
                      "paused_at": f.paused_at, "paused_by": f.paused_by} for f in figures]
             return self.emit(opts, data, "\n".join(lines))
         name = opts["name"]
