@@ -28,14 +28,27 @@ class BatchedStderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
 
     A log line per task then costs no system call per task; lines show up
     within ``interval``, and everything is flushed when the command ends.
+    Its flushing thread starts with the first record, so the worker has no
+    thread until it logs (the process pool forks its template before that).
+    In a fork (the pool's template and children) it writes each record at
+    once, not what the worker had buffered.
     """
 
     def __init__(self, interval: float = 0.25) -> None:
-        stream = io.TextIOWrapper(io.FileIO(sys.stderr.fileno(), "w", closefd=False), write_through=False)
-        super().__init__(stream)
+        super().__init__(self._stderr(write_through=False))
         self.interval = interval
         self._last = time.monotonic()
-        threading.Thread(target=self._tick, name="redisq-log-flush", daemon=True).start()
+        self._ticking = False
+        self._forked = False
+        os.register_at_fork(after_in_child=self._after_fork)
+
+    @staticmethod
+    def _stderr(write_through: bool) -> io.TextIOWrapper:
+        return io.TextIOWrapper(io.FileIO(sys.stderr.fileno(), "w", closefd=False), write_through=write_through)
+
+    def _after_fork(self) -> None:
+        self.stream = self._stderr(write_through=True)
+        self._forked = True
 
     def _tick(self) -> None:
         while True:
@@ -43,6 +56,9 @@ class BatchedStderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
             self.flush_now()
 
     def emit(self, record: logging.LogRecord) -> None:
+        if not self._ticking and not self._forked:  # emit runs under the handler's lock: one thread is started
+            self._ticking = True
+            threading.Thread(target=self._tick, name="redisq-log-flush", daemon=True).start()
         super().emit(record)
         if record.levelno >= logging.WARNING:
             self.flush_now()
