@@ -101,6 +101,9 @@ def _token(path: str | None) -> str | None:
 
 class Command(BaseCommand):
     help = "Run tasks from django_redisq queues. First SIGTERM/SIGINT: finish running tasks and exit; second: exit now."
+    # the task backends' checks only (``_check_backends``), not the whole project's: those are for the deploy's
+    # ``check``, ``migrate`` and ``runserver``, and cost a worker's every start (and restart) their time
+    requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("queues", nargs="*", metavar="QUEUE[:WEIGHT]",
@@ -136,6 +139,7 @@ class Command(BaseCommand):
                                  "(put it in a directory only the worker's user can write to)")
 
     def handle(self, *args: Any, **opts: Any) -> None:
+        self._check_backends()
         self._configure_logging(opts["verbosity"])
         autodiscover_modules("tasks")
         from django_redisq.worker.worker import Worker
@@ -208,6 +212,20 @@ class Command(BaseCommand):
     def _flush_logs(self) -> None:
         if self.handler is not None:
             self.handler.flush_now()
+
+    def _check_backends(self) -> None:
+        """The task backends' system checks (ours: TASKS and its OPTIONS, the schedules): errors stop the worker
+        as Django's check would (``SystemCheckError``, exit 1); warnings are printed."""
+        from django.core.management.base import SystemCheckError
+
+        from django_redisq.compat import task_backends
+
+        found = [m for backend in task_backends.all() for m in backend.check() if not m.is_silenced()]
+        serious = [m for m in found if m.is_serious()]
+        if serious:
+            raise SystemCheckError("System check identified some issues:\n\nERRORS:\n" + "\n".join(str(m) for m in serious))
+        for m in found:
+            self.stderr.write(f"WARNING: {m}")
 
     def _configure_logging(self, verbosity: int) -> None:
         from django.conf import settings
