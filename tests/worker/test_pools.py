@@ -471,3 +471,25 @@ def test_runworker_forks_its_template_before_any_thread_and_its_children_hold_no
     wp.proc.send_signal(signal.SIGKILL)
     wp.proc.wait(10)
     assert wait_for(lambda: not any(os.path.exists(f"/proc/{pid}") for pid in [template, *children]), 5)
+
+
+def test_a_template_with_threads_starts_its_children_afresh_instead_of_forking(r, caplog):
+    """A task module that starts a thread at import makes the template multi-threaded: a fork of it would copy
+    the locks that thread holds, so each child is a fresh interpreter of the worker's (its parent: the worker)."""
+    import subprocess
+
+    from django_redisq.task import _registry
+    from tests.testapp import threaded_tasks
+
+    try:
+        results = threaded_tasks.parent_pid.enqueue_many([((), {}) for _ in range(4)])
+        with caplog.at_level("WARNING", logger="django_redisq"), serving("processes", concurrency=2) as worker:
+            settled(*results)
+            template = worker.pool._spawn.template
+            assert template is not None and template.threads > 1
+            children = [c for c in worker.pool.children if c is not None]
+        assert all(res.status == TaskResultStatus.SUCCESSFUL and res.return_value == os.getpid() for res in results)
+        assert children and all(isinstance(c.process, subprocess.Popen) for c in children)  # the worker's own children
+        assert "children are started afresh, not forked" in caplog.text
+    finally:
+        _registry.pop(threaded_tasks.parent_pid.module_path, None)

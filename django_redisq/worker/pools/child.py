@@ -6,8 +6,11 @@ no thread, no socket, no open file. It sets up Django, imports the modules
 that define the worker's tasks and builds a ``Runner``, once; then, on each
 request, it forks a child from that state, so a child is ready in
 milliseconds instead of the second a fresh interpreter takes to set up
-Django. The template is single-threaded and never runs a task or opens a
-connection itself, so a fork of it holds no lock and shares no socket.
+Django. The template never runs a task or opens a connection itself, so a
+fork of it shares no socket; it tells the worker how many threads it has
+once set up, and if settings or task modules started one (a fork would copy
+the locks it holds, not the thread), the worker starts each child afresh
+instead (``CHILD_BOOTSTRAP``: set up Django itself, as a template does).
 
 It reaps its children and tells the worker how each ended (``("exit", pid,
 code)``, a ``Popen.returncode``). It ignores SIGINT and SIGTERM (the worker
@@ -45,6 +48,10 @@ from multiprocessing.reduction import recv_handle
 from typing import Any
 
 PR_SET_PDEATHSIG = 1
+
+CHILD_BOOTSTRAP = ("import sys; sys.path[:] = sys.argv[2:]; del sys.argv[2:]; "
+                   "from django_redisq.worker.pools.child import serve; serve(int(sys.argv[1]))")
+"""A child started afresh, not forked (when the template has threads): set up Django itself, then run tasks."""
 
 BOOTSTRAP = ("import sys; sys.path[:] = sys.argv[2:]; del sys.argv[2:]; "
              "from django_redisq.worker.pools.child import template; template(int(sys.argv[1]))")
@@ -108,6 +115,32 @@ def _setup(config: ChildConfig) -> Any:
     from django_redisq.worker.runner import Runner
 
     return Runner(get_options(config.alias), config.alias)
+
+
+def thread_count() -> int:
+    """Threads of this process, C threads included where ``/proc`` says (else Python's own)."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        import threading
+
+        return threading.active_count()
+
+
+def serve(fd: int) -> None:
+    """A child started afresh (``CHILD_BOOTSTRAP``): ``fd`` is its end of the worker's pipe; the config comes first."""
+    conn = Connection(fd)
+    config: ChildConfig = conn.recv()
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        runner = _setup(config)
+    except BaseException:  # noqa: BLE001 - the worker reports it and stops
+        conn.send(("error", traceback.format_exc()))
+        return
+    conn.send(("ready", os.getpid()))
+    run_tasks(conn, config, runner)
 
 
 def run_tasks(conn: Connection, config: ChildConfig, runner: Any) -> None:
@@ -243,7 +276,7 @@ def serve_template(control: Connection) -> None:
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda signum, frame: None)  # wakes the wait below through wake_w
-    control.send(("ready", os.getpid()))
+    control.send(("ready", os.getpid(), thread_count()))
     while True:
         ready = wait([control, wake_r])
         if wake_r in ready:

@@ -38,7 +38,7 @@ from multiprocessing.reduction import send_handle
 from django.core.exceptions import ImproperlyConfigured
 
 from django_redisq.task import _registry
-from django_redisq.worker.pools.child import BOOTSTRAP, ChildConfig
+from django_redisq.worker.pools.child import BOOTSTRAP, CHILD_BOOTSTRAP, ChildConfig
 
 logger = logging.getLogger("django_redisq")
 
@@ -160,6 +160,7 @@ class Template:
         self.process = process
         self.conn = conn
         self.forked = forked
+        self.threads = 1  # its threads once set up: above 1, children are started afresh instead of forked
         self.exits: dict[int, int] = {}  # child pid -> exit code, as the template reported them
         self.gone = threading.Event()  # its pipe closed: it died or was stopped
         self._exited = threading.Condition()
@@ -204,6 +205,7 @@ class Template:
             except (EOFError, OSError):
                 msg = ("error", "")
             if msg[0] == "ready":
+                self.threads = msg[2] if len(msg) > 2 else 1
                 self._reader = threading.Thread(target=self._read, name="redisq-template", daemon=True)
                 self._reader.start()
                 return self
@@ -286,7 +288,7 @@ class Template:
 
 @dataclass(eq=False)
 class Child:
-    process: Forked
+    process: Forked | subprocess.Popen[bytes]
     conn: Connection
     tasks: int = 0  # run so far
     rss: int = 0  # resident bytes after its last task
@@ -355,6 +357,38 @@ def ready(child: Child) -> Child:
     raise ImproperlyConfigured(f"a process-pool child (pid {child.pid}) forked from the template did not start: {child.death()}")
 
 
+def launch(config: ChildConfig) -> Child:
+    """A child started afresh (``python -c child.CHILD_BOOTSTRAP FD PATH...``), not forked; ``ready_afresh`` waits for it."""
+    ours, theirs = mp.Pipe()
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": config.settings_module}
+    process = subprocess.Popen(
+        [sys.executable, "-c", CHILD_BOOTSTRAP, str(theirs.fileno()), *config.sys_path],
+        pass_fds=(theirs.fileno(),), env=env, close_fds=True,
+    )
+    theirs.close()
+    try:
+        ours.send(config)
+    except OSError:
+        pass  # it died at once: ready_afresh says so
+    return Child(process, ours)
+
+
+def ready_afresh(child: Child) -> Child:
+    """Wait until a child started afresh has set up Django; ``ImproperlyConfigured`` with its reason if it could not."""
+    detail = f"no answer within {START_TIMEOUT:g} s"
+    if wait([child.conn], START_TIMEOUT):
+        try:
+            msg = child.conn.recv()
+        except (EOFError, OSError):
+            msg = ("error", "")
+        if msg[0] == "ready":
+            return child
+        detail = msg[1]
+    child.kill()
+    lines = (detail or "it died while setting up").strip().splitlines()
+    raise ImproperlyConfigured(f"a process-pool child could not start: {lines[-1]}" + "".join(f"\n  {x}" for x in lines[:-1]))
+
+
 class Children:
     """Forks children for one pool from its template (started again if it died), keeps a spare, ends the ones it is given back."""
 
@@ -364,6 +398,7 @@ class Children:
         self._template_lock = threading.Lock()
         self._template: Template | None = None
         self._early = early  # forked at the pool's construction, configured when first needed
+        self._warned = False
         self.templates_started = 0
         self._spare: Future[Child] | None = None
         self._spawner = ThreadPoolExecutor(1, thread_name_prefix="redisq-spawn")
@@ -397,6 +432,13 @@ class Children:
         """A child forked from the template and ready; the template is started again once if it was gone."""
         for attempt in range(2):
             template = self._live_template()
+            if template.threads > 1:  # a fork would copy the locks its threads hold, not the threads
+                if not self._warned:
+                    self._warned = True
+                    logger.warning("process pool: the template has %d threads once Django is set up (started by the "
+                                   "settings or a task module): children are started afresh, not forked (each sets up "
+                                   "Django itself, most of a second)", template.threads)
+                return ready_afresh(launch(self.config))
             try:
                 return ready(template.fork())
             except TemplateGone:
