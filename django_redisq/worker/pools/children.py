@@ -432,12 +432,7 @@ class Children:
         """A child forked from the template and ready; the template is started again once if it was gone."""
         for attempt in range(2):
             template = self._live_template()
-            if template.threads > 1:  # a fork would copy the locks its threads hold, not the threads
-                if not self._warned:
-                    self._warned = True
-                    logger.warning("process pool: the template has %d threads once Django is set up (started by the "
-                                   "settings or a task module): children are started afresh, not forked (each sets up "
-                                   "Django itself, most of a second)", template.threads)
+            if self._afresh(template):
                 return ready_afresh(launch(self.config))
             try:
                 return ready(template.fork())
@@ -447,10 +442,26 @@ class Children:
                     raise ImproperlyConfigured(f"the process-pool template (pid {template.pid}) died while forking a child") from None
         raise AssertionError("unreachable")
 
+    def _afresh(self, template: Template) -> bool:
+        """Whether children must be started afresh: the template has threads (a fork would copy the locks they hold,
+        not the threads); said once in the log."""
+        if template.threads <= 1:
+            return False
+        if not self._warned:
+            self._warned = True
+            logger.warning("process pool: the template has %d threads once Django is set up (started by the settings or a "
+                           "task module): children are started afresh, not forked (each sets up Django itself, most of "
+                           "a second)", template.threads)
+        return True
+
     def start(self, n: int) -> list[Child]:
-        """``n`` children, forked from one template; none is left running if one cannot start."""
+        """``n`` children, forked from one template (or started afresh side by side); none is left running if one
+        cannot start."""
         started: list[Child] = []
         try:
+            if self._afresh(self._live_template()):
+                started = [launch(self.config) for _ in range(n)]
+                return [ready_afresh(c) for c in started]
             for _ in range(n):
                 started.append(self.new())
         except BaseException:
