@@ -884,11 +884,10 @@ class Bench:
         self.res.details["redis_cost"] = runs
         self.res.details["redis_cost_table"] = cost_table(runs, n)
         for r in runs:
-            if "stats" in r and r.get("run") == 0:
+            if "stats" in r:
                 tag = f"{r['who']}, results {'on' if r['results'] else 'off'}"
-                self.res.add(f"cost_{tag}", f"redis-cost {tag}: server CPU per task", "us",
-                             statistics.median(_cost_total(x, "cpu_us") for x in runs if x.get("who") == r["who"]
-                                               and x.get("results") == r["results"] and "stats" in x))
+                self.res.add(f"cost_{tag}", f"redis-cost {tag}: server CPU per task", "us", _cost_total(r, "cpu_us"))
+                self.res.add(f"cost_{tag}_cmd", "  top-level command time per task", "us", _cost_total(r, "cmd_us", "slowlog"))
         rc.close()
 
     def run_peer_plan(self, name: str, py: Path, plan: dict[str, Any], env_extra: dict[str, str] | None = None,
