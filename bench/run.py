@@ -724,7 +724,8 @@ class Bench:
     def cpu_bound(self) -> None:
         """Issue 23's CPU-bound run: ``cpub_n`` tasks of ~``cpub_ms`` ms pure Python, ``-c 2``, worker start to last ack.
 
-        The loop count is calibrated in this process (best of 20) and given to the workers (``BENCH_CPU_LOOPS``).
+        The loop count is calibrated in this process (best of 20; ``BENCH_CPUB_LOOPS`` fixes it instead, to compare
+        runs on a machine whose load changes) and given to the workers (``BENCH_CPU_LOOPS``).
         Each repeat drains with threads, processes, processes, threads (A B B A: a change of the machine's load
         cancels to first order); the ratio is threads' time / processes' time. ``cpu_first`` pushes when each
         process ran its first task: for the process pool, the first and second child's first task after worker start.
@@ -733,8 +734,11 @@ class Bench:
 
         cfg = self.cfg
         n, want_ms = cfg["cpub_n"], cfg["cpub_ms"]
-        best = min(_timed(bt.burn) for _ in range(20))
-        loops = int(bt.CPU_LOOPS * want_ms / (best * 1000))
+        if os.environ.get("BENCH_CPUB_LOOPS"):  # a fixed size, to compare runs (the calibration follows the machine's load)
+            loops = int(os.environ["BENCH_CPUB_LOOPS"])
+        else:
+            best = min(_timed(bt.burn) for _ in range(20))
+            loops = int(bt.CPU_LOOPS * want_ms / (best * 1000))
         best_ms = min(_timed(lambda: bt.burn(loops)) for _ in range(10)) * 1000
         self.res.add("cpub_task_ms", f"cpu-bound: one task alone ({loops:,} loops, best of 10, this process)", "ms", best_ms)
         env_old = self.env
