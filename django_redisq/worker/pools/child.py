@@ -39,12 +39,12 @@ import ctypes
 import logging
 import os
 import signal
+import socket
 import sys
 import traceback
 from dataclasses import dataclass
 from importlib import import_module
 from multiprocessing.connection import Connection, wait
-from multiprocessing.reduction import recv_handle
 from typing import Any
 
 PR_SET_PDEATHSIG = 1
@@ -115,6 +115,22 @@ def _setup(config: ChildConfig) -> Any:
     from django_redisq.worker.runner import Runner
 
     return Runner(get_options(config.alias), config.alias)
+
+
+def pass_descriptor(conn: Connection, fd: int) -> None:
+    """Send ``fd`` over ``conn`` (SCM_RIGHTS, one byte of data). Not ``multiprocessing.reduction.send_handle``: on
+    macOS that waits for an acknowledgement byte on the same pipe, which the worker's reader thread would take."""
+    with socket.fromfd(conn.fileno(), socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        socket.send_fds(s, [b"F"], [fd])
+
+
+def take_descriptor(conn: Connection) -> int:
+    """The descriptor ``pass_descriptor`` sent on ``conn``."""
+    with socket.fromfd(conn.fileno(), socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        _, fds, _, _ = socket.recv_fds(s, 1, 1)
+    if not fds:
+        raise EOFError("no descriptor came with the fork request")
+    return fds[0]
 
 
 def thread_count() -> int:
@@ -256,7 +272,7 @@ def _drop_database_connections() -> None:
 
 def serve_template(control: Connection) -> None:
     """The template's life: receives the ``ChildConfig``, sets up (``("ready", pid)`` or ``("error", traceback)``),
-    then serves ``("fork",)`` requests, each followed by the new child's end of its pipe (``send_handle``), with
+    then serves ``("fork",)`` requests, each followed by the new child's end of its pipe (``pass_descriptor``), with
     ``("forked", pid)``; ``None`` or a closed pipe ends it. Its children's ends are reported as they come.
     """
     _die_with_parent()
@@ -294,7 +310,7 @@ def serve_template(control: Connection) -> None:
             return
         if msg is None:
             return
-        child_fd = recv_handle(control)
+        child_fd = take_descriptor(control)
         pid = os.fork()
         if pid == 0:
             _forked(control, child_fd, (wake_r, wake_w), config, runner)

@@ -33,12 +33,11 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
-from multiprocessing.reduction import send_handle
 
 from django.core.exceptions import ImproperlyConfigured
 
 from django_redisq.task import _registry
-from django_redisq.worker.pools.child import BOOTSTRAP, CHILD_BOOTSTRAP, ChildConfig
+from django_redisq.worker.pools.child import BOOTSTRAP, CHILD_BOOTSTRAP, ChildConfig, pass_descriptor
 
 logger = logging.getLogger("django_redisq")
 
@@ -246,7 +245,7 @@ class Template:
                     raise TemplateGone
                 try:
                     self.conn.send(("fork",))
-                    send_handle(self.conn, theirs.fileno(), self.pid)
+                    pass_descriptor(self.conn, theirs.fileno())
                 except OSError as exc:
                     raise TemplateGone from exc
                 try:
