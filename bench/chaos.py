@@ -335,21 +335,34 @@ def _stat_ppid(pid: int) -> int | None:
 
 
 def children_of(parents: set[int]) -> dict[int, int]:
-    """Live processes whose parent is one of ``parents``: pid -> parent pid."""
+    """Live processes descending from one of ``parents`` (a worker's pool template, and the children forked
+    from it): pid -> that parent's pid."""
     out: dict[int, int] = {}
     if not parents:
         return out
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit() and (ppid := _stat_ppid(int(entry.name))) in parents:
-            out[int(entry.name)] = ppid
+    ppids = {int(e.name): _stat_ppid(int(e.name)) for e in os.scandir("/proc") if e.name.isdigit()}
+    for pid in ppids:
+        up: int | None = pid
+        for _ in range(3):  # worker -> template -> child
+            up = ppids.get(up) if up is not None else None
+            if up in parents:
+                out[pid] = up
+                break
     return out
 
 
+def pool_runners(found: dict[int, int]) -> list[int]:
+    """Of ``children_of``'s answer, the children that run tasks (not a template: its parent is the worker)."""
+    return sorted(pid for pid, worker in found.items() if _stat_ppid(pid) != worker)
+
+
 def pool_child_alive(pid: int) -> bool:
-    """Is ``pid`` a live (not zombie) process-pool child?"""
+    """Is ``pid`` a live (not zombie) process-pool template or child? (A template forked by ``runworker`` and its
+    children keep the worker's command line; one started afresh names the child module.)"""
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        return state != "Z" and CHILD_MODULE in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        return state != "Z" and (CHILD_MODULE in cmdline or "runworker" in cmdline)
     except (OSError, IndexError):
         return False
 
@@ -593,7 +606,8 @@ class Chaos:
         proc = self._loaded(more_than=self.cfg.concurrency - 1)
         if proc is None:
             return
-        kids = sorted(c for c, w in self.procs.scan().items() if w == proc.pid and pool_child_alive(c))
+        found = {c: w for c, w in self.procs.scan().items() if w == proc.pid}
+        kids = [c for c in pool_runners(found) if pool_child_alive(c)]
         if not kids:
             return
         child = self.rng.choice(kids)

@@ -393,3 +393,174 @@ def enqueue_modes(enqueue: Callable[[int], Any], aenqueue: Callable[[int], Any],
         for m in order:
             rates[m].append(run[m]())
     return rates
+
+
+# -- what a task costs the Redis server ------------------------------------------
+
+COST_CLIENT = "bench-cost"
+"""The name of the measuring client: its own commands (probes, INFO, SLOWLOG) are left out of every figure."""
+OWN_COMMANDS = frozenset({"info", "config|resetstat", "config|set", "config|get", "slowlog|get", "slowlog|reset", "flushall",
+                          "client|setname", "multi", "exec", "ping", "hello"})
+
+
+def cost_client(url: str) -> redis.Redis:
+    """A client named ``COST_CLIENT``, replies not decoded (a slowlog entry may hold a peer's pickled bytes)."""
+    r = redis.Redis.from_url(url, protocol=2)
+    r.client_setname(COST_CLIENT)
+    return r
+
+
+def command_stats(r: redis.Redis) -> dict[str, tuple[int, int]]:
+    """``INFO commandstats``: {command: (calls, usec)}, commands run inside scripts included."""
+    return {k[len("cmdstat_"):]: (int(v["calls"]), int(v["usec"])) for k, v in r.info("commandstats").items()}
+
+
+def _text(v: Any) -> str:
+    return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+
+
+def _slowlog_label(args: list[str], scripts: dict[str, str]) -> str:
+    """One top-level command as the breakdown names it: ``evalsha <script>`` (by name when known), ``fcall <fn>``, else the command."""
+    name = args[0].lower() if args else "?"
+    if name in ("evalsha", "evalsha_ro") and len(args) > 1:
+        sha = args[1].lower()
+        key = f", {args[3]}" if len(args) > 3 and args[2] != "0" else ""
+        return f"{name} {scripts.get(sha) or sha[:8] + key}"
+    if name in ("eval", "eval_ro") and len(args) > 1:
+        import hashlib
+
+        return f"{name} {scripts.get(hashlib.sha1(args[1].encode()).hexdigest()) or 'script ' + hashlib.sha1(args[1].encode()).hexdigest()[:8]}"
+    if name in ("fcall", "fcall_ro") and len(args) > 1:
+        return f"{name} {args[1]}"
+    return name
+
+
+class CostMeter:
+    """What a phase of a queue's work costs the Redis server, from the server itself.
+
+    ``measure(run, per)`` resets ``INFO commandstats``, reads ``used_cpu_user + used_cpu_sys`` before and after
+    ``run()``, and returns per unit of ``per`` (tasks): server CPU us, commands (inside scripts included) and
+    their calls and usec by command. With ``slowlog=True`` it instead logs every top-level command
+    (``slowlog-log-slower-than 0``, collected between polls in MULTI so none is lost): the usec of the
+    top-level commands only (a script's time includes the commands it runs, which commandstats and the
+    slowlog count again; those run by a script are left out by their address), by command and by script. That pass costs the server CPU to log, so its
+    CPU figure is not kept. The measuring client's own commands (``COST_CLIENT``) are left out: those
+    named in ``OWN_COMMANDS`` in the commandstats pass, by client name in the slowlog pass; ``probe_cmds``
+    (what one ``probe()`` sends, from ``probe_cost``) times the probes counted is subtracted too.
+    """
+
+    def __init__(self, r: redis.Redis, scripts: dict[str, str] | None = None) -> None:
+        self.r = r
+        self.scripts = scripts or {}
+        self.slowlog = False
+        self._entries: list[tuple[str, int]] = []
+        self.probes = 0
+
+    def probe_cost(self, probe: Callable[[], Any]) -> dict[str, int]:
+        """The commands one ``probe()`` sends (on an idle server)."""
+        self.r.config_resetstat()
+        probe()
+        return {k: c for k, (c, _) in command_stats(self.r).items() if k not in OWN_COMMANDS}
+
+    def collect(self) -> None:
+        if not self.slowlog:
+            return
+        pipe = self.r.pipeline(transaction=True)
+        pipe.execute_command("SLOWLOG", "GET", "-1")
+        pipe.execute_command("SLOWLOG", "RESET")
+        raw = pipe.execute()[0]
+        for e in raw:  # [id, time, usec, [args], addr, name]; a command a script runs has the address "?:0"
+            addr, name = (_text(e[4]), _text(e[5])) if len(e) > 5 else ("", "")
+            if name == COST_CLIENT or addr in ("?:0", ""):
+                continue
+            self._entries.append((_slowlog_label([_text(a) for a in e[3]], self.scripts), int(e[2])))
+
+    def measure(self, run: Callable[[], Any], per: int, slowlog: bool = False,
+                probe_cmds: dict[str, int] | None = None) -> dict[str, Any]:
+        r = self.r
+        self.slowlog, self._entries, self.probes = slowlog, [], 0
+        if slowlog:
+            r.config_set("slowlog-max-len", 100_000)
+            r.config_set("slowlog-log-slower-than", 0)
+            r.execute_command("SLOWLOG", "RESET")
+        r.config_resetstat()
+        cpu0 = redis_cpu_seconds(r)
+        try:
+            run()
+            cpu1 = redis_cpu_seconds(r)
+            stats = command_stats(r)
+            self.collect()
+        finally:
+            if slowlog:
+                r.config_set("slowlog-log-slower-than", 10_000)
+                r.config_set("slowlog-max-len", 128)
+                r.execute_command("SLOWLOG", "RESET")
+            self.slowlog = False
+        per = max(1, per)
+        if slowlog:
+            by: dict[str, list[float]] = {}
+            for label, usec in self._entries:
+                row = by.setdefault(label, [0, 0])
+                row[0] += 1
+                row[1] += usec
+            return {"top_cmds": len(self._entries) / per, "cmd_us": sum(u for _, u in self._entries) / per,
+                    "by_top": {k: (c / per, u / per) for k, (c, u) in sorted(by.items(), key=lambda kv: -kv[1][1])}}
+        for k, c in (probe_cmds or {}).items():
+            if k in stats:
+                calls, usec = stats[k]
+                left = max(0, calls - c * self.probes)
+                stats[k] = (left, int(usec * left / calls) if calls else 0)
+        stats = {k: v for k, v in stats.items() if k not in OWN_COMMANDS and v[0]}
+        return {"cpu_us": (cpu1 - cpu0) / per * 1e6, "cmds": sum(c for c, _ in stats.values()) / per,
+                "by_cmd": {k: (c / per, u / per) for k, (c, u) in sorted(stats.items(), key=lambda kv: -kv[1][1])}}
+
+    def wait_done(self, done: Callable[[], int], n: int, cap: float, alive: Callable[[], bool] | None = None,
+                  every: float = 0.1) -> bool:
+        """Poll ``done()`` every ``every`` s until ``n`` (False after ``cap`` s); collects the slowlog between polls."""
+        deadline = time.monotonic() + cap
+        while True:
+            self.probes += 1
+            if done() >= n:
+                return True
+            if time.monotonic() > deadline:
+                return False
+            if alive is not None and not alive():
+                raise RuntimeError("a worker exited before the drain ended")
+            self.collect()
+            time.sleep(every)
+
+
+def task_cost(meter: CostMeter, *, enqueue: Callable[[int], Any], n: int, start: Callable[[], Any], stop: Callable[[], Any],
+              done: Callable[[], int], reset: Callable[[], Any], cap: float, alive: Callable[[], bool] | None = None) -> dict[str, Any]:
+    """One queue's Redis cost per task, in two passes of ``n`` tasks each: enqueue one by one, then a worker drains them.
+
+    Pass 1 (commandstats, server CPU) and pass 2 (slowlog: top-level command time, scripts by name) each
+    ``reset()`` the data, enqueue ``n`` (``enqueue(i)``), then ``start()`` the worker and wait until
+    ``done() >= n``; the worker's start and its idle polls until the last completion are in the drain phase.
+    """
+    probe_cmds = meter.probe_cost(done)
+    out: dict[str, Any] = {"n": n, "probe_cmds": probe_cmds}
+    for slow in (False, True):
+        reset()
+
+        def fill(slow: bool = slow) -> None:
+            for i in range(n):
+                enqueue(i)
+                if slow and (i & 511) == 511:
+                    meter.collect()
+
+        enq = meter.measure(fill, n, slowlog=slow)
+        finished: list[bool] = []
+
+        def drain(finished: list[bool] = finished) -> None:
+            start()
+            finished.append(meter.wait_done(done, n, cap, alive))
+
+        try:
+            dr = meter.measure(drain, n, slowlog=slow, probe_cmds=probe_cmds)
+        finally:
+            stop()
+        if not finished or not finished[0]:
+            raise RuntimeError(f"drain of {n} did not finish within {cap:.0f}s (done {done()})")
+        out["slowlog" if slow else "stats"] = {"enqueue": enq, "drain": dr}
+    return out

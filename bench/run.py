@@ -24,6 +24,11 @@ with a no-op task through the public API and the real ``runworker`` process:
   and Redis bytes per pending task;
 * worker resident memory after few and many tasks;
 * peers: Dramatiq, Huey and RQ measured the same way, in ``bench/.peers-venv``.
+* redis-cost: what one task costs the Redis server, for us and every peer in the same run: server CPU us,
+  command us and commands per task, for enqueue and for fetch+run+settle, with results stored and not
+  (where the queue has that switch), and the commands that cost most;
+* cpu-bound: N tasks of ~12 ms of pure Python, ``-c 2``, from worker start to the last completion, thread pool
+  against process pool in A B B A order, and when each child ran its first task (how soon children are ready);
 * partitions (only with ``--only partitions``, not in a default run): ``.delay()``, ``enqueue_many`` and
   drain/s of one logical queue with ``PARTITIONS`` 1, 2, 4 and 8 on the same single redis-server (one
   worker per run, N tasks queued first).
@@ -76,7 +81,9 @@ for _p in (str(ENGINE), str(BENCH)):
 import redis  # noqa: E402
 from common import (  # noqa: E402
     START_KEY,
+    CostMeter,
     Procs,
+    cost_client,
     enqueue_modes,
     group_cpu_seconds,
     percentile,
@@ -85,6 +92,7 @@ from common import (  # noqa: E402
     start_latency,
     summary,
     tail,
+    task_cost,
     vmrss_kb,
     watch_drain,
 )
@@ -99,7 +107,8 @@ OWN_VENV_PEERS = {
     "celery": (BENCH / ".celery-venv", ["celery[redis]==5.7.0", "hiredis"]),
     "arq": (BENCH / ".arq-venv", ["arq==0.28.0", "hiredis"]),
 }
-SECTIONS = ("limits", "enqueue", "aenqueue", "durable", "drain", "flow", "latency", "hoarding", "pools", "flatness", "rss", "peers")
+SECTIONS = ("limits", "enqueue", "aenqueue", "durable", "drain", "flow", "latency", "hoarding", "pools", "flatness", "rss", "peers",
+            "redis-cost", "cpu-bound")
 OPT_IN_SECTIONS = ("partitions",)
 """Sections a default run leaves out: name them in ``--only``."""
 PARTITION_COUNTS = (1, 2, 4, 8)
@@ -119,7 +128,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         "pool_noop_n": 10_000, "pool_io_n": 3000, "pool_cpu_n": 1500, "pool_lat": 300,
         "async_count": 10_000, "async_s": 2.0, "async_concurrency": 50, "durable_count": 5000, "durable_s": 1.5,
         "real_n": 10_000, "sleep_n": 3000, "peer_real_n": 10_000, "peer_real_cap": 15.0, "peer_sleep_n": 3000,
-        "partition_n": 20_000,
+        "partition_n": 20_000, "cost_n": 5000, "cost_cap": 90.0, "cpub_n": 300, "cpub_ms": 12.0, "cpub_repeats": 3,
     },
     # --quick: under 2 minutes, and the pools section about 1.5 more
     "quick": {
@@ -131,7 +140,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         "pool_noop_n": 3000, "pool_io_n": 1000, "pool_cpu_n": 500, "pool_lat": 100,
         "async_count": 3000, "async_s": 1.0, "async_concurrency": 50, "durable_count": 3000, "durable_s": 1.0,
         "real_n": 3000, "sleep_n": 1000, "peer_real_n": 3000, "peer_real_cap": 8.0, "peer_sleep_n": 1000,
-        "partition_n": 4000,
+        "partition_n": 4000, "cost_n": 2000, "cost_cap": 60.0, "cpub_n": 300, "cpub_ms": 12.0, "cpub_repeats": 2,
     },
 }
 
@@ -224,6 +233,7 @@ class Bench:
         from django_redisq.testing import RedisServer
 
         self.args, self.cfg = args, cfg
+        compile_engine()
         self.res = Results()
         self.procs = Procs()
         self.logdir = Path(tempfile.mkdtemp(prefix="redisq-bench-"))
@@ -495,7 +505,7 @@ class Bench:
             return self.processed()
 
         before = self.server_stats()
-        t0 = time.perf_counter()
+        t0, t0_wall = time.perf_counter(), time.time()
         ps = [self.start_worker(f"{tag}-{i}", concurrency=concurrency, pool=pool, logging=logging) for i in range(processes)]
         try:
             out = watch_drain(done, n, t0, self.cfg["drain_cap"], alive=lambda: all(p.poll() is None for p in ps),
@@ -511,7 +521,7 @@ class Bench:
         own = polls + 2  # our GETs and the INFO calls between the snapshots
         delta = {k: after.get(k, 0) - before.get(k, 0) for k in after}
         out.update(
-            fill_s=fill_s,
+            fill_s=fill_s, t0_wall=t0_wall,
             cmds_per_task=(delta["all_calls"] - own) / d,
             scripts_per_task=delta["scripts"] / d,
             reads_per_task=(delta["reads"] - own) / d,
@@ -800,6 +810,54 @@ class Bench:
         self.res.details["pools_table"] = pool_table(self.res, self.cfg)
         self.r.flushall()
 
+    # -- cpu-bound -------------------------------------------------------
+
+    def cpu_bound(self) -> None:
+        """Issue 23's CPU-bound run: ``cpub_n`` tasks of ~``cpub_ms`` ms pure Python, ``-c 2``, worker start to last ack.
+
+        The loop count is calibrated in this process (best of 20; ``BENCH_CPUB_LOOPS`` fixes it instead, to compare
+        runs on a machine whose load changes) and given to the workers (``BENCH_CPU_LOOPS``).
+        Each repeat drains with threads, processes, processes, threads (A B B A: a change of the machine's load
+        cancels to first order); the ratio is threads' time / processes' time. ``cpu_first`` pushes when each
+        process ran its first task: for the process pool, the first and second child's first task after worker start.
+        """
+        from benchapp import tasks as bt
+
+        cfg = self.cfg
+        n, want_ms = cfg["cpub_n"], cfg["cpub_ms"]
+        if os.environ.get("BENCH_CPUB_LOOPS"):  # a fixed size, to compare runs (the calibration follows the machine's load)
+            loops = int(os.environ["BENCH_CPUB_LOOPS"])
+        else:
+            best = min(_timed(bt.burn) for _ in range(20))
+            loops = int(bt.CPU_LOOPS * want_ms / (best * 1000))
+        best_ms = min(_timed(lambda: bt.burn(loops)) for _ in range(10)) * 1000
+        self.res.add("cpub_task_ms", f"cpu-bound: one task alone ({loops:,} loops, best of 10, this process)", "ms", best_ms)
+        env_old = self.env
+        self.env = dict(self.env, BENCH_CPU_LOOPS=str(loops))
+        try:
+            for rep in range(cfg["cpub_repeats"]):
+                times: dict[str, list[float]] = {}
+                for pool in ("threads", "processes", "processes", "threads"):
+                    self.r.delete(bt.FIRST_KEY)
+                    out = self.drain_once(f"cpub-{pool}-{rep}", 2, 1, n, pool=pool, task=bt.cpu_first)
+                    firsts = sorted(float(x.split()[1]) for x in self.r.lrange(bt.FIRST_KEY, 0, -1))
+                    times.setdefault(pool, []).append(out["seconds"])
+                    self.res.add(f"cpub_{pool}", f"cpu-bound {n} x {want_ms:g} ms, -c 2, --pool {pool}: worker start to last ack",
+                                 "s", out["seconds"], "capped" if out["capped"] else "")
+                    if pool == "processes" and len(firsts) >= 2:
+                        self.res.add("cpub_first_child", "  processes: worker start to a child's first task", "s",
+                                     firsts[0] - out["t0_wall"])
+                        self.res.add("cpub_second_gap", "  processes: second child's first task after the first's", "s",
+                                     firsts[1] - firsts[0])
+                    self.res.details.setdefault("cpu_bound", []).append({"pool": pool, "run": rep, "firsts": firsts, **out})
+                    log(f"cpu-bound {pool} run {rep + 1}: {out['seconds']:.2f}s, first tasks at "
+                        + ", ".join(f"{f - out['t0_wall']:.3f}s" for f in firsts))
+                self.res.add("cpub_ratio", "cpu-bound: threads' time / processes' time (ABBA per run)", "ratio",
+                             statistics.fmean(times["threads"]) / statistics.fmean(times["processes"]))
+        finally:
+            self.env = env_old
+        self.r.flushall()
+
     # -- partitions ------------------------------------------------------
 
     def partitions(self) -> None:
@@ -864,6 +922,100 @@ class Bench:
             f"one logical queue over PARTITIONS hash tags, one redis-server, {n:,} tasks, 1 worker -c {conc}:\n"
             + _columns([head, *rows], left=1))
         self.r.flushall()
+
+    # -- redis-cost ------------------------------------------------------
+
+    def redis_cost(self) -> None:
+        """What one task costs the Redis server, ours and every peer's (``--peers``), in this run; see ``common.task_cost``.
+
+        Ours: ``.delay()`` one by one, then one ``runworker --concurrency 1``; our task hash is the task's status
+        record and is always kept for RESULT_TTL, so "without results" is n/a. Each peer: its default worker,
+        in its own virtualenv, with its default result setting, then the other one where it has a switch.
+        """
+        import hashlib
+
+        cfg = self.cfg
+        n, cap = cfg["cost_n"], cfg["cost_cap"]
+        scripts: dict[str, str] = {}
+        with contextlib.suppress(Exception):
+            from django_redisq.store.scripts import NAMES, source
+
+            scripts = {hashlib.sha1(source(name).encode()).hexdigest(): name for name in NAMES}
+        rc = cost_client(self.url)
+        done_key = self.key("default", "processed")
+        ps: list[subprocess.Popen[bytes]] = []
+
+        def start() -> None:
+            ps[:] = [self.start_worker("cost", concurrency=1)]
+
+        runs: list[dict[str, Any]] = []
+        for rep in range(cfg["repeats"]):
+            out = task_cost(CostMeter(rc, scripts), enqueue=lambda i: self.noop.delay(i), n=n, start=start,
+                            stop=lambda: self.procs.stop(ps, grace=15), done=lambda: int(rc.get(done_key) or 0),
+                            reset=rc.flushall, cap=cap, alive=lambda: all(p.poll() is None for p in ps))
+            runs.append({"who": "django-redisq", "results": True, "switch": False, "run": rep, **out})
+            log(f"redis-cost django-redisq run {rep + 1}: {_cost_total(out, 'cpu_us'):.1f} us server CPU, "
+                f"{_cost_total(out, 'cmds'):.1f} commands per task")
+        rc.flushall()
+        plan = {"cost": {"n": n, "cap": cap}}
+        for name in self.args.peers:
+            py, why = peer_python(name)
+            if py is None:
+                runs.append({"who": name, "error": why})
+                continue
+            mode = ""
+            for _ in range(2):
+                got = [self.run_peer_plan(name, py, plan, {"BENCH_RESULTS": mode}) for _ in range(cfg["repeats"])]
+                data = [d for d in got if d and "cost" in d]
+                if not data:
+                    runs.append({"who": name, "error": "its run failed; see the log above", "results_mode": mode})
+                    break
+                for rep, d in enumerate(data):
+                    runs.append({"who": f"{PEER_LABELS.get(name, name)} {d['version']}", "results": d["results_stored"],
+                                 "switch": d["results_switch"], "run": rep, **d["cost"]})
+                if not data[0]["results_switch"] or mode:
+                    break
+                mode = "off" if data[0]["results_stored"] else "on"
+        self.res.details["redis_cost"] = runs
+        self.res.details["redis_cost_table"] = cost_table(runs, n)
+        for r in runs:
+            if "stats" in r:
+                tag = f"{r['who']}, results {'on' if r['results'] else 'off'}"
+                self.res.add(f"cost_{tag}", f"redis-cost {tag}: server CPU per task", "us", _cost_total(r, "cpu_us"))
+                self.res.add(f"cost_{tag}_cmd", "  top-level command time per task", "us", _cost_total(r, "cmd_us", "slowlog"))
+        rc.close()
+
+    def run_peer_plan(self, name: str, py: Path, plan: dict[str, Any], env_extra: dict[str, str] | None = None,
+                      budget: float = 600.0) -> dict[str, Any] | None:
+        """Run ``peers/run_peer.py`` with ``plan`` for one peer; its RESULT as a dict, or None (logged)."""
+        pidfile = self.logdir / f"{name}.pids"
+        argv = [str(py), str(BENCH / "peers" / "run_peer.py"), name, "--url", self.url, "--plan", json.dumps(plan),
+                "--pidfile", str(pidfile), "--logdir", str(self.logdir)]
+        env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"} | {"BENCH_LOGGING": "console"} | (env_extra or {})
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, start_new_session=True, env=env)
+        try:
+            stdout, _ = proc.communicate(timeout=budget)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                stdout, _ = proc.communicate(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                stdout, _ = proc.communicate()
+        finally:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+            for line in pidfile.read_text().split() if pidfile.exists() else []:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(int(line), signal.SIGKILL)
+            self.r.flushall()
+        found = [ln for ln in (stdout or "").splitlines() if ln.startswith("RESULT ")]
+        if proc.returncode != 0 or not found:
+            log(f"peer {name}: no result (exit {proc.returncode})")
+            return None
+        return json.loads(found[-1][len("RESULT "):])
 
     # -- flatness and memory ---------------------------------------------
 
@@ -1223,6 +1375,93 @@ def summary_tables(res: Results, cfg: dict[str, Any], peers: Sequence[str]) -> s
     return "\n".join(out).strip("\n")
 
 
+def compile_engine() -> None:
+    """Write the engine's and the bench app's bytecode, as installing a package does: with PYTHONDONTWRITEBYTECODE
+    set, a worker would otherwise compile every module from source at each start (about 0.1 s more than the
+    peers, installed by pip with their bytecode, pay)."""
+    import compileall
+
+    for d in (ENGINE / "django_redisq", BENCH / "benchapp", BENCH / "peers"):
+        with contextlib.suppress(OSError):
+            compileall.compile_dir(str(d), quiet=1)
+
+
+def _timed(fn: Callable[[], Any]) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+FETCH_STEPS = ("evalsha fetch", "blmove", "lmove", "brpoplpush")
+SETTLE_STEPS = ("evalsha ack", "evalsha retry", "evalsha bury")
+
+
+def _cost_total(out: dict[str, Any], what: str, pas: str = "stats") -> float:
+    return float(out[pas]["enqueue"][what] + out[pas]["drain"][what])
+
+
+def cost_table(runs: list[dict[str, Any]], n: int) -> str:
+    """The redis-cost section as a table: per queue and result setting, medians over its runs, then its top commands."""
+    groups: dict[tuple[str, bool], list[dict[str, Any]]] = {}
+    errors: list[str] = []
+    for r in runs:
+        if "error" in r:
+            errors.append(f"  {PEER_LABELS.get(r['who'], r['who'])}: not measured ({r['error']})")
+            continue
+        groups.setdefault((r["who"], r["results"]), []).append(r)
+    switch = {who: any(r["switch"] for r in rs) for (who, _), rs in groups.items()}
+
+    def med(rs: list[dict[str, Any]], pas: str, phase: str, what: str) -> float:
+        vals = [float(r[pas][phase][what]) if phase != "whole" else _cost_total(r, what, pas) for r in rs]
+        return statistics.median(vals)
+
+    head = ("queue", "results", "CPU us/task: enq", "drain", "whole", "cmd us: enq", "drain", "whole",
+            "cmds: enq", "drain", "whole", "top-level cmds", "drain cmd us: fetch", "settle", "other")
+    rows: list[tuple[str, ...]] = [head]
+    tops: list[str] = []
+    for (who, res), rs in groups.items():
+        fs = [(sum(u for k, (_, u) in r["slowlog"]["drain"]["by_top"].items() if k.startswith(FETCH_STEPS)),
+               sum(u for k, (_, u) in r["slowlog"]["drain"]["by_top"].items() if k.startswith(SETTLE_STEPS)),
+               r["slowlog"]["drain"]["cmd_us"]) for r in rs]
+        named = any(k.startswith(("evalsha fetch", "evalsha ack")) for r in rs for k in r["slowlog"]["drain"]["by_top"])
+        f, st, tot = (statistics.median(x[i] for x in fs) for i in range(3))
+        rows.append((who, "on" if res else "off",
+                     *(fmt(med(rs, "stats", ph, "cpu_us")) for ph in ("enqueue", "drain", "whole")),
+                     *(fmt(med(rs, "slowlog", ph, "cmd_us")) for ph in ("enqueue", "drain", "whole")),
+                     *(fmt(med(rs, "stats", ph, "cmds")) for ph in ("enqueue", "drain", "whole")),
+                     fmt(med(rs, "slowlog", "whole", "top_cmds")),
+                     *((fmt(f), fmt(st), fmt(tot - f - st)) if named else ("n/a", "n/a", "n/a"))))
+        if not switch.get(who) and not (who == "django-redisq" and not res):
+            rows.append((who, "off" if res else "on", *(["n/a"] * (len(head) - 2))))
+        r0 = rs[0]
+        top = {}
+        for phase in ("enqueue", "drain"):
+            for k, (c, u) in r0["slowlog"][phase]["by_top"].items():
+                a = top.setdefault(k, [0.0, 0.0])
+                a[0] += c
+                a[1] += u
+        inner: dict[str, list[float]] = {}
+        for phase in ("enqueue", "drain"):
+            for k, (c, u) in r0["stats"][phase]["by_cmd"].items():
+                a = inner.setdefault(k, [0.0, 0.0])
+                a[0] += c
+                a[1] += u
+        t1 = ", ".join(f"{k} {c:.2f}x {u:.1f}us" for k, (c, u) in sorted(top.items(), key=lambda kv: -kv[1][1])[:6] if c >= 0.005)
+        t2 = ", ".join(f"{k} {c:.2f}" for k, (c, u) in sorted(inner.items(), key=lambda kv: -kv[1][0])[:8] if c >= 0.005)
+        tops.append(f"  {who}, results {'on' if res else 'off'}:\n    top-level, by time (calls and us per task): {t1}"
+                    f"\n    all commands, scripts' included, by calls per task: {t2}")
+    text = [f"Redis cost per task ({n:,} no-op tasks enqueued one by one, then drained by one worker with its defaults; "
+            "medians over runs). CPU: the server's used_cpu_user+sys; cmds: INFO commandstats, commands run inside scripts "
+            "included; cmd us and top-level cmds: the top-level commands' own time (slowlog at 0 us, a separate pass), so a "
+            "script's inner commands are not counted twice; drain = worker start, fetch, run, settle until the last "
+            "completion (the worker's start and idle polls included); fetch/settle: our scripts by name (n/a where "
+            "a queue's scripts cannot be named); results n/a: the queue has no such switch", _columns(rows, left=2)]
+    text.append("Top commands:\n" + "\n".join(tops))
+    if errors:
+        text.append("\n".join(errors))
+    return "\n".join(text)
+
+
 SHAPE_NOTES = {
     "dramatiq": "--threads N (2 processes: two `dramatiq --processes 1 --threads 1`)",
     "huey": "-k thread -w N", "rq": "not available: SimpleWorker runs one job at a time (2 processes: two workers)",
@@ -1468,7 +1707,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for section in sections:
                 t = time.time()
                 try:
-                    getattr(bench, section)()
+                    getattr(bench, section.replace("-", "_"))()
                 except Exception as exc:  # noqa: BLE001 - one broken section must not lose the others
                     log(f"section {section} failed: {type(exc).__name__}: {exc}")
                     bench.res.details.setdefault("errors", {})[section] = f"{type(exc).__name__}: {exc}"
@@ -1497,6 +1736,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "pools_table" in bench.res.details:
         print()
         print(bench.res.details["pools_table"])
+    if "redis_cost_table" in bench.res.details:
+        print()
+        print(bench.res.details["redis_cost_table"])
     if "partitions_table" in bench.res.details:
         print()
         print(bench.res.details["partitions_table"])

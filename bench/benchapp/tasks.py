@@ -4,7 +4,8 @@ The pool workloads (``bench/run.py``'s ``pools`` section): ``noop``; ``io_sleep`
 an ``async def`` awaiting ``asyncio.sleep(0.01)`` (I/O-bound); ``cpu``, a
 pure-Python loop of ``CPU_LOOPS`` iterations (CPU-bound: 75,000 iterations
 took 5.0 ms at best, Python 3.13 on the 2-core bench machine; set
-``BENCH_CPU_LOOPS`` to recalibrate elsewhere). ``astamp`` is ``stamp`` as an
+``BENCH_CPU_LOOPS`` to recalibrate elsewhere). ``cpu_first`` is ``cpu`` that says when each process ran its first one
+(the ``cpu-bound`` section). ``astamp`` is ``stamp`` as an
 ``async def``, for the asyncio pool's native path.
 
 The task kinds of the drain section and the peers (``common.py``, the same body
@@ -88,3 +89,26 @@ def burn(n: int = CPU_LOOPS) -> int:
 def cpu(x: int) -> int:
     burn()
     return x
+
+
+FIRST_KEY = "bench:first"
+_first_done = False
+
+
+@django_redisq.task
+def cpu_first(x: int) -> int:
+    """``cpu``, and the first call in each process pushes ``"<pid> <time.time()>"`` to FIRST_KEY (when a child began)."""
+    global _first_done
+    if not _first_done:
+        _first_done = True
+        record_first()
+    burn()
+    return x
+
+
+def record_first() -> None:
+    import time
+
+    import redis
+
+    redis.Redis.from_url(os.environ["BENCH_REDIS_URL"]).rpush(FIRST_KEY, f"{os.getpid()} {time.time()!r}")

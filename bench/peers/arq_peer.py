@@ -40,10 +40,16 @@ async def stamp(ctx: dict[str, Any], x: int) -> int:
     return record_start(x)
 
 
+RESULTS_DEFAULT = True
+RESULTS = os.environ.get("BENCH_RESULTS", "") != "off"  # the redis-cost section's switch: keep_result=0
+RESULTS_SWITCH = True
+
+
 class WorkerSettings:
     functions = [noop, rpush, sleep_io, stamp]
     redis_settings = RedisSettings.from_dsn(URL)
     max_jobs = DEFAULT_CONC
+    keep_result = 3600 if RESULTS else 0
 
 
 for _c in (1, 2, 4, 8):  # arq reads a settings class's own attributes, not inherited ones

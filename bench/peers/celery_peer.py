@@ -21,8 +21,12 @@ URL = os.environ["BENCH_REDIS_URL"]
 DEFAULT_CONC = 4
 WORKER = f"1 process, -P threads -c {DEFAULT_CONC}"
 
-app = Celery("celery_peer", broker=URL)
-app.conf.update(task_acks_late=True, task_ignore_result=True, broker_connection_retry_on_startup=True,
+RESULTS_DEFAULT = False
+RESULTS = os.environ.get("BENCH_RESULTS", "") == "on"  # the redis-cost section's switch: the Redis result backend
+RESULTS_SWITCH = True
+
+app = Celery("celery_peer", broker=URL, backend=URL if RESULTS else None)
+app.conf.update(task_acks_late=True, task_ignore_result=not RESULTS, broker_connection_retry_on_startup=True,
                 worker_redirect_stdouts=False)
 
 

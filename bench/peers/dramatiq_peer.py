@@ -19,26 +19,36 @@ URL = os.environ["BENCH_REDIS_URL"]
 THREADS = 8  # Dramatiq's default
 WORKER = f"1 process x {THREADS} threads (its default threads)"
 
+RESULTS_DEFAULT = False
+RESULTS = os.environ.get("BENCH_RESULTS", "") == "on"  # the redis-cost section's switch: its Results middleware
+RESULTS_SWITCH = True
+
 broker = RedisBroker(url=URL)
+if RESULTS:
+    from dramatiq.results import Results
+    from dramatiq.results.backends import RedisBackend
+
+    broker.add_middleware(Results(backend=RedisBackend(url=URL)))
 dramatiq.set_broker(broker)
+_OPTS = {"store_results": True} if RESULTS else {}
 
 
-@dramatiq.actor
+@dramatiq.actor(**_OPTS)
 def noop(x: int) -> int:
     return x
 
 
-@dramatiq.actor
+@dramatiq.actor(**_OPTS)
 def rpush(x: int) -> int:
     return rpush_one(x)
 
 
-@dramatiq.actor
+@dramatiq.actor(**_OPTS)
 def sleep_io(x: int) -> int:
     return sleep_one(x)
 
 
-@dramatiq.actor
+@dramatiq.actor(**_OPTS)
 def stamp(x: int) -> int:
     return record_start(x)
 

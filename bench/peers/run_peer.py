@@ -6,7 +6,9 @@ Run by ``bench/run.py`` with the peer's virtualenv's Python::
 
 The plan (JSON): ``repeats``; ``enqueue`` {``kinds``, ``count``, ``seconds``}; ``drains``, a list of
 {``tag``, ``kind`` (noop, rpush, sleep), ``conc`` (null: the peer's default), ``procs`` (worker processes),
-``n``, ``cap`` (seconds; then the rate so far counts)}; ``latency`` {``samples``}. A drain the peer's worker
+``n``, ``cap`` (seconds; then the rate so far counts)}; ``latency`` {``samples``}; ``cost`` {``n``, ``cap``}: what a task
+costs the Redis server (``common.task_cost``: enqueue ``n`` one by one, then the peer's default worker drains them),
+with results stored or not as ``BENCH_RESULTS`` (on / off / its default) sets in the peer's module. A drain the peer's worker
 cannot run (e.g. a concurrency it does not have) is listed as not supported; one that fails is listed
 with its error, and the others go on. It flushes the given Redis between runs (the bench's own throwaway
 server), prints progress to stderr and its results as one ``RESULT {json}`` line.
@@ -30,7 +32,7 @@ BENCH = PEERS.parent
 sys.path[:0] = [str(PEERS), str(BENCH)]
 
 import redis  # noqa: E402
-from common import START_KEY, Procs, emit, group_cpu_seconds, rate_loop, redis_cpu_seconds, start_latency, tail, watch_drain  # noqa: E402
+from common import START_KEY, CostMeter, Procs, cost_client, emit, group_cpu_seconds, rate_loop, redis_cpu_seconds, start_latency, tail, task_cost, watch_drain  # noqa: E402
 
 MODULES = {"dramatiq": "dramatiq_peer", "huey": "huey_peer", "rq": "rq_peer", "celery": "celery_peer", "arq": "arq_peer",
            "vtasks": "vtasks_peer", "tasks-redis": "tasks_redis_peer"}
@@ -74,6 +76,22 @@ def main() -> int:
     out: dict[str, Any] = {"peer": args.peer, "version": metadata.version(peer.PACKAGE), "worker": peer.WORKER,
                            "enqueue": {}, "drain": {}, "drain_meta": {}, "latency": []}
     try:
+        cost = plan.get("cost")
+        if cost:
+            out["results_stored"] = bool(getattr(peer, "RESULTS", None))
+            out["results_switch"] = bool(getattr(peer, "RESULTS_SWITCH", False))
+            rc = cost_client(args.url)
+            ps: list[Any] = []
+
+            def start() -> None:
+                ps[:] = start_workers("cost", None, 1)
+
+            out["cost"] = task_cost(CostMeter(rc), enqueue=lambda i: peer.enqueue("noop", i), n=int(cost["n"]),
+                                    start=start, stop=lambda: procs.stop(grace=10),
+                                    done=lambda: peer.done_count(rc, int(cost["n"])), reset=rc.flushall,
+                                    cap=float(cost["cap"]), alive=lambda: all(p.poll() is None for p in ps))
+            log(f"{args.peer} redis cost (results {'on' if out['results_stored'] else 'off'}): "
+                f"{out['cost']['stats']['enqueue']['cpu_us'] + out['cost']['stats']['drain']['cpu_us']:.1f} us server CPU per task")
         enq = plan.get("enqueue") or {}
         for rep in range(repeats):
             for kind in enq.get("kinds", ()):

@@ -16,6 +16,9 @@ NAME = "tasks-redis"
 PACKAGE = "django-tasks-redis"
 WORKER = "1 process, one task at a time"
 KINDS = dtpeer.setup(NAME)
+RESULTS_DEFAULT = True  # its task hash and status index
+RESULTS = RESULTS_DEFAULT
+RESULTS_SWITCH = False
 DONE_KEY = "django_tasks:default:status_index:SUCCESSFUL"  # its status index: a task's id, when it succeeded
 
 

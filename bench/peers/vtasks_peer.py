@@ -17,6 +17,9 @@ PACKAGE = "django-vtasks"
 DEFAULT_CONC = 20  # VTASKS_CONCURRENCY's default
 WORKER = f"1 process, --concurrency {DEFAULT_CONC} (its default)"
 KINDS = dtpeer.setup(NAME)
+RESULTS_DEFAULT = False  # it stores no result
+RESULTS = RESULTS_DEFAULT
+RESULTS_SWITCH = False
 
 
 def _keys() -> tuple[str, str]:

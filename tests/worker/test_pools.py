@@ -244,8 +244,9 @@ def test_children_die_with_a_killed_worker(run_worker_process, r):
     res = tasks.waits_to_be_cancelled.delay("orphan", 30)
     wp = run_worker_process("--pool", "processes", "-c", "1", "-v", "2")
     assert wait_for(lambda: effect(r, "orphan:started") == 1, 30)
-    children = [int(p) for p in os.popen(f"pgrep -P {wp.proc.pid}").read().split()]
-    assert children
+    template = [int(p) for p in os.popen(f"pgrep -P {wp.proc.pid}").read().split()]
+    children = template + [int(p) for t in template for p in os.popen(f"pgrep -P {t}").read().split()]
+    assert len(children) >= 2  # the template and the child it forked
     wp.proc.send_signal(signal.SIGKILL)
     wp.proc.wait(10)
     assert wait_for(lambda: not any(os.path.exists(f"/proc/{pid}") for pid in children), 5)
@@ -373,3 +374,122 @@ def test_a_child_that_cannot_set_up_stops_the_worker_with_the_reason(r):
 
     found = subprocess.run(["pgrep", "-P", str(os.getpid()), "-f", "django_redisq.worker.pools.child"], capture_output=True, text=True)
     assert found.stdout.split() == []  # the child that did start was stopped too
+
+
+# -- children forked from a template --------------------------------------------
+
+
+def test_children_are_forked_from_one_template_and_hold_only_their_own_pipe(r):
+    """Every child's parent is the pool's template (a fresh interpreter, not the worker), and a child holds
+    none of the worker's sockets: one socket (its end of its pipe to the worker), no other."""
+    results = tasks.open_descriptors.enqueue_many([((), {}) for _ in range(6)])
+    with serving("processes", concurrency=2) as worker:
+        settled(*results)
+        spawn = worker.pool._spawn
+        template = spawn.template
+        assert template is not None and template.alive() and spawn.templates_started == 1
+        children = {c.pid for c in worker.pool.children if c is not None}
+        ppids = {int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1]) for pid in children}
+        cmdline = open(f"/proc/{template.pid}/cmdline").read()
+    assert ppids == {template.pid} and template.pid != os.getpid()
+    if template.forked:  # this process had no other thread when the pool was built: a fork of it, made then
+        assert cmdline == open("/proc/self/cmdline").read()
+    else:  # a fresh interpreter
+        assert "django_redisq.worker.pools.child" in cmdline and "template(" in cmdline
+    for res in results:
+        assert res.status == TaskResultStatus.SUCCESSFUL
+        held = res.return_value
+        assert held["ppid"] == template.pid
+        assert held.get("socket", 0) == 1, held  # its pipe to the worker; not the worker's Redis sockets, nor the template's
+
+
+def test_a_template_that_dies_is_started_again_and_the_pool_goes_on(r):
+    import signal
+
+    first = tasks.whose_pid.delay("before")
+    with serving("processes", concurrency=2) as worker:
+        settled(first)
+        spawn = worker.pool._spawn
+        old = spawn.template
+        old_children = {c.pid for c in worker.pool.children if c is not None}
+        os.kill(old.pid, signal.SIGKILL)  # its children die with it (PR_SET_PDEATHSIG)
+        assert wait_for(lambda: not old.alive(), 5)
+        assert wait_for(lambda: not any(os.path.exists(f"/proc/{pid}/cmdline") and open(f"/proc/{pid}/cmdline").read()
+                                        for pid in old_children), 5)
+        results = tasks.whose_pid.enqueue_many([(["after"], {}) for _ in range(6)])
+        settled(*results)
+        new = spawn.template
+        assert new is not None and new is not old and new.alive() and spawn.templates_started == 2
+        assert {c.process.pid for c in worker.pool.children if c is not None} <= {
+            int(p) for p in os.popen(f"pgrep -P {new.pid}").read().split()}
+    assert all(res.status == TaskResultStatus.SUCCESSFUL for res in results)
+    assert not {res.return_value for res in results} & old_children
+
+
+def test_a_child_is_ready_long_before_a_fresh_interpreter_could_set_up_django(r):
+    """The template sets up Django once; each child after it is a fork, ready in milliseconds (bound: 0.5 s each,
+    generous for a shared machine; a fresh interpreter importing Django takes about a second)."""
+    from django_redisq.worker.pools.children import Children, config_for
+
+    spawn = Children(config_for("default", "w-ready"))
+    try:
+        t0 = time.monotonic()
+        first = spawn.new()
+        t1 = time.monotonic()
+        second = spawn.new()
+        t2 = time.monotonic()
+        third = spawn.take()
+        t3 = time.monotonic()
+        assert t2 - t1 < 0.5 and t3 - t2 < 0.5, (t1 - t0, t2 - t1, t3 - t2)
+        assert len({first.pid, second.pid, third.pid, spawn.template.pid}) == 4
+        assert all(c.alive() for c in (first, second, third))
+    finally:
+        for c in (first, second, third):
+            c.end()
+        spawn.close()
+    assert not spawn.template and not any(c.alive() for c in (first, second, third))
+
+
+def test_runworker_forks_its_template_before_any_thread_and_its_children_hold_no_socket_of_the_worker(run_worker_process, r):
+    """``runworker`` builds its pool before it has a thread or a socket: the template is a fork of the worker made
+    then (same command line, its parent the worker), Django already set up; each child is forked from it and
+    holds one socket, its own pipe. All of them go with a killed worker."""
+    import signal
+
+    results = tasks.open_descriptors.enqueue_many([((), {}) for _ in range(4)])
+    wp = run_worker_process("--pool", "processes", "-c", "2", "-v", "2")
+    settled(*results)
+    templates = [int(p) for p in os.popen(f"pgrep -P {wp.proc.pid}").read().split()]
+    assert len(templates) == 1, templates
+    template = templates[0]
+    assert open(f"/proc/{template}/cmdline").read() == open(f"/proc/{wp.proc.pid}/cmdline").read()
+    children = [int(p) for p in os.popen(f"pgrep -P {template}").read().split()]
+    assert len(children) == 2
+    for res in results:
+        assert res.status == TaskResultStatus.SUCCESSFUL
+        assert res.return_value["ppid"] == template and res.return_value.get("socket", 0) == 1, res.return_value
+    wp.proc.send_signal(signal.SIGKILL)
+    wp.proc.wait(10)
+    assert wait_for(lambda: not any(os.path.exists(f"/proc/{pid}") for pid in [template, *children]), 5)
+
+
+def test_a_template_with_threads_starts_its_children_afresh_instead_of_forking(r, caplog):
+    """A task module that starts a thread at import makes the template multi-threaded: a fork of it would copy
+    the locks that thread holds, so each child is a fresh interpreter of the worker's (its parent: the worker)."""
+    import subprocess
+
+    from django_redisq.task import _registry
+    from tests.testapp import threaded_tasks
+
+    try:
+        results = threaded_tasks.parent_pid.enqueue_many([((), {}) for _ in range(4)])
+        with caplog.at_level("WARNING", logger="django_redisq"), serving("processes", concurrency=2) as worker:
+            settled(*results)
+            template = worker.pool._spawn.template
+            assert template is not None and template.threads > 1
+            children = [c for c in worker.pool.children if c is not None]
+        assert all(res.status == TaskResultStatus.SUCCESSFUL and res.return_value == os.getpid() for res in results)
+        assert children and all(isinstance(c.process, subprocess.Popen) for c in children)  # the worker's own children
+        assert "children are started afresh, not forked" in caplog.text
+    finally:
+        _registry.pop(threaded_tasks.parent_pid.module_path, None)

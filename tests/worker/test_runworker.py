@@ -144,3 +144,34 @@ def test_a_second_signal_with_the_process_pool_kills_the_children_at_once(r, run
     assert wp.proc.returncode == 1
     assert wait_for(lambda: not any(os.path.exists(f"/proc/{pid}") for pid in children), 5)
     assert where_is(r, res.id)[0].startswith("processing:")  # left for the reaper
+
+
+def test_runworker_runs_the_task_backends_checks_not_the_whole_projects(r, capsys):
+    """A worker's start runs its task backends' checks (bad TASKS still stop it, as ``check`` would), not every
+    app's: those belong to the deploy's ``check``/``migrate``/``runserver`` and cost each worker start their time."""
+    import copy
+
+    from django.conf import settings
+    from django.core import checks
+    from django.test import override_settings
+
+    from django_redisq.management.commands.runworker import Command
+
+    def broken(app_configs, **kwargs):
+        return [checks.Error("an unrelated app is misconfigured", id="someapp.E001")]
+
+    checks.register(broken)
+    try:
+        res = tasks.add.delay(2, 2)
+        Command().run_from_argv(["manage.py", "runworker", "--burst"])  # as from the command line, checks included
+        res.refresh()
+        assert res.return_value == 4
+        bad = copy.deepcopy(settings.TASKS)
+        bad["default"]["OPTIONS"]["NOT_AN_OPTION"] = 1
+        with override_settings(TASKS=bad), pytest.raises(SystemExit) as exited:
+            Command().run_from_argv(["manage.py", "runworker", "--burst"])
+        assert exited.value.code == 1
+        err = capsys.readouterr().err
+        assert "System check identified" in err and "django_redisq.E004" in err and "NOT_AN_OPTION" in err and "someapp" not in err
+    finally:
+        checks.registry.registry.registered_checks.discard(broken)

@@ -28,14 +28,27 @@ class BatchedStderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
 
     A log line per task then costs no system call per task; lines show up
     within ``interval``, and everything is flushed when the command ends.
+    Its flushing thread starts with the first record, so the worker has no
+    thread until it logs (the process pool forks its template before that).
+    In a fork (the pool's template and children) it writes each record at
+    once, not what the worker had buffered.
     """
 
     def __init__(self, interval: float = 0.25) -> None:
-        stream = io.TextIOWrapper(io.FileIO(sys.stderr.fileno(), "w", closefd=False), write_through=False)
-        super().__init__(stream)
+        super().__init__(self._stderr(write_through=False))
         self.interval = interval
         self._last = time.monotonic()
-        threading.Thread(target=self._tick, name="redisq-log-flush", daemon=True).start()
+        self._ticking = False
+        self._forked = False
+        os.register_at_fork(after_in_child=self._after_fork)
+
+    @staticmethod
+    def _stderr(write_through: bool) -> io.TextIOWrapper:
+        return io.TextIOWrapper(io.FileIO(sys.stderr.fileno(), "w", closefd=False), write_through=write_through)
+
+    def _after_fork(self) -> None:
+        self.stream = self._stderr(write_through=True)
+        self._forked = True
 
     def _tick(self) -> None:
         while True:
@@ -43,6 +56,9 @@ class BatchedStderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
             self.flush_now()
 
     def emit(self, record: logging.LogRecord) -> None:
+        if not self._ticking and not self._forked:  # emit runs under the handler's lock: one thread is started
+            self._ticking = True
+            threading.Thread(target=self._tick, name="redisq-log-flush", daemon=True).start()
         super().emit(record)
         if record.levelno >= logging.WARNING:
             self.flush_now()
@@ -85,6 +101,9 @@ def _token(path: str | None) -> str | None:
 
 class Command(BaseCommand):
     help = "Run tasks from django_redisq queues. First SIGTERM/SIGINT: finish running tasks and exit; second: exit now."
+    # the task backends' checks only (``_check_backends``), not the whole project's: those are for the deploy's
+    # ``check``, ``migrate`` and ``runserver``, and cost a worker's every start (and restart) their time
+    requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("queues", nargs="*", metavar="QUEUE[:WEIGHT]",
@@ -120,6 +139,7 @@ class Command(BaseCommand):
                                  "(put it in a directory only the worker's user can write to)")
 
     def handle(self, *args: Any, **opts: Any) -> None:
+        self._check_backends()
         self._configure_logging(opts["verbosity"])
         autodiscover_modules("tasks")
         from django_redisq.worker.worker import Worker
@@ -192,6 +212,20 @@ class Command(BaseCommand):
     def _flush_logs(self) -> None:
         if self.handler is not None:
             self.handler.flush_now()
+
+    def _check_backends(self) -> None:
+        """The task backends' system checks (ours: TASKS and its OPTIONS, the schedules): errors stop the worker
+        as Django's check would (``SystemCheckError``, exit 1); warnings are printed."""
+        from django.core.management.base import SystemCheckError
+
+        from django_redisq.compat import task_backends
+
+        found = [m for backend in task_backends.all() for m in backend.check() if not m.is_silenced()]
+        serious = [m for m in found if m.is_serious()]
+        if serious:
+            raise SystemCheckError("System check identified some issues:\n\nERRORS:\n" + "\n".join(str(m) for m in serious))
+        for m in found:
+            self.stderr.write(f"WARNING: {m}")
 
     def _configure_logging(self, verbosity: int) -> None:
         from django.conf import settings

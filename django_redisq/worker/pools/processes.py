@@ -18,8 +18,10 @@ those of the other pools; a child only gets the message and returns the outcome.
   its resident memory exceeds ``max_memory_per_child`` bytes after a task.
 
 How children are started, stopped and kept spare is ``children.py``; what a
-child does is ``child.py``. Each sets up Django once; the worker closes its
-database connections before starting children, so none is ever shared.
+child does is ``child.py``. Children are forked from a template process that
+set up Django once (a fresh interpreter, not a fork of the worker), so a child
+is ready in milliseconds; the worker closes its database connections before
+starting the template, and the template opens none, so none is ever shared.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from django_redisq.exceptions import TaskCancelled, TaskTimeout, WorkerLost
 from django_redisq.store.replies import Delivery
 from django_redisq.worker.outcome import Outcome
 from django_redisq.worker.pools.base import Done, Pool
-from django_redisq.worker.pools.children import Child, Children, config_for
+from django_redisq.worker.pools.children import Child, Children, config_for, early_template
 
 logger = logging.getLogger("django_redisq")
 
@@ -68,6 +70,7 @@ class ProcessPool(Pool):
         self._abandon = False
         self._gone: dict[int, int] = {}  # lane -> pid of the child killed there, for the log line
         self._spawn: Children | None = None
+        self._early = early_template()  # now, while the worker may still have no thread: ready at once
 
     # -- children --------------------------------------------------------
 
@@ -78,7 +81,8 @@ class ProcessPool(Pool):
     def start(self) -> None:
         from django.db import connections
 
-        self._spawn = Children(config_for(self.runner.alias, self.worker_id))
+        early, self._early = self._early, None
+        self._spawn = Children(config_for(self.runner.alias, self.worker_id), early)
         connections.close_all()
         self.children[:] = self._spawn.start(self.lanes)
         logger.debug("process pool: %d child(ren) ready: %s", self.lanes, ", ".join(str(c.pid) for c in self.children if c))
@@ -205,6 +209,9 @@ class ProcessPool(Pool):
 
     def stop(self, force: bool = False) -> None:
         self._abandon = self._abandon or force
+        if self._early is not None:  # never started
+            self._early.kill()
+            self._early = None
         for lane, child in enumerate(self.children):
             if child is not None:
                 child.kill() if force else child.end()
@@ -219,3 +226,4 @@ class ProcessPool(Pool):
                 child.process.kill()
         if self._spawn is not None:
             self._spawn.kill_spare()
+            self._spawn.kill_template()
