@@ -270,8 +270,25 @@ class Problem:
     hint: str
 
 
+def _unfit(task: Any, args: Any, kwargs: dict[str, Any]) -> tuple[str, str] | None:
+    """(the signature, why) when a call with ``args`` / ``kwargs`` could not run ``task``, as the worker binds it."""
+    import inspect
+
+    try:
+        sig = inspect.signature(task.func)
+    except (TypeError, ValueError):
+        return None
+    try:
+        sig.bind(*([None] if task.takes_context else []), *args, **kwargs)
+    except TypeError as exc:
+        from django_redisq.task import plain_signature
+
+        return plain_signature(sig), str(exc)
+    return None
+
+
 def build(name: str, entry: Any, queues: tuple[str, ...], default_tz: str, find_task: Callable[[str], Any]) -> tuple[Schedule | None, list[Problem]]:
-    """A Schedule from one entry, or None and every problem with it (ids E020-E027)."""
+    """A Schedule from one entry, or None and every problem with it (ids E020-E028)."""
     where = f"SCHEDULES[{name!r}]"
     if not isinstance(name, str) or not NAME_RE.match(name):
         return None, [Problem("E020", f"{where}: a schedule name must be 1-100 letters, digits, '_', '-' or '.'.", "Rename the schedule.")]
@@ -317,6 +334,9 @@ def build(name: str, entry: Any, queues: tuple[str, ...], default_tz: str, find_
             encode_arguments(args, kwargs, 1 << 20)
         except Exception as exc:  # noqa: BLE001 - InvalidArguments says what does not encode
             problems.append(Problem("E027", f"{where}: {exc}", "Use JSON values."))
+        if task is not None and (unfit := _unfit(task, args, kwargs)):
+            problems.append(Problem("E028", f"{where}: args {list(args)!r} and kwargs {kwargs!r} do not fit {path}{unfit[0]}: {unfit[1]}.",
+                                    "Give the arguments the task takes; otherwise every tick's task is dead-lettered as bad_arguments."))
     if catch_up not in CATCH_UP:
         problems.append(Problem("E027", f"{where}: catch_up must be one of {', '.join(CATCH_UP)}, got {catch_up!r}.", 'The default is "latest".'))
     if not isinstance(overlap, bool):

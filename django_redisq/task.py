@@ -7,6 +7,7 @@ arbitrary function.
 
 from __future__ import annotations
 
+import inspect
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -147,6 +148,12 @@ class RedisTask(Task):
             if not isinstance(key, str) or not 0 < len(key) <= 200:
                 raise InvalidTask(f"idempotency_key() must return a string of 1-200 characters, got {key!r}.")
         return key
+
+
+def plain_signature(sig: inspect.Signature) -> str:
+    """``(a, b=2, *, c)``: a signature without its annotations, as an error message shows it."""
+    return str(sig.replace(parameters=[p.replace(annotation=p.empty) for p in sig.parameters.values()],
+                           return_annotation=sig.empty))
 
 
 def get_registered(path: str) -> RedisTask | None:

@@ -13,7 +13,6 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.utils.module_loading import autodiscover_modules
 
 from django_redisq.compat import LOGGER_NAME
 from django_redisq.exceptions import RedisUnavailable
@@ -121,7 +120,14 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **opts: Any) -> None:
         self._configure_logging(opts["verbosity"])
-        autodiscover_modules("tasks")
+        from django.conf import settings
+
+        from django_redisq import discovery
+
+        try:  # what enqueue checks a task against (discovery.py): the apps' tasks modules and OPTIONS["IMPORTS"]
+            discovery.load(discovery.imports_of(getattr(settings, "TASKS", {}).get(opts["backend"])))
+        except ImportError as exc:
+            raise CommandError(f"TASKS[{opts['backend']!r}]['OPTIONS']['IMPORTS']: {exc}") from None
         from django_redisq.worker.worker import Worker
 
         try:
