@@ -278,8 +278,9 @@ def _unfit(task: Any, args: Any, kwargs: dict[str, Any]) -> tuple[str, str] | No
         sig = inspect.signature(task.func)
     except (TypeError, ValueError):
         return None
+    tick = {TICK_KWARG: ""} if TICK_KWARG in sig.parameters else {}  # the worker adds it (ticks.py)
     try:
-        sig.bind(*([None] if task.takes_context else []), *args, **kwargs)
+        sig.bind(*([None] if task.takes_context else []), *args, **kwargs, **tick)
     except TypeError as exc:
         from django_redisq.task import plain_signature
 
@@ -324,6 +325,7 @@ def build(name: str, entry: Any, queues: tuple[str, ...], default_tz: str, find_
     if task is not None and queue not in queues:
         problems.append(Problem("E026", f"{where}: queue {queue!r} is not in QUEUES {list(queues)}.", "Add it to QUEUES or set queue_name."))
     args, kwargs = entry.get("args", []), entry.get("kwargs", {})
+    unfit: tuple[str, str] | None = None
     catch_up, overlap = entry.get("catch_up", "latest"), entry.get("allow_overlap", True)
     if not isinstance(args, (list, tuple)) or not isinstance(kwargs, dict) or any(not isinstance(k, str) for k in kwargs):
         problems.append(Problem("E027", f"{where}: args must be a list and kwargs a dict with str keys.", "Use JSON values."))
@@ -334,7 +336,9 @@ def build(name: str, entry: Any, queues: tuple[str, ...], default_tz: str, find_
             encode_arguments(args, kwargs, 1 << 20)
         except Exception as exc:  # noqa: BLE001 - InvalidArguments says what does not encode
             problems.append(Problem("E027", f"{where}: {exc}", "Use JSON values."))
-        if task is not None and (unfit := _unfit(task, args, kwargs)):
+        else:
+            unfit = _unfit(task, args, kwargs) if task is not None else None
+        if task is not None and unfit:
             problems.append(Problem("E028", f"{where}: args {list(args)!r} and kwargs {kwargs!r} do not fit {path}{unfit[0]}: {unfit[1]}.",
                                     "Give the arguments the task takes; otherwise every tick's task is dead-lettered as bad_arguments."))
     if catch_up not in CATCH_UP:
