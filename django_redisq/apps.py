@@ -4,6 +4,8 @@ from django.apps import AppConfig
 from django.core import checks
 
 BACKEND_CLASS = "RedisQueueBackend"
+SUCCESS_LOGGER = "django_redisq.tasks.success"
+"""The worker's one INFO line per successful task (worker/tasklog.py): off unless LOGGING names it or ``runworker -v 2``."""
 
 
 def _ours(path: Any) -> bool:
@@ -50,4 +52,12 @@ class RedisQConfig(AppConfig):
     default_auto_field = "django.db.models.AutoField"
 
     def ready(self) -> None:
+        import logging
+
+        from django.conf import settings
+
         checks.register(check_setup)
+        # a line per successful task is opt-in: it costs a no-op drain about a fifth of its rate
+        # (worker/tasklog.py); LOGGING's "loggers" naming it (at INFO) turns it on
+        if SUCCESS_LOGGER not in ((getattr(settings, "LOGGING", None) or {}).get("loggers") or {}):
+            logging.getLogger(SUCCESS_LOGGER).setLevel(logging.WARNING)

@@ -12,6 +12,8 @@ from functools import cached_property
 from importlib import import_module
 from typing import Any
 
+from django.apps import apps
+from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 
 from django_redisq import discovery, partitions
@@ -56,6 +58,10 @@ STATE_TO_STATUS: dict[str, TaskResultStatus] = {
 }
 
 
+NOT_INSTALLED = ("{where} uses django_redisq's RedisQueueBackend, but django_redisq is not in INSTALLED_APPS: "
+                 "no worker could run its tasks (`manage.py runworker` is an unknown command).")
+"""Check E082, and what an enqueue raises then."""
+
 ID_START = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
 VALIDATED_MAX = 512
 """Task objects a backend remembers as validated (``_validated``)."""
@@ -95,6 +101,8 @@ class RedisQueueBackend(BaseTaskBackend):
         call, and the list is emptied when it reaches ``VALIDATED_MAX``.
         """
         if self._valid.get(id(task)) is not task:
+            if not apps.is_installed("django_redisq"):  # check E082, which runs only if django.tasks was imported before it
+                raise ImproperlyConfigured(NOT_INSTALLED.format(where=f"TASKS[{self.alias!r}]") + ' Add "django_redisq" to INSTALLED_APPS.')
             self.conf  # noqa: B018 - ImproperlyConfigured, with every problem, before the task's own checks
             self._enqueueing.add(id(task))
             try:
@@ -146,7 +154,6 @@ class RedisQueueBackend(BaseTaskBackend):
         return abroker.AsyncBroker(self.broker)
 
     def check(self, **kwargs: Any) -> list[Any]:
-        from django.apps import apps
         from django.core.checks import Error
 
         from django_redisq import schedules
@@ -154,10 +161,8 @@ class RedisQueueBackend(BaseTaskBackend):
         where = f"TASKS[{self.alias!r}]"
         errors = check_errors(self.alias, self.params, obj=where) + schedules.check_errors(self.alias, self.params, obj=where)
         if not apps.is_installed("django_redisq"):
-            errors.append(Error(
-                f"{where} uses django_redisq's RedisQueueBackend, but django_redisq is not in INSTALLED_APPS: "
-                "tasks are enqueued, and `manage.py runworker` is an unknown command.",
-                hint='Add "django_redisq" to INSTALLED_APPS.', obj=where, id="django_redisq." + "E082"))
+            errors.append(Error(NOT_INSTALLED.format(where=where), hint='Add "django_redisq" to INSTALLED_APPS.',
+                                obj=where, id="django_redisq." + "E082"))
         for module in discovery.imports_of(self.params):
             try:
                 import_module(module)

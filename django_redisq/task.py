@@ -31,6 +31,13 @@ _registry: dict[str, RedisTask] = {}
 _registry_lock = threading.Lock()
 
 
+def _tasks_configured() -> bool:
+    """Whether the project sets ``TASKS`` (else Django's default backend, which E081 reports when our app is installed)."""
+    from django.conf import settings
+
+    return bool(settings.is_overridden("TASKS"))  # type: ignore[misc]
+
+
 def _as_exceptions(value: Any, name: str) -> tuple[type[BaseException], ...]:
     items = value if isinstance(value, (tuple, list)) else (value,)
     for item in items:
@@ -63,7 +70,14 @@ class RedisTask(Task):
     rate_limit: str | None = None  # at most this many starts per period, fleet-wide: "10/s", "100/m"
 
     def __post_init__(self) -> None:
-        Task.__post_init__(self)  # zero-argument super() does not work in slotted dataclasses
+        try:
+            Task.__post_init__(self)  # zero-argument super() does not work in slotted dataclasses
+        except InvalidTask:
+            if _tasks_configured():
+                raise
+            # TASKS not set: Django's default backend refused the task (a queue_name it does not know)
+            # while its module is imported, often during `check` (a traceback); the setup is the
+            # mistake, which the system check django_redisq.E081 names
         attempts = self.max_attempts
         if attempts is not None:
             if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:

@@ -198,30 +198,44 @@ settings.configure(INSTALLED_APPS={apps!r}, {tasks}DATABASES={{}})
 django.setup()
 from django.core.checks import run_checks
 from django_redisq import compat  # the framework's own check, as a project importing its tasks has it
+from tests.testapp import tasks  # @task(queue_name="emails") among them: Django's default backend refused it here
 print(json.dumps([[m.id, m.msg, m.hint] for m in run_checks() if m.id and m.id.startswith("django_redisq")]))
+{then}
 """
 
 
-def _setup_checks(apps: list[str], tasks_setting: dict[str, Any] | None) -> list[list[str]]:
-    code = SETUP.format(apps=apps, tasks=f"TASKS={tasks_setting!r}, " if tasks_setting is not None else "")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)
+def _setup_checks(apps: list[str], tasks_setting: dict[str, Any] | None, then: str = "") -> subprocess.CompletedProcess[str]:
+    code = SETUP.format(apps=apps, tasks=f"TASKS={tasks_setting!r}, " if tasks_setting is not None else "", then=then)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
 
 
-def test_the_app_without_tasks_is_a_check_error():
-    found = _setup_checks(["django.contrib.contenttypes", "django_redisq"], None)
+def _found(done: subprocess.CompletedProcess[str]) -> list[list[str]]:
+    assert done.stdout, done.stderr
+    return json.loads(done.stdout.splitlines()[0])
+
+
+def test_the_app_without_tasks_is_a_check_error_not_a_traceback():
+    done = _setup_checks(["django.contrib.contenttypes", "django_redisq"], None)
+    assert done.returncode == 0, done.stderr
+    found = _found(done)
     assert [m[0] for m in found] == ["django_redisq.E081"]
     assert "TASKS is not set: Django's default backend runs every task inline" in found[0][1]
     assert '"BACKEND": "django_redisq.backend.RedisQueueBackend"' in found[0][2]
 
 
-def test_our_backend_without_the_app_is_a_check_error():
-    ours = {"default": {"BACKEND": "django_redisq.backend.RedisQueueBackend", "OPTIONS": {"REDIS_URL": "redis://127.0.0.1:1/0"}}}
-    found = _setup_checks(["django.contrib.contenttypes"], ours)
+def test_our_backend_without_the_app_is_a_check_error_and_refused_at_enqueue():
+    ours = {"default": {"BACKEND": "django_redisq.backend.RedisQueueBackend", "QUEUES": ["default", "emails"],
+                        "OPTIONS": {"REDIS_URL": "redis://127.0.0.1:1/0"}}}
+    done = _setup_checks(["django.contrib.contenttypes"], ours, then="tasks.noop.delay(1)")
+    found = _found(done)
     assert [m[0] for m in found] == ["django_redisq.E082"]
     assert "`manage.py runworker` is an unknown command" in found[0][1] and found[0][2] == 'Add "django_redisq" to INSTALLED_APPS.'
-    assert _setup_checks(["django.contrib.contenttypes", "django_redisq"], ours) == []
+    assert done.stderr.rstrip().endswith(
+        "ImproperlyConfigured: TASKS['default'] uses django_redisq's RedisQueueBackend, but django_redisq is not in "
+        "INSTALLED_APPS: no worker could run its tasks (`manage.py runworker` is an unknown command). "
+        'Add "django_redisq" to INSTALLED_APPS.'), done.stderr
+    done = _setup_checks(["django.contrib.contenttypes", "django_redisq"], ours)
+    assert done.returncode == 0 and _found(done) == [], done.stderr
 
 
 # -- in the worker's log ---------------------------------------------------------------------------

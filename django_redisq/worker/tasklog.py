@@ -11,8 +11,10 @@ second. So, on the ``django_redisq.tasks`` logger:
   ``bad_arguments``, ``cancelled``...): one WARNING line at once with the
   task, id, reason, the error's message and a hint (``HINTS``), then the
   traceback of a task that raised;
-* a success: a DEBUG line (``runworker -v 2``, or that logger at DEBUG in
-  ``LOGGING``); when DEBUG is off it costs a counter, not a log record;
+* a success: one INFO line on the ``django_redisq.tasks.success`` logger,
+  opt-in (``runworker -v 2``, or that logger named at INFO in ``LOGGING``;
+  apps.py sets it to WARNING otherwise); when off it costs a counter, not a
+  log record;
 * every ``SUMMARY_EVERY`` seconds in which tasks were settled: one INFO line
   with the counts per outcome, the rate and the slowest task of the window;
   the last window's line is written when the worker stops.
@@ -27,9 +29,11 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+from django_redisq.apps import SUCCESS_LOGGER
 from django_redisq.worker.outcome import DEAD
 
 task_log = logging.getLogger("django_redisq.tasks")
+success_log = logging.getLogger(SUCCESS_LOGGER)
 
 HINTS: dict[str, str] = {
     "failed": "out of retries; fix the cause, then `manage.py redisq dead replay <id>`",
@@ -68,7 +72,7 @@ class TaskLog:
 
     def settled(self, batch: Sequence[tuple[Any, Any]]) -> None:
         """Log ``(delivery, outcome)`` pairs: failures now, successes in the window (and at DEBUG if enabled)."""
-        each = task_log.isEnabledFor(logging.DEBUG)
+        each = success_log.isEnabledFor(logging.INFO)
         kinds: Counter[str] = Counter()
         slowest = (0.0, "", "")
         for d, o in batch:
@@ -78,7 +82,7 @@ class TaskLog:
             if o.failed or o.kind == DEAD:
                 self._line(logging.WARNING, d, o)
             elif each:
-                self._line(logging.DEBUG, d, o)
+                self._line(logging.INFO, d, o, success_log)
         with self._lock:
             self._kinds.update(kinds)
             if slowest[0] > self._slowest[0]:
@@ -102,7 +106,7 @@ class TaskLog:
                       total, seconds, total / seconds, parts, slowest[1], slowest[2], slowest[0] * 1000)
 
     @staticmethod
-    def _line(level: int, d: Any, o: Any) -> None:
+    def _line(level: int, d: Any, o: Any, logger: logging.Logger = task_log) -> None:
         detail = ""
         if o.kind == DEAD:
             message = " ".join(str(o.error.get("msg") or "").split())
@@ -111,7 +115,7 @@ class TaskLog:
             detail += f"; hint: {HINTS[o.reason]}" if o.reason in HINTS else ""
         elif o.kind == "retry":
             detail = f" retry_in={o.delay_ms}ms"
-        task_log.log(
+        logger.log(
             level, "task %s id=%s queue=%s attempt=%d outcome=%s duration=%.1fms%s%s",
             o.task_name or getattr(d, "task", "") or "?", d.id, d.queue, d.deliveries, o.kind, o.duration * 1000, detail,
             "\n" + str(o.error.get("tb") or "").rstrip() if o.failed else "",

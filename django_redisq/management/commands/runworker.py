@@ -14,6 +14,7 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from django_redisq.apps import SUCCESS_LOGGER
 from django_redisq.compat import LOGGER_NAME
 from django_redisq.exceptions import RedisUnavailable
 from django_redisq.management.commands._args import memory, port, positive
@@ -210,6 +211,8 @@ class Command(BaseCommand):
             logging.getLogger(LOGGER_NAME).setLevel(logging.CRITICAL)
         log = logging.getLogger("django_redisq")
         log.setLevel(LEVELS.get(verbosity, logging.INFO))
+        if verbosity >= 2:  # -v 2: a line per successful task too (apps.py keeps it off by default)
+            logging.getLogger(SUCCESS_LOGGER).setLevel(logging.INFO)
         if not log.handlers and not logging.getLogger().handlers:
             self.handler = BatchedStderrHandler()
             self.handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
