@@ -67,6 +67,15 @@ VALIDATED_MAX = 512
 """Task objects a backend remembers as validated (``_validated``)."""
 
 
+def _arity(sig: inspect.Signature) -> tuple[inspect.Signature, int, int]:
+    """``sig`` and how many positional arguments alone bind to it (least, most); (sig, 1, 0) when no count says it."""
+    plain = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    params = list(sig.parameters.values())
+    if not all(p.kind in plain for p in params):
+        return sig, 1, 0  # *args, **kwargs or keyword-only parameters: bind() decides
+    return sig, sum(p.default is p.empty for p in params), len(params)
+
+
 class RedisQueueBackend(BaseTaskBackend):
     """Tasks stored in Redis and run by ``manage.py runworker``.
 
@@ -90,7 +99,7 @@ class RedisQueueBackend(BaseTaskBackend):
         self.params = params
         self._valid: dict[int, Task] = {}  # id -> the task objects validate_task passed (Tasks are immutable)
         self._enqueueing: set[int] = set()  # ids of tasks validate_task checks for an enqueue (none lenient)
-        self._signatures: dict[Any, inspect.Signature] = {}  # task function -> its signature, to bind each call
+        self._signatures: dict[Any, tuple[inspect.Signature, int, int]] = {}  # task function -> _arity(its signature)
 
     def _validated(self, task: Task) -> None:
         """``validate_task`` once per task object: ``.delay()`` on a module-level task pays for it once, not per call.
@@ -127,11 +136,14 @@ class RedisQueueBackend(BaseTaskBackend):
 
     def _bind(self, task: Task, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
         """``InvalidArguments`` (a ``TypeError``) for a call that can never run: the arguments do not fit the function."""
-        sig = self._signatures.get(task.func)
-        if sig is None:
+        found = self._signatures.get(task.func)
+        if found is None:
             if len(self._signatures) >= VALIDATED_MAX:
                 self._signatures.clear()
-            sig = self._signatures[task.func] = inspect.signature(task.func)
+            found = self._signatures[task.func] = _arity(inspect.signature(task.func))
+        sig, least, most = found
+        if not kwargs and least <= len(args) + task.takes_context <= most:
+            return  # positional arguments only, to a function of plain parameters: their count says it all
         try:
             if task.takes_context:
                 sig.bind(None, *args, **kwargs)
