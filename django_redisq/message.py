@@ -86,18 +86,20 @@ def encode_arguments(args: Any, kwargs: Any, limit: int) -> tuple[list[Any], dic
 
     if args.__class__ in (tuple, list) and kwargs.__class__ is dict and _flat(args) and _flat_kwargs(kwargs):
         return _encode_flat(list(args), dict(kwargs), limit)
-    if found := _binary(args) or _binary(kwargs):
-        arrives = {"bytes": "a str", "bytearray": "a list of ints"}.get(found, "an error in the worker")
-        raise InvalidArguments(
-            f"task arguments must be JSON values, and a {found} value is not one (it would arrive as {arrives}). "
-            "Pass text (data.decode(), or base64 for binary data), or store the data elsewhere and pass its id."
-        )
     try:
+        if found := _binary(args) or _binary(kwargs):
+            arrives = {"bytes": "a str", "bytearray": "a list of ints"}.get(found, "an error in the worker")
+            raise InvalidArguments(
+                f"task arguments must be JSON values, and a {found} value is not one (it would arrive as {arrives}). "
+                "Pass text (data.decode(), or base64 for binary data), or store the data elsewhere and pass its id."
+            )
         args, kwargs = normalize_json(list(args)), normalize_json(dict(kwargs))
         text = _dumps([args, kwargs])
         size = len(text.encode("utf-8"))  # also refuses lone surrogates, which Redis cannot store as text
     except RecursionError:
         raise InvalidArguments("task arguments are nested too deeply to encode as JSON; flatten them or pass an id.") from None
+    except InvalidArguments:
+        raise
     except (TypeError, ValueError) as exc:
         raise InvalidArguments(
             f"task arguments must be JSON values (str, int, float, bool, None, list, dict with str keys): {exc}. "
