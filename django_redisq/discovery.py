@@ -10,9 +10,10 @@ then dead-lettered as ``unknown_task`` by every worker, so the backend asks
 
 What a worker imports is the modules ``load`` names and what they import in
 turn: ``Reach`` follows, from each of them, the modules, functions, classes and
-tasks in its namespace to the modules that define them (the project's own
-modules, not the standard library or installed packages, whose tasks modules
-are found as apps). It is computed once per process and set of imports; after
+tasks in its namespace to the modules that define them, and on from those
+that are the project's (in an app's package, or outside the standard library
+and site-packages: a project installed as a package is followed within its
+apps' packages). It is computed once per process and set of imports; after
 that ``covers`` is a set lookup.
 """
 
@@ -84,13 +85,14 @@ class Reach:
         self.roots = roots(self.imports)
         seen: set[str] = set()
         stack = list(self.roots)
+        packages = {name.split(".", 1)[0] for name in self.roots}  # the apps' own, wherever they are installed
         while stack:
             name = stack.pop()
             if name in seen:
                 continue
             seen.add(name)
             module = sys.modules.get(name)
-            if module is None or not _project(module):
+            if module is None or not (name.split(".", 1)[0] in packages or _project(module)):
                 continue
             for value in list(vars(module).values()):
                 found = _defined_in(value)

@@ -97,6 +97,15 @@ def test_a_task_a_tasks_module_imports_from_elsewhere_is_accepted(r):
     chaos_tasks.effects_store  # noqa: B018 - the module is reached through tasks.py's namespace
 
 
+def test_a_project_installed_as_a_package_is_followed_within_its_apps_packages(monkeypatch):
+    """Deployed with pip (into site-packages), a project's modules are still followed from its apps' tasks modules."""
+    from django_redisq import discovery
+
+    monkeypatch.setattr(discovery, "_LIBRARY_DIRS", (str(ROOT / "tests"),))  # as if tests/ were installed
+    reach = discovery.Reach()
+    assert reach.covers("tests.testapp.chaos_tasks") and not reach.covers("tests.testapp.jobs")
+
+
 def test_runworker_imports_the_modules_of_imports(r):
     sys.modules.pop("tests.testapp.jobs", None)
     try:
