@@ -43,6 +43,22 @@ TESTING = DOCS / "howto" / "testing.md"  # its blocks test the tutorial's projec
 GUIDES = sorted({*DOCS.glob("howto/*.md"), *DOCS.glob("reference/*.md"), *DOCS.glob("migrating/*.md")} - {TESTING})
 
 
+@pytest.fixture(autouse=True)
+def _forget_example_tasks() -> Any:
+    """Tasks a page's block defined (exec'd, or stubs named after its paths) leave the registry after the test.
+
+    Their modules cannot be imported, and a process-pool child imports the module of
+    every registered task: left behind, they stopped later tests' children from starting.
+    """
+    from django_redisq.task import _registry
+
+    before = set(_registry)
+    yield
+    for path in set(_registry) - before:
+        if _registry[path].func.__module__ not in sys.modules:
+            del _registry[path]
+
+
 def blocks(page: Path, lang: str = "python") -> list[tuple[str, str, int]]:
     """(title, code, line) of every fenced block of ``lang`` in ``page``, tabs' indented blocks included."""
     text = page.read_text()
