@@ -37,7 +37,7 @@ $(OLDEST_STAMP): pyproject.toml
 	@touch $(OLDEST_STAMP)
 
 demo: $(DEMO_STAMP)
-	cd example_project && $(abspath $(PY)) manage.py demo
+	cd example_project && DEMO_FROM=$(CURDIR) $(abspath $(PY)) manage.py demo
 
 test: $(STAMP)
 	$(PY) -m pytest --durations=15

@@ -1641,7 +1641,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--pools", default=",".join(POOL_NAMES), help="execution pools the pools section measures (default: all)")
     ap.add_argument("--drain-n", type=int, default=None, help="tasks queued before each drain (default 20000)")
     ap.add_argument("--worker-verbosity", type=int, default=None,
-                    help="runworker -v (default: its own default, 1, which logs one line per task)")
+                    help="runworker -v (default: its own, 1; 2 adds a line per successful task)")
     ap.add_argument("--worker-arg", action="append", default=None, metavar="ARGS",
                     help="more runworker arguments, e.g. --worker-arg=--metrics-port=9808 (repeatable)")
     ap.add_argument("--worker-queues", default=None, metavar="QUEUES",

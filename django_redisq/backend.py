@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import inspect
 import json
 import secrets
 from collections.abc import Iterable, Sequence
 from functools import cached_property
+from importlib import import_module
 from typing import Any
 
+from django.apps import apps
+from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
-from django.utils.module_loading import autodiscover_modules
 
-from django_redisq import partitions
+from django_redisq import discovery, partitions
 from django_redisq.clock import ms_to_datetime
 from django_redisq.compat import (
     DEFAULT_TASK_BACKEND_ALIAS,
@@ -29,7 +32,7 @@ from django_redisq.compat import (
     task_backends,
     task_enqueued,
 )
-from django_redisq.conf import build_options, check_errors
+from django_redisq.conf import TOP_LEVEL, build_options, check_errors
 from django_redisq.exceptions import InvalidArguments, TaskNotFound
 from django_redisq.limits import task_limits
 from django_redisq.message import OVERRIDES, encode_arguments
@@ -42,7 +45,7 @@ from django_redisq.store.broker import Broker
 from django_redisq.store.priority import stored_priority
 from django_redisq.store.records import stored_errors
 from django_redisq.store.replies import Enqueued
-from django_redisq.task import RedisTask, get_registered
+from django_redisq.task import RedisTask, get_registered, plain_signature
 
 # The one table from our task states to Django's statuses.
 STATE_TO_STATUS: dict[str, TaskResultStatus] = {
@@ -55,9 +58,22 @@ STATE_TO_STATUS: dict[str, TaskResultStatus] = {
 }
 
 
+NOT_INSTALLED = ("{where} uses django_redisq's RedisQueueBackend, but django_redisq is not in INSTALLED_APPS: "
+                 "no worker could run its tasks (`manage.py runworker` is an unknown command).")
+"""Check E082, and what an enqueue raises then."""
+
 ID_START = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
 VALIDATED_MAX = 512
 """Task objects a backend remembers as validated (``_validated``)."""
+
+
+def _arity(sig: inspect.Signature) -> tuple[inspect.Signature, int, int]:
+    """``sig`` and how many positional arguments alone bind to it (least, most); (sig, 1, 0) when no count says it."""
+    plain = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    params = list(sig.parameters.values())
+    if not all(p.kind in plain for p in params):
+        return sig, 1, 0  # *args, **kwargs or keyword-only parameters: bind() decides
+    return sig, sum(p.default is p.empty for p in params), len(params)
 
 
 class RedisQueueBackend(BaseTaskBackend):
@@ -82,6 +98,8 @@ class RedisQueueBackend(BaseTaskBackend):
         super().__init__(alias, params)
         self.params = params
         self._valid: dict[int, Task] = {}  # id -> the task objects validate_task passed (Tasks are immutable)
+        self._enqueueing: set[int] = set()  # ids of tasks validate_task checks for an enqueue (none lenient)
+        self._signatures: dict[Any, tuple[inspect.Signature, int, int]] = {}  # task function -> _arity(its signature)
 
     def _validated(self, task: Task) -> None:
         """``validate_task`` once per task object: ``.delay()`` on a module-level task pays for it once, not per call.
@@ -92,10 +110,47 @@ class RedisQueueBackend(BaseTaskBackend):
         call, and the list is emptied when it reaches ``VALIDATED_MAX``.
         """
         if self._valid.get(id(task)) is not task:
-            self.validate_task(task)
+            if not apps.is_installed("django_redisq"):  # check E082, which runs only if django.tasks was imported before it
+                raise ImproperlyConfigured(NOT_INSTALLED.format(where=f"TASKS[{self.alias!r}]") + ' Add "django_redisq" to INSTALLED_APPS.')
+            self.conf  # noqa: B018 - ImproperlyConfigured, with every problem, before the task's own checks
+            self._enqueueing.add(id(task))
+            try:
+                self.validate_task(task)
+            finally:
+                self._enqueueing.discard(id(task))
+            self._findable(task)
             if len(self._valid) >= VALIDATED_MAX:
                 self._valid.clear()
             self._valid[id(task)] = task
+
+    @cached_property
+    def reach(self) -> discovery.Reach:
+        """The modules a worker of this backend imports (the apps' ``tasks`` and ``IMPORTS``), found once."""
+        return discovery.Reach(discovery.imports_of(self.params))
+
+    def _findable(self, task: Task) -> None:
+        """``InvalidTask`` for a task whose module no worker imports: it would be dead-lettered as unknown_task."""
+        module = getattr(task.func, "__module__", None) or ""
+        if not self.reach.covers(module):
+            raise InvalidTask(self.reach.refusal(task.module_path, module, self.alias))
+
+    def _bind(self, task: Task, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
+        """``InvalidArguments`` (a ``TypeError``) for a call that can never run: the arguments do not fit the function."""
+        found = self._signatures.get(task.func)
+        if found is None:
+            if len(self._signatures) >= VALIDATED_MAX:
+                self._signatures.clear()
+            found = self._signatures[task.func] = _arity(inspect.signature(task.func))
+        sig, least, most = found
+        if not kwargs and least <= len(args) + task.takes_context <= most:
+            return  # positional arguments only, to a function of plain parameters: their count says it all
+        try:
+            if task.takes_context:
+                sig.bind(None, *args, **kwargs)
+            else:
+                sig.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise InvalidArguments(f"{task.module_path}{plain_signature(sig)} cannot be called with these arguments: {exc}.") from None
 
     @cached_property
     def conf(self) -> Options:
@@ -111,14 +166,43 @@ class RedisQueueBackend(BaseTaskBackend):
         return abroker.AsyncBroker(self.broker)
 
     def check(self, **kwargs: Any) -> list[Any]:
+        from django.core.checks import Error
+
         from django_redisq import schedules
 
         where = f"TASKS[{self.alias!r}]"
-        return check_errors(self.alias, self.params, obj=where) + schedules.check_errors(self.alias, self.params, obj=where)
+        errors = check_errors(self.alias, self.params, obj=where) + schedules.check_errors(self.alias, self.params, obj=where)
+        if not apps.is_installed("django_redisq"):
+            errors.append(Error(NOT_INSTALLED.format(where=where), hint='Add "django_redisq" to INSTALLED_APPS.',
+                                obj=where, id="django_redisq." + "E082"))
+        for module in discovery.imports_of(self.params):
+            try:
+                import_module(module)
+            except Exception as exc:  # noqa: BLE001 - a check reports, never raises
+                errors.append(Error(
+                    f"{where}['OPTIONS']['IMPORTS'] names {module!r}, which cannot be imported: {type(exc).__name__}: {exc}",
+                    hint="Give the dotted path of a module on the worker's Python path (e.g. \"shop.jobs\"), or remove it.",
+                    obj=where, id="django_redisq." + "E083"))
+        return errors
+
+    def validate_task(self, task: Task) -> None:
+        """Django's checks of a task; at its definition, none that a misspelled key of ``TASKS[alias]`` caused.
+
+        With ``QUEUE`` written for ``QUEUES``, ``@task(queue_name="emails")`` would raise
+        ``InvalidTask`` while its module is imported (a URL import during ``check``: a
+        traceback). Then the check reports the key (E080), and an enqueue raises it.
+        """
+        try:
+            super().validate_task(task)
+        except InvalidTask:
+            if set(self.params) - set(TOP_LEVEL) and id(task) not in self._enqueueing:
+                return
+            raise
 
     # -- enqueue ---------------------------------------------------------
 
     def _prepare(self, task: Task, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[TaskResult, tuple[str, str, str, int, str, int, str]]:
+        self._bind(task, args, kwargs)
         args, kwargs, _ = encode_arguments(args, kwargs, self.conf.max_message_bytes)
         task_id = secrets.token_urlsafe(24)  # 32 characters, 192 random bits
         if task_id[0] == "-":  # an id a shell command line would take for an option (redisq dead show -x...)
@@ -285,8 +369,8 @@ class RedisQueueBackend(BaseTaskBackend):
         """The Task object for a stored path; never anything but a Task."""
         found: Any = get_registered(path)
         if found is None:
-            # never import a path read from Redis: load the apps' tasks modules, then look again
-            autodiscover_modules("tasks")
+            # never import a path read from Redis: load the modules a worker loads, then look again
+            discovery.load(discovery.imports_of(self.params))
             found = get_registered(path)
         if not isinstance(found, Task):
             raise InvalidTask(f"task {path!r} is not a registered task (not in an installed app's tasks module?)")

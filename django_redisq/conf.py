@@ -7,7 +7,10 @@ errors. Nothing here talks to Redis.
 from __future__ import annotations
 
 import math
+import re
 import tempfile
+from collections.abc import Iterable
+from difflib import get_close_matches
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -37,7 +40,19 @@ CONNECTION_KEYS = ("REDIS_URL", "CACHE_ALIAS", "EMBEDDED", "EMBEDDED_PATH", "CLU
 KNOWN = set(TUNABLES) | set(GLOBALS) | set(CONNECTION_KEYS) | set(QUEUE_LIMITS) | {"KEY_PREFIX", "QUEUE_OPTIONS", "SCHEDULES", "HEALTH"}
 KNOWN |= {"WORKERS"}  # named worker profiles (profiles.py)
 KNOWN |= {"DURABLE_REPLICAS", "DURABLE_TIMEOUT"}  # durable mode (store/durable.py)
+KNOWN |= {"IMPORTS"}  # modules a worker imports besides the apps' tasks modules (discovery.py)
+TOP_LEVEL = ("BACKEND", "QUEUES", "OPTIONS")
+"""The keys of ``TASKS[alias]`` Django reads; any other is a misspelling (``QUEUE``) or an option put one level too high."""
 SETTINGS_HINT = "See the settings reference: https://django-redisq.readthedocs.io/en/latest/reference/settings/"
+
+
+MODULE_RE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+
+
+def did_you_mean(key: Any, known: Iterable[str]) -> str:
+    """``" (did you mean 'QUEUES'?)"`` for a key close to a known one, else ''."""
+    close = get_close_matches(key.upper(), sorted(known), n=1, cutoff=0.6) if isinstance(key, str) else []
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _check_number(name: str, value: Any, kind: type, minimum: float, where: str) -> str | None:
@@ -64,6 +79,10 @@ def validate(alias: str, params: Any) -> list[tuple[str, str, str]]:
 def _problems(alias: str, params: Any) -> list[tuple[str, str, str]]:
     problems: list[tuple[str, str, str]] = []
     where = f"TASKS[{shown(alias)}]"
+    for key in sorted(set(params) - set(TOP_LEVEL), key=str) if isinstance(params, dict) else ():
+        problems.append(("E080", f"{where} has an unknown key {shown(key)}{did_you_mean(key, TOP_LEVEL)}.",
+                         "The keys of a TASKS entry are BACKEND, QUEUES and OPTIONS; django_redisq's options go in OPTIONS"
+                         + (f" (OPTIONS[{key!r}])." if key in KNOWN else ".")))
     queues = params.get("QUEUES", ["default"]) if isinstance(params, dict) else None
     if not isinstance(queues, (list, tuple, set)) or not queues:
         problems.append(("E001", f"{where}['QUEUES'] must be a non-empty list of queue names.",
@@ -77,9 +96,13 @@ def _problems(alias: str, params: Any) -> list[tuple[str, str, str]]:
     if not isinstance(opts, dict):
         return [*problems, ("E003", f"{where}['OPTIONS'] must be a dict, got {type(opts).__name__}.", SETTINGS_HINT)]
     w = f"{where}['OPTIONS']"
-    for key in sorted(set(opts) - KNOWN):
-        problems.append(("E004", f"{w} has an unknown option {key!r}.",
+    for key in sorted(set(opts) - KNOWN, key=str):
+        problems.append(("E004", f"{w} has an unknown option {key!r}{did_you_mean(key, KNOWN)}.",
                          f"Known options: {', '.join(sorted(KNOWN))}."))
+    imports = opts.get("IMPORTS", [])
+    if not isinstance(imports, (list, tuple)) or not all(isinstance(m, str) and MODULE_RE.match(m) for m in imports):
+        problems.append(("E019", f"{w}['IMPORTS'] must be a list of dotted module paths, got {shown(imports)}.",
+                         'For example ["shop.jobs"]: a worker imports each, besides the tasks.py of every installed app.'))
     chosen = [k for k in ("REDIS_URL", "CACHE_ALIAS", "EMBEDDED") if opts.get(k)]
     if len(chosen) > 1:
         problems.append(("E005", f"{w} sets {' and '.join(chosen)}; choose one connection.",

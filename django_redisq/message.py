@@ -75,19 +75,31 @@ def _check_overrides(value: Any) -> dict[str, Any]:
 def encode_arguments(args: Any, kwargs: Any, limit: int) -> tuple[list[Any], dict[str, Any], int]:
     """Check that arguments survive JSON unchanged; ``InvalidArguments`` says which does not.
 
-    Returns the arguments as they will arrive (tuples become lists) and the
-    encoded size in bytes.
+    Returns the arguments as they will arrive and the encoded size in bytes.
+    Two changes JSON would make are decided here: a tuple (or another sequence
+    that is not a str) arrives as a list with the same items, as Django's
+    ``normalize_json`` makes it; ``bytes``, ``bytearray`` and ``memoryview`` are
+    refused, where ``normalize_json`` would turn UTF-8 bytes into a ``str`` (and
+    a bytearray into a list of ints) the task would not expect.
     """
     from django_redisq.compat import normalize_json
 
     if args.__class__ in (tuple, list) and kwargs.__class__ is dict and _flat(args) and _flat_kwargs(kwargs):
         return _encode_flat(list(args), dict(kwargs), limit)
     try:
+        if found := _binary(args) or _binary(kwargs):
+            arrives = {"bytes": "a str", "bytearray": "a list of ints"}.get(found, "an error in the worker")
+            raise InvalidArguments(
+                f"task arguments must be JSON values, and a {found} value is not one (it would arrive as {arrives}). "
+                "Pass text (data.decode(), or base64 for binary data), or store the data elsewhere and pass its id."
+            )
         args, kwargs = normalize_json(list(args)), normalize_json(dict(kwargs))
         text = _dumps([args, kwargs])
         size = len(text.encode("utf-8"))  # also refuses lone surrogates, which Redis cannot store as text
     except RecursionError:
         raise InvalidArguments("task arguments are nested too deeply to encode as JSON; flatten them or pass an id.") from None
+    except InvalidArguments:
+        raise
     except (TypeError, ValueError) as exc:
         raise InvalidArguments(
             f"task arguments must be JSON values (str, int, float, bool, None, list, dict with str keys): {exc}. "
@@ -101,6 +113,17 @@ def encode_arguments(args: Any, kwargs: Any, limit: int) -> tuple[list[Any], dic
             "Use str keys and JSON values only."
         )
     return back_args, back_kwargs, size
+
+
+def _binary(value: Any) -> str:
+    """The type name of the first bytes-like value in arguments (in lists, tuples and dicts, keys too), or ''."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return type(value).__name__
+    if isinstance(value, dict):
+        return next((found for k, v in value.items() if (found := _binary(k) or _binary(v))), "")
+    if isinstance(value, (list, tuple)):
+        return next((found for v in value if (found := _binary(v))), "")
+    return ""
 
 
 def _within(size: int, limit: int) -> None:

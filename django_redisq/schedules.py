@@ -270,8 +270,26 @@ class Problem:
     hint: str
 
 
+def _unfit(task: Any, args: Any, kwargs: dict[str, Any]) -> tuple[str, str] | None:
+    """(the signature, why) when a call with ``args`` / ``kwargs`` could not run ``task``, as the worker binds it."""
+    import inspect
+
+    try:
+        sig = inspect.signature(task.func)
+    except (TypeError, ValueError):
+        return None
+    tick = {TICK_KWARG: ""} if TICK_KWARG in sig.parameters else {}  # the worker adds it (ticks.py)
+    try:
+        sig.bind(*([None] if task.takes_context else []), *args, **kwargs, **tick)
+    except TypeError as exc:
+        from django_redisq.task import plain_signature
+
+        return plain_signature(sig), str(exc)
+    return None
+
+
 def build(name: str, entry: Any, queues: tuple[str, ...], default_tz: str, find_task: Callable[[str], Any]) -> tuple[Schedule | None, list[Problem]]:
-    """A Schedule from one entry, or None and every problem with it (ids E020-E027)."""
+    """A Schedule from one entry, or None and every problem with it (ids E020-E028)."""
     where = f"SCHEDULES[{name!r}]"
     if not isinstance(name, str) or not NAME_RE.match(name):
         return None, [Problem("E020", f"{where}: a schedule name must be 1-100 letters, digits, '_', '-' or '.'.", "Rename the schedule.")]
@@ -307,6 +325,7 @@ def build(name: str, entry: Any, queues: tuple[str, ...], default_tz: str, find_
     if task is not None and queue not in queues:
         problems.append(Problem("E026", f"{where}: queue {queue!r} is not in QUEUES {list(queues)}.", "Add it to QUEUES or set queue_name."))
     args, kwargs = entry.get("args", []), entry.get("kwargs", {})
+    unfit: tuple[str, str] | None = None
     catch_up, overlap = entry.get("catch_up", "latest"), entry.get("allow_overlap", True)
     if not isinstance(args, (list, tuple)) or not isinstance(kwargs, dict) or any(not isinstance(k, str) for k in kwargs):
         problems.append(Problem("E027", f"{where}: args must be a list and kwargs a dict with str keys.", "Use JSON values."))
@@ -317,6 +336,11 @@ def build(name: str, entry: Any, queues: tuple[str, ...], default_tz: str, find_
             encode_arguments(args, kwargs, 1 << 20)
         except Exception as exc:  # noqa: BLE001 - InvalidArguments says what does not encode
             problems.append(Problem("E027", f"{where}: {exc}", "Use JSON values."))
+        else:
+            unfit = _unfit(task, args, kwargs) if task is not None else None
+        if task is not None and unfit:
+            problems.append(Problem("E028", f"{where}: args {list(args)!r} and kwargs {kwargs!r} do not fit {path}{unfit[0]}: {unfit[1]}.",
+                                    "Give the arguments the task takes; otherwise every tick's task is dead-lettered as bad_arguments."))
     if catch_up not in CATCH_UP:
         problems.append(Problem("E027", f"{where}: catch_up must be one of {', '.join(CATCH_UP)}, got {catch_up!r}.", 'The default is "latest".'))
     if not isinstance(overlap, bool):

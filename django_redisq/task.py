@@ -7,6 +7,7 @@ arbitrary function.
 
 from __future__ import annotations
 
+import inspect
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -28,6 +29,13 @@ USING_OPTIONS = frozenset({"max_retries", "max_attempts", "backoff", "backoff_ba
 
 _registry: dict[str, RedisTask] = {}
 _registry_lock = threading.Lock()
+
+
+def _tasks_configured() -> bool:
+    """Whether the project sets ``TASKS`` (else Django's default backend, which E081 reports when our app is installed)."""
+    from django.conf import settings
+
+    return bool(settings.is_overridden("TASKS"))  # type: ignore[misc]
 
 
 def _as_exceptions(value: Any, name: str) -> tuple[type[BaseException], ...]:
@@ -62,7 +70,14 @@ class RedisTask(Task):
     rate_limit: str | None = None  # at most this many starts per period, fleet-wide: "10/s", "100/m"
 
     def __post_init__(self) -> None:
-        Task.__post_init__(self)  # zero-argument super() does not work in slotted dataclasses
+        try:
+            Task.__post_init__(self)  # zero-argument super() does not work in slotted dataclasses
+        except InvalidTask:
+            if _tasks_configured():
+                raise
+            # TASKS not set: Django's default backend refused the task (a queue_name it does not know)
+            # while its module is imported, often during `check` (a traceback); the setup is the
+            # mistake, which the system check django_redisq.E081 names
         attempts = self.max_attempts
         if attempts is not None:
             if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
@@ -147,6 +162,12 @@ class RedisTask(Task):
             if not isinstance(key, str) or not 0 < len(key) <= 200:
                 raise InvalidTask(f"idempotency_key() must return a string of 1-200 characters, got {key!r}.")
         return key
+
+
+def plain_signature(sig: inspect.Signature) -> str:
+    """``(a, b=2, *, c)``: a signature without its annotations, as an error message shows it."""
+    return str(sig.replace(parameters=[p.replace(annotation=p.empty) for p in sig.parameters.values()],
+                           return_annotation=sig.empty))
 
 
 def get_registered(path: str) -> RedisTask | None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import os
 import socket
 import sys
@@ -257,11 +258,16 @@ GARBAGE: list[tuple[str, Any, str]] = [
 
 
 @pytest.mark.parametrize(("msg", "reason"), [(m, r) for _, m, r in GARBAGE], ids=[n for n, _, _ in GARBAGE])
-def test_garbage_in_the_queue_is_dead_lettered_with_its_reason(r, make_worker, msg, reason):
+def test_garbage_in_the_queue_is_dead_lettered_with_its_reason(r, make_worker, msg, reason, caplog):
     CANARY.unlink(missing_ok=True)
     push(r, "bad-1", msg)
     good = tasks.noop.enqueue(7)  # queued behind the bad one: the worker must survive to run it
-    run = drain(make_worker)
+    with caplog.at_level(logging.WARNING, logger="django_redisq.tasks"):
+        run = drain(make_worker)
+    # the worker says so at once, in one WARNING line with the task, the id, the reason and what to do
+    lines = [rec.getMessage() for rec in caplog.records if rec.levelno == logging.WARNING and "id=bad-1 " in rec.getMessage()]
+    assert len(lines) == 1 and "\n" not in lines[0], lines
+    assert lines[0].startswith("task ") and f" reason={reason}" in lines[0] and "; hint: " in lines[0], lines[0]
     assert run.crashed == [] and run.finished
     assert dead_reason(r, "bad-1") == reason
     assert settled_behind(r, good.id)

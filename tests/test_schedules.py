@@ -105,28 +105,32 @@ def test_the_tick_text_is_iso_in_the_schedules_zone():
 # -- settings checks ----------------------------------------------------------
 
 TASK = "tests.testapp.tasks.on_tick"
+KEY = {"key": "k"}  # on_tick's one argument without a default
 
 
 @pytest.mark.parametrize(
     ("entry", "expected"),
     [
         ({"task": TASK, "every": 60, "kwargs": {"key": "k"}}, []),
-        ({"task": TASK, "every": 60, "colour": "red"}, ["E021"]),
-        ({"task": TASK}, ["E022"]),
-        ({"task": TASK, "every": 60, "cron": "* * * * *"}, ["E022"]),
-        ({"task": TASK, "cron": "61 * * * *"}, ["E023"]),
-        ({"task": TASK, "cron": "* * * *"}, ["E023"]),
-        ({"task": TASK, "cron": "@sometimes"}, ["E023"]),
-        ({"task": TASK, "every": 0.5}, ["E023"]),
-        ({"task": TASK, "every": "60"}, ["E023"]),
-        ({"task": TASK, "every": 60, "timezone": "Mars/Olympus"}, ["E024"]),
+        ({"task": TASK, "kwargs": KEY, "every": 60, "colour": "red"}, ["E021"]),
+        ({"task": TASK, "kwargs": KEY}, ["E022"]),
+        ({"task": TASK, "kwargs": KEY, "every": 60, "cron": "* * * * *"}, ["E022"]),
+        ({"task": TASK, "kwargs": KEY, "cron": "61 * * * *"}, ["E023"]),
+        ({"task": TASK, "kwargs": KEY, "cron": "* * * *"}, ["E023"]),
+        ({"task": TASK, "kwargs": KEY, "cron": "@sometimes"}, ["E023"]),
+        ({"task": TASK, "kwargs": KEY, "every": 0.5}, ["E023"]),
+        ({"task": TASK, "kwargs": KEY, "every": "60"}, ["E023"]),
+        ({"task": TASK, "kwargs": KEY, "every": 60, "timezone": "Mars/Olympus"}, ["E024"]),
         ({"task": "tests.testapp.tasks.nope", "every": 60}, ["E025"]),
         ({"task": "os.path.join", "every": 60}, ["E025"]),
-        ({"task": TASK, "every": 60, "queue_name": "elsewhere"}, ["E026"]),
-        ({"task": TASK, "every": 60, "catch_up": "sometimes"}, ["E027"]),
-        ({"task": TASK, "every": 60, "allow_overlap": "no"}, ["E027"]),
-        ({"task": TASK, "every": 60, "args": {"a": 1}}, ["E027"]),
+        ({"task": TASK, "kwargs": KEY, "every": 60, "queue_name": "elsewhere"}, ["E026"]),
+        ({"task": TASK, "kwargs": KEY, "every": 60, "catch_up": "sometimes"}, ["E027"]),
+        ({"task": TASK, "kwargs": KEY, "every": 60, "allow_overlap": "no"}, ["E027"]),
+        ({"task": TASK, "kwargs": KEY, "every": 60, "args": {"a": 1}}, ["E027"]),
         ({"task": TASK, "every": 60, "kwargs": {"when": datetime.now()}}, ["E027"]),
+        ({"task": TASK, "every": 60}, ["E028"]),  # on_tick(key, ...): every tick would be dead-lettered
+        ({"task": TASK, "every": 60, "args": ["k", "x", 1.0, "extra"]}, ["E028"]),
+        ({"task": "tests.testapp.tasks.add", "every": 60, "kwargs": {"a": 1, "c": 2}}, ["E028"]),
         ("not a dict", ["E020"]),
     ],
 )
@@ -179,7 +183,7 @@ def test_the_decorator_adds_a_schedule_the_settings_can_replace(r):
 
 def test_the_default_time_zone_is_djangos():
     with override_settings(TIME_ZONE="Asia/Tokyo"):
-        found, _ = schedules.load("default", ("default",), {"t": {"task": TASK, "cron": "0 3 * * *"}})
+        found, _ = schedules.load("default", ("default",), {"t": {"task": TASK, "cron": "0 3 * * *", "kwargs": KEY}})
     assert found[0].tz == ZoneInfo("Asia/Tokyo")
 
 

@@ -9,10 +9,15 @@ thread and a hard kill in a child follow the same rules.
 
 from __future__ import annotations
 
+import inspect
 import time
 import traceback
 from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
 from typing import Any
+
+import asgiref
 
 from django_redisq.backoff import call_backoff, compute_backoff
 from django_redisq.compat import Task
@@ -38,12 +43,32 @@ class Outcome:
     metadata: str | None = None  # the task's metadata as JSON, to save before settling; None: unchanged (metadata.py)
 
 
-def error_dict(exc: BaseException | None, message: str = "", exc_path: str = "") -> dict[str, Any]:
+_RUNNER_FILES = tuple(
+    str(Path(p).resolve().parent)
+    for p in (__file__, inspect.getfile(Task), asgiref.__file__)
+)
+"""Where the frames that call a task live: this package's worker, Django's ``Task.call``, asgiref's sync/async bridges."""
+
+
+def from_user_code(tb: TracebackType | None) -> TracebackType | None:
+    """``tb`` without its leading frames of the worker and the frameworks that call the task.
+
+    A task's traceback then starts at the task's own function, as when it is called
+    directly. One that never reached the user's code keeps its last frame.
+    """
+    while tb is not None and tb.tb_next is not None and tb.tb_frame.f_code.co_filename.startswith(_RUNNER_FILES):
+        tb = tb.tb_next
+    return tb
+
+
+def error_dict(exc: BaseException | None, message: str = "", exc_path: str = "", *, user_code: bool = False) -> dict[str, Any]:
+    """The stored error of an attempt; ``user_code``: a task's exception, whose traceback starts at the task (``from_user_code``)."""
     if exc is not None:
         kind = type(exc)
         exc_path = f"{kind.__module__}.{kind.__qualname__}"
         message = str(exc)
-        tb = "".join(traceback.format_exception(exc))
+        tb_start = from_user_code(exc.__traceback__) if user_code else exc.__traceback__
+        tb = "".join(traceback.format_exception(kind, exc, tb_start))
     else:
         tb = message
     if len(tb) > MAX_TRACEBACK:

@@ -296,7 +296,7 @@ class Runner:
             who = self._cancelled[a.d.id]
             exc.args = (f"{a.message.task} was cancelled{' by ' + who if who else ''} while running (ran {duration:.3g} s)",)
         # the result as this attempt leaves it (its error appended, FAILED), which a task's backoff function is given
-        error = error_dict(exc)
+        error = error_dict(exc, user_code=True)
         a.result.errors.append(TaskError(exception_class_path=error["exc"], traceback=error["tb"]))
         object.__setattr__(a.result, "status", TaskResultStatus.FAILED)
         object.__setattr__(a.result, "finished_at", _now())

