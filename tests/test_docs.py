@@ -45,22 +45,6 @@ TESTING = DOCS / "howto" / "testing.md"  # its blocks test the tutorial's projec
 GUIDES = sorted({*DOCS.glob("howto/*.md"), *DOCS.glob("reference/*.md"), *DOCS.glob("migrating/*.md")} - {TESTING})
 
 
-@pytest.fixture(autouse=True)
-def _forget_example_tasks() -> Any:
-    """Tasks a page's block defined (exec'd, or stubs named after its paths) leave the registry after the test.
-
-    Their modules cannot be imported, and a process-pool child imports the module of
-    every registered task: left behind, they stopped later tests' children from starting.
-    """
-    from django_redisq.task import _registry
-
-    before = set(_registry)
-    yield
-    for path in set(_registry) - before:
-        if _registry[path].func.__module__ not in sys.modules:
-            del _registry[path]
-
-
 def blocks(page: Path, lang: str = "python") -> list[tuple[str, str, int]]:
     """(title, code, line) of every fenced block of ``lang`` in ``page``, tabs' indented blocks included."""
     text = page.read_text()
@@ -264,17 +248,10 @@ def test_guide_block(title: str, code: str) -> None:
         for params in namespace["TASKS"].values():
             check_tasks(params)
     elif title.endswith("tasks.py"):
-        from django_redisq import schedules
-
         module = types.ModuleType("docs_examples_tasks")
         queues = ["default", *re.findall(r'queue_name="([\w.-]+)"', code)]  # as the guide's settings would list them
-        code_schedules = dict(schedules._code)
-        try:  # a block's @periodic adds a schedule from code for every later test: only while it runs
-            with override_settings(TASKS={"default": {"BACKEND": BACKEND, "QUEUES": queues, "OPTIONS": {"REDIS_URL": "redis://127.0.0.1:1/0"}}}):
-                exec(compile(tree, "tasks.py", "exec"), module.__dict__)  # type: ignore[arg-type]
-        finally:
-            schedules._code.clear()
-            schedules._code.update(code_schedules)
+        with override_settings(TASKS={"default": {"BACKEND": BACKEND, "QUEUES": queues, "OPTIONS": {"REDIS_URL": "redis://127.0.0.1:1/0"}}}):
+            exec(compile(tree, "tasks.py", "exec"), module.__dict__)  # type: ignore[arg-type]
         assert any(isinstance(v, RedisTask) for v in vars(module).values()), "a tasks.py block defines a task"
     elif tree is None:  # a fragment of TASKS[alias] ("QUEUES": ..., "OPTIONS": ...) or of its OPTIONS
         value = eval("{" + code + "\n}", {"timedelta": __import__("datetime").timedelta})
