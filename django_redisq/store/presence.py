@@ -100,16 +100,19 @@ class _Link:
 
     def dropped(self) -> bool:
         """Whether the server closed the link, or its answer to ``probe`` says it no longer is a master (a failover
-        demoted it): no round trip, one non-blocking read of the socket."""
+        demoted it): no round trip, one non-blocking read of the socket. An error reply (a busy or loading server)
+        says nothing either way: the link is kept, and asked again at the next beat."""
         if not dropped(self.conn):
             return False
         if not self.probing:
             return True  # closed, or something unasked
+        self.probing = False
         try:
             role = self.conn.read_response()
+        except redis.ResponseError:
+            return False
         except (redis.RedisError, OSError):
             return True
-        self.probing = False
         return not (role and _text(role[0]) == "master")
 
     def close(self) -> None:
@@ -144,28 +147,35 @@ class Presence:
         if link is None and not self.refused:
             try:
                 link = _Link(self.client, self.keys[queue])
-            except redis.ResponseError as exc:  # NOPERM: CLIENT or INFO refused for our user
-                self.refused = str(exc)
+                self.dirty = True
+            except redis.ResponseError as exc:
+                if refusal(exc):  # an ACL refuses CLIENT or INFO to our user: for good
+                    self.refused = str(exc)
+                else:  # BUSY, OOM, ...: the server cannot answer now; no proof until the next try
+                    logger.debug("presence link to %s not opened (%s)", where or "Redis", exc)
             except (redis.RedisError, OSError) as exc:  # unreachable now: no proof until the next try
                 logger.debug("presence link to %s not opened (%s)", where or "Redis", exc)
+            if where not in self.links:
+                self.dirty = True
             self.links[where] = link
-            self.dirty = True
         return link
 
     def check(self) -> bool:
-        """Look at every link without a round trip; reopen a dropped one. Whether all were fine and registered."""
-        ok = True
+        """Look at every link without a round trip; reopen a dropped one. False when one was dropped now (the
+        worker registers the new one at once); while a change is not registered yet, the links are not proven."""
+        dropped_now = False
         for where, link in list(self.links.items()):
             if link is not None and link.dropped():
                 link.close()
                 self.links[where] = None
-                ok = False
-        if not ok or self.dirty:
+                dropped_now = True
+        if dropped_now:
+            self.dirty = True
             for q in self.keys:
                 self._ensure(self._where(q), q)
-            self.dirty = True
             return False
-        self.seen_ok = time.monotonic()
+        if not self.dirty:
+            self.seen_ok = time.monotonic()
         return True
 
     def verify(self) -> None:
@@ -213,6 +223,15 @@ class Presence:
             if link is not None:
                 link.close()
         self.links.clear()
+
+
+def refusal(exc: BaseException) -> bool:
+    """Whether an error reply refuses the command for good (an ACL, a server without it), not for now (BUSY, OOM)."""
+    if isinstance(exc, redis.exceptions.NoPermissionError):
+        return True
+    text = str(exc).upper()
+    return isinstance(exc, redis.ResponseError) and text.startswith(("NOPERM", "UNKNOWN COMMAND", "UNKNOWN SUBCOMMAND",
+                                                                      "ERR UNKNOWN COMMAND", "ERR UNKNOWN SUBCOMMAND"))
 
 
 def gone_of(info: Any, listed: Any, records: Mapping[str, str]) -> dict[str, str]:

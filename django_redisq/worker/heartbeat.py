@@ -142,7 +142,7 @@ class Heartbeat:
         deadline = time.monotonic() + seconds
         while not event.wait(max(0.0, min(CHECK_EVERY, deadline - time.monotonic()))):
             try:
-                if not self.presence.check() or time.monotonic() >= deadline:
+                if (not self.presence.check() and wakeable) or time.monotonic() >= deadline:
                     return
             except Exception:  # a link we cannot look at is reopened at the next beat, which is not hurried
                 logger.debug("presence check failed", exc_info=True)

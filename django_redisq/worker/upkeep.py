@@ -23,7 +23,7 @@ from typing import Any
 
 from django_redisq.exceptions import RedisError
 from django_redisq.store.broker import Broker
-from django_redisq.store.presence import CONFIRM, POLL_EVERY
+from django_redisq.store.presence import CONFIRM, POLL_EVERY, refusal
 from django_redisq.worker.held import Held
 from django_redisq.worker.pools import Pool
 
@@ -130,7 +130,7 @@ class Upkeep:
                 if due:
                     self._reaped(q, *self.broker.reap_gone(q, self.worker_id, due), how="their connection closed")
             except RedisError as exc:
-                if "NOPERM" in str(exc):  # an ACL refuses CLIENT LIST to us: leave it to the timeout
+                if refusal(exc):  # an ACL refuses CLIENT LIST to us: leave it to the timeout
                     logger.warning("reaping by connection is off for worker %s (%s); dead workers are reaped after "
                                    "WORKER_TIMEOUT", self.worker_id, exc)
                     self.by_connection = False

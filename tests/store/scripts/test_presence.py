@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
-from django_redisq.store.presence import FRESH, LEASE_MS, gone_of
-from tests.helpers import keys, node_of, seed_processing, set_heartbeat_age, where_is
+import redis
+
+from django_redisq.store.presence import FRESH, LEASE_MS, gone_of, refusal
+from tests.helpers import keys, node_of, seed_processing, set_heartbeat_age, wait_for, where_is
 
 
 def _kill(r, record: str) -> None:
@@ -110,3 +113,50 @@ def test_a_dropped_link_is_reopened_and_stops_task_starts_until_registered(r, br
     time.sleep(FRESH + 0.05)  # not looked at for longer than FRESH (the heartbeat thread starved): no start either
     assert not presence.fresh(time.monotonic())
     presence.close()
+
+
+def test_only_a_refusal_for_good_turns_presence_off():
+    assert refusal(redis.exceptions.NoPermissionError("this user has no permissions to run the 'client|list' command"))
+    assert refusal(redis.ResponseError("ERR unknown subcommand 'ID'"))
+    assert not refusal(redis.ResponseError("BUSY Redis is busy running a script. You can only call SCRIPT KILL"))
+    assert not refusal(redis.exceptions.OutOfMemoryError("command not allowed when used memory > 'maxmemory'"))
+    assert not refusal(redis.ConnectionError("Connection closed by server."))
+
+
+def test_a_busy_server_leaves_presence_on_and_the_link_opens_once_it_answers(r, broker):
+    """A script busy past lua-time-limit answers BUSY to everything: a link that cannot be opened meanwhile is
+    opened at the next try, and the worker keeps proving its presence (BUSY is not an ACL's refusal)."""
+    node = node_of(r, keys().presence)
+    presence = _open(broker)
+    where = presence._where("default")
+    presence.links[where].close()
+    presence.links[where] = None
+    node.config_set("lua-time-limit", 50)
+    spinner = redis.Redis(**{k: v for k, v in node.connection_pool.connection_kwargs.items() if k in ("host", "port")})
+    busy = threading.Thread(target=lambda: _quietly(lambda: spinner.eval("while true do end", 0)), daemon=True)
+    busy.start()
+    try:
+        assert wait_for(lambda: _busy(node), timeout=5)
+        assert presence._ensure(where, "default") is None
+        assert presence.refused == ""
+    finally:
+        node.script_kill()
+        busy.join(5)
+        node.config_set("lua-time-limit", 5000)
+    assert presence._ensure(where, "default") is not None and presence.records()["default"]
+    presence.close()
+
+
+def _busy(node) -> bool:
+    try:
+        node.ping()
+    except redis.ResponseError as exc:
+        return "BUSY" in str(exc)
+    return False
+
+
+def _quietly(call) -> None:
+    try:
+        call()
+    except redis.RedisError:
+        pass
