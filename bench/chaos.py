@@ -1185,6 +1185,12 @@ def account(main: RedisServer, effects: RedisServer, faults: list[Fault], procs:
     r["recovery_first"] = _spread([d for _, d in first])
     r["recovery_first_clean"] = _spread([d for f, d in first if not any(f.t - 1 <= g.end and g.t <= f.t + d for g in slowing)])
     r["recovery_tasks"] = _spread(rec)
+    # per kill: from the death to the reap of the killed worker (by its connection, or by the timeout), whatever
+    # the free slots: the detection alone, where the rows above also count the wait for a free slot
+    reaps = read_reaps(procs, workdir)
+    reaped = [min(t for t, wid, *_ in reaps if wid in f.worker_ids and t >= f.t) - f.t
+              for f in kills if f.worker_ids and any(wid in f.worker_ids and t >= f.t for t, wid, *_ in reaps)]
+    r["recovery_reaped"] = _spread(reaped)
     r["sigkills_with_tasks"] = sum(bool(f.ids) for f in kills)
     r["tasks_held_by_killed_workers"] = sum(len(f.ids) for f in kills)
     r["killed_tasks_not_rerun"] = never
@@ -1376,6 +1382,7 @@ def table(r: dict[str, Any]) -> str:
         (f"death -> its first task running elsewhere (target p99 <= {FIRST_TARGET:g} s)", _spread_text(r["recovery_first"])),
         (f"  kills with no Redis fault or freeze in the window (max <= {r.get('recovery_limit', RECOVERY_LIMIT):g} s)",
          _spread_text(r["recovery_first_clean"])),
+        ("death -> the killed worker reaped (every kill)", _spread_text(r.get("recovery_reaped", {"n": 0}))),
         ("death -> each default-priority task running elsewhere", _spread_text(r["recovery_tasks"])),
         ("  max, no Redis fault or freeze in the window", f"{r['recovery_max_without_redis_fault_s']} s"),
         ("  samples (tasks)", r["recovery_samples"]),
