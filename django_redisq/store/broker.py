@@ -234,15 +234,20 @@ class Broker(OperatorSteps, ScheduleSteps, PresenceSteps, RunningMarks):
             ],
         ), finish))
 
-    def release(self, queue: str, worker: str, unstarted: Sequence[str] = ()) -> int:
+    def release(self, queue: str, worker: str, unstarted: Sequence[str] = (), deliveries: Sequence[int] | None = None) -> int:
         """Hand back unstarted tasks; with none given, everything left, and leave the heartbeat set.
 
-        A task with a cancel request is dead-lettered (``cancelled``) instead. Returns how many left the list.
+        ``deliveries``: the delivery count each claim had (``Delivery.deliveries``); an id claimed again since
+        (counted higher) is left alone. A task with a cancel request is dead-lettered (``cancelled``) instead.
+        Returns how many left the list.
         """
         k = self.keys(queue)
+        if deliveries is not None and unstarted:
+            args: list[Any] = [k.prefix, worker, "", *(x for pair in zip(unstarted, deliveries, strict=True) for x in pair)]
+        else:
+            args = [k.prefix, worker, *unstarted]
         return int(self._script("release")(keys=[k.processing(worker), k.pending, k.workers, k.alive, k.dead, k.cancels,
-                                                          k.prioritized, k.prioseq, k.slots, k.blocked],
-                                           args=[k.prefix, worker, *unstarted]))
+                                                          k.prioritized, k.prioseq, k.slots, k.blocked], args=args))
 
     # -- background duties ----------------------------------------------
 

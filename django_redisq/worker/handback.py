@@ -33,12 +33,17 @@ CHECK_EVERY = 0.05
 """Seconds between two looks for such tasks: a task waits at most ``HAND_BACK_AFTER + CHECK_EVERY`` (plus a round trip)."""
 
 
-def hand_back(broker: Broker, worker_id: str, q: str, ids: Sequence[str], why: str) -> bool:
-    """Give ``ids`` (oldest first) of queue ``q`` back to the head of the queue, keeping their order; whether it worked."""
+def hand_back(broker: Broker, worker_id: str, q: str, ids: Sequence[str], why: str,
+              claims: dict[str, int] | None = None) -> bool:
+    """Give ``ids`` (oldest first) of queue ``q`` back to the head of the queue, keeping their order; whether it worked.
+
+    ``claims``: each id's delivery count as its claim said. With it, an id this worker claimed again meanwhile (it
+    was reaped while paused, and fetched the task anew once back) is left alone: only the stale claim is undone."""
     if not ids:
         return True
     try:  # reversed: release puts each at the end taken next, so the oldest is taken first again
-        broker.release(q, worker_id, list(ids)[::-1])
+        ordered = list(ids)[::-1]
+        broker.release(q, worker_id, ordered, [claims[i] for i in ordered] if claims is not None else None)
     except RedisError as exc:
         logger.warning("could not hand back %d task(s) of %s queue %s (%s); the heartbeat's sweep will", len(ids), why, q, exc)
         return False
@@ -63,9 +68,9 @@ class HandBack:
 
     def check(self) -> int:
         """Hand back what waited too long; how many."""
-        n = 0
-        for q, ids in self.held.take_stale(self.hold_at_most).items():
-            hand_back(self.broker, self.worker_id, q, ids, "busy worker's")
+        n, claims = 0, dict[str, int]()
+        for q, ids in self.held.take_stale(self.hold_at_most, claims).items():
+            hand_back(self.broker, self.worker_id, q, ids, "busy worker's", claims)
             n += len(ids)
         if n:
             self.handed += n

@@ -170,7 +170,7 @@ class Held:
         self.permits[q].give(len(out))
         return out
 
-    def take_stale(self, older_than: float) -> dict[str, list[str]]:
+    def take_stale(self, older_than: float, claims: dict[str, int] | None = None) -> dict[str, list[str]]:
         """Forget every waiting task fetched more than ``older_than`` seconds ago (to hand back), by queue,
         oldest first; their permits go back. Only tasks in the queues' deques: none an executor took."""
         cutoff = time.monotonic() - older_than
@@ -192,6 +192,8 @@ class Held:
                     del self.inflight[d.id]
                     since.pop(d.id, None)
                     out.setdefault(d.queue, []).append(d.id)
+                    if claims is not None:  # the delivery count of each claim: release.lua undoes only that claim
+                        claims[d.id] = d.deliveries
             self._changed.notify_all()
         for q, ids in out.items():
             self.permits[q].give(len(ids))

@@ -20,6 +20,9 @@
 -- ARGV[2] -> worker id
 -- ARGV[3..] -> ids never started (undo their claim); a marker named (lib/ready.lua: a wake-up a
 --              BLMOVE moved, not a task) only leaves the list; none = release all and deregister
+--              or ARGV[3] = '' and then pairs: id, its delivery count as the worker's claim of it said: an id
+--              whose count differs was claimed again since (a fenced worker that fetched it anew) and is left
+--              alone, so a late hand-back never takes back a newer claim of the same task
 --
 -- Returns: number of tasks handed back or cancelled
 --! include shape.lua
@@ -52,7 +55,17 @@ local function give_back(id, undo)
   hand_back(prefix, q, KEYS[5], KEYS[6], requests, id, now)
   n = n + 1
 end
-if #ARGV >= 3 then
+local function claimed_as(id, want)
+  local tkey = prefix .. 't:' .. id
+  -- a task key of another type cannot say: its claim is undone as without a count
+  return redis.call('TYPE', tkey)['ok'] ~= 'hash' or redis.call('HGET', tkey, 'deliveries') == want
+end
+if #ARGV >= 4 and ARGV[3] == '' then
+  for i = 4, #ARGV - 1, 2 do
+    local id = ARGV[i]
+    if claimed_as(id, ARGV[i + 1]) and redis.call('LREM', KEYS[1], 1, id) == 1 and id ~= MARKER then give_back(id, true) end
+  end
+elseif #ARGV >= 3 then
   for i = 3, #ARGV do
     if redis.call('LREM', KEYS[1], 1, ARGV[i]) == 1 and ARGV[i] ~= MARKER then give_back(ARGV[i], true) end
   end

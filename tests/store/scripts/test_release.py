@@ -33,3 +33,21 @@ def test_release_survives_keys_of_the_wrong_type(r, broker):
     assert broker.release("default", "w1", ["t0", "t1", "t2"]) == 3
     assert sorted(r.lrange(keys().pending, 0, -1)) == ["t0", "t1", "t2"]
     assert r.hget(keys().task("t0"), "deliveries") == "0"
+
+
+def test_a_late_hand_back_leaves_a_newer_claim_of_the_same_task_alone(r, broker):
+    """A worker reaped while paused and back again may fetch the task anew before its own hand-back of the old
+    claim lands: with the claim's delivery count, release.lua undoes only that claim, never the newer one."""
+    broker.heartbeat(["default"], "w1", {})
+    seed_pending(r, "t0")
+    (old,) = broker.fetch("default", "w1", 1)
+    r.lrem(keys().processing("w1"), 1, "t0")  # reaped: back to pending, its delivery kept
+    r.delete(keys().status("t0"))
+    r.rpush(keys().pending, "t0")
+    (new,) = broker.fetch("default", "w1", 1)
+    assert new.deliveries == old.deliveries + 1
+    assert broker.release("default", "w1", ["t0"], [old.deliveries]) == 0
+    assert where_is(r, "t0") == ["processing:w1"] and r.get(keys().status("t0")) == "running:w1"
+    assert int(r.hget(keys().task("t0"), "deliveries")) == new.deliveries
+    assert broker.release("default", "w1", ["t0"], [new.deliveries]) == 1  # its own claim: undone
+    assert where_is(r, "t0") == ["pending"] and int(r.hget(keys().task("t0"), "deliveries")) == old.deliveries
