@@ -6,6 +6,8 @@ from tests.settings import *  # noqa: F403
 from tests.settings import TASKS
 
 TASKS["default"]["OPTIONS"]["REDIS_URL"] = os.environ["REDISQ_TEST_REDIS_URL"]
+if os.environ.get("REDISQ_OLD_ROOT"):  # the old-layout worker of tests/worker/test_rolling_deploy.py predates IMPORTS
+    TASKS["default"]["OPTIONS"].pop("IMPORTS", None)
 TASKS["default"]["OPTIONS"].update(
     {k[len("REDISQ_OPT_"):]: float(v) for k, v in os.environ.items() if k.startswith("REDISQ_OPT_")}
 )

@@ -476,18 +476,27 @@ def test_runworker_forks_its_template_before_any_thread_and_its_children_hold_no
 def test_a_template_with_threads_starts_its_children_afresh_instead_of_forking(r, caplog):
     """A task module that starts a thread at import makes the template multi-threaded: a fork of it would copy
     the locks that thread holds, so each child is a fresh interpreter of the worker's (its parent: the worker)."""
+    import copy
     import subprocess
+
+    from django.conf import settings
+    from django.test import override_settings
 
     from django_redisq.task import _registry
     from tests.testapp import threaded_tasks
 
+    # only this test's workers import the module (IMPORTS): its thread would make every other test's template afresh
+    tasks_setting = copy.deepcopy(settings.TASKS)
+    tasks_setting["default"]["OPTIONS"]["IMPORTS"] = [
+        *tasks_setting["default"]["OPTIONS"].get("IMPORTS", []), "tests.testapp.threaded_tasks"]
     try:
-        results = threaded_tasks.parent_pid.enqueue_many([((), {}) for _ in range(4)])
-        with caplog.at_level("WARNING", logger="django_redisq"), serving("processes", concurrency=2) as worker:
-            settled(*results)
-            template = worker.pool._spawn.template
-            assert template is not None and template.threads > 1
-            children = [c for c in worker.pool.children if c is not None]
+        with override_settings(TASKS=tasks_setting):
+            results = threaded_tasks.parent_pid.enqueue_many([((), {}) for _ in range(4)])
+            with caplog.at_level("WARNING", logger="django_redisq"), serving("processes", concurrency=2) as worker:
+                settled(*results)
+                template = worker.pool._spawn.template
+                assert template is not None and template.threads > 1
+                children = [c for c in worker.pool.children if c is not None]
         assert all(res.status == TaskResultStatus.SUCCESSFUL and res.return_value == os.getpid() for res in results)
         assert children and all(isinstance(c.process, subprocess.Popen) for c in children)  # the worker's own children
         assert "children are started afresh, not forked" in caplog.text
