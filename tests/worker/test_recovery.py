@@ -35,13 +35,19 @@ def log_of(wp: WorkerProcess) -> str:
     return wp.log.read()
 
 
-def test_a_killed_workers_task_starts_on_another_worker_within_seconds(r, run_worker_process):
-    """With WORKER_TIMEOUT at its default 10 s, the task is running elsewhere in well under that."""
+def one_running_one_idle(r, run_worker_process, seconds: float) -> tuple[WorkerProcess, WorkerProcess]:
+    """Worker a running ``span("long", seconds)``, worker b idle, both registered with their presence."""
     a = run_worker_process("default", "-c", "1", "--name", "a")
-    span.delay("long", 30)
+    span.delay("long", seconds)
     assert wait_for(lambda: len(starts(r, "long")) == 1, timeout=30)
     b = run_worker_process("default", "-c", "1", "--name", "b")
     assert wait_for(lambda: registered(r) == 2 and r.hlen(keys().presence) == 2, timeout=30)
+    return a, b
+
+
+def test_a_killed_workers_task_starts_on_another_worker_within_seconds(r, run_worker_process):
+    """With WORKER_TIMEOUT at its default 10 s, the task is running elsewhere in well under that."""
+    a, b = one_running_one_idle(r, run_worker_process, 30)
     time.sleep(0.5)  # b holds the poll lease or will take it over
     killed = time.time()
     a.proc.send_signal(signal.SIGKILL)
@@ -77,11 +83,7 @@ def test_killing_every_connection_of_live_workers_reaps_nobody(r, run_worker_pro
 
 def test_a_worker_paused_for_less_than_its_timeout_is_not_reaped(r, run_worker_process):
     """SIGSTOP keeps the connection: the pause is not mistaken for a death (the timeout alone judges it)."""
-    a = run_worker_process("default", "-c", "1", "--name", "a")
-    span.delay("long", 4)
-    assert wait_for(lambda: len(starts(r, "long")) == 1, timeout=30)
-    b = run_worker_process("default", "-c", "1", "--name", "b")
-    assert wait_for(lambda: registered(r) == 2 and r.hlen(keys().presence) == 2, timeout=30)
+    a, b = one_running_one_idle(r, run_worker_process, 4)
     a.proc.send_signal(signal.SIGSTOP)
     time.sleep(4)
     a.proc.send_signal(signal.SIGCONT)

@@ -33,6 +33,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
+from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -172,13 +173,7 @@ class Template:
         """A new interpreter (``python -c child.BOOTSTRAP FD PATH...``), given ``config`` (``ready`` waits for it)."""
         if not hasattr(os, "fork"):
             raise ImproperlyConfigured("the process pool needs a POSIX system (it passes a socket to each child)")
-        ours, theirs = mp.Pipe()
-        env = {**os.environ, "DJANGO_SETTINGS_MODULE": config.settings_module}
-        process = subprocess.Popen(
-            [sys.executable, "-c", BOOTSTRAP, str(theirs.fileno()), *config.sys_path],
-            pass_fds=(theirs.fileno(),), env=env, close_fds=True,
-        )
-        theirs.close()
+        process, ours = _interpreter(BOOTSTRAP, config)
         return cls(process, ours).configure(config)
 
     def configure(self, config: ChildConfig) -> Template:
@@ -356,15 +351,21 @@ def ready(child: Child) -> Child:
     raise ImproperlyConfigured(f"a process-pool child (pid {child.pid}) forked from the template did not start: {child.death()}")
 
 
-def launch(config: ChildConfig) -> Child:
-    """A child started afresh (``python -c child.CHILD_BOOTSTRAP FD PATH...``), not forked; ``ready_afresh`` waits for it."""
+def _interpreter(bootstrap: str, config: ChildConfig) -> tuple[subprocess.Popen[bytes], Any]:
+    """A new interpreter running ``bootstrap`` with the worker's path, given one end of a pipe (the other returned)."""
     ours, theirs = mp.Pipe()
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": config.settings_module}
     process = subprocess.Popen(
-        [sys.executable, "-c", CHILD_BOOTSTRAP, str(theirs.fileno()), *config.sys_path],
+        [sys.executable, "-c", bootstrap, str(theirs.fileno()), *config.sys_path],
         pass_fds=(theirs.fileno(),), env=env, close_fds=True,
     )
     theirs.close()
+    return process, ours
+
+
+def launch(config: ChildConfig) -> Child:
+    """A child started afresh (``python -c child.CHILD_BOOTSTRAP FD PATH...``), not forked; ``ready_afresh`` waits for it."""
+    process, ours = _interpreter(CHILD_BOOTSTRAP, config)
     try:
         ours.send(config)
     except OSError:
