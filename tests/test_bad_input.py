@@ -538,10 +538,10 @@ def test_runworker_refuses_bad_settings(redis_url):
     assert "Traceback" not in out
 
 
-def test_runworker_against_unreachable_redis_is_one_line_and_exit_1():
+def test_runworker_against_unreachable_redis_is_one_line_and_exit_3():
     url = f"redis://:not-a-real-secret@127.0.0.1:{free_port()}/0"  # nothing listens there
     code, out, seconds = _runworker(url, "--burst")
-    assert code == 1
+    assert code == 3
     lines = [line for line in out.splitlines() if line.strip()]
     assert len(lines) == 1, out
     assert lines[0].startswith("CommandError: cannot reach Redis at redis://127.0.0.1:")
