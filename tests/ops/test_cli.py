@@ -206,3 +206,15 @@ def test_json_parses_for_every_subcommand(r, broker, make_worker):
     with pytest.raises(CommandError):  # a usage error found by the command: JSON too
         call_command("redisq", "dead", "list", "--queue", "gone", "--json", stdout=out)
     assert json.loads(out.getvalue())["status"] == "usage"
+
+
+def test_an_error_redis_answers_with_is_one_line_and_exit_1(r):
+    r.set(helpers.keys().dead, "not a sorted set")  # another program wrote the key
+    for args in (("dead", "list"), ("dead", "list", "--json")):
+        out = io.StringIO()
+        with pytest.raises(CommandError) as e:
+            call_command("redisq", *args, stdout=out, stderr=io.StringIO())
+        assert e.value.returncode == 1 and str(e.value).startswith("Redis answered with an error: ResponseError: WRONGTYPE")
+        assert "\n" not in str(e.value)
+        if "--json" in args:
+            assert json.loads(out.getvalue())["status"] == "error"

@@ -7,7 +7,7 @@ Exit codes (the same for every subcommand, and for ``runworker``):
        a purge not confirmed, Redis answering with an error, settings that are invalid
     2  the command line is wrong: a bad option or value (argparse), options that do not
        go together, a backend, queue or schedule the settings do not name
-    3  Redis is unreachable (refused, timed out, credentials refused, no master): nothing was done
+    3  Redis is unreachable (refused, timed out, credentials refused, no master) or too old: nothing was done
 
 An error is one line on stderr (``CommandError: ...``); with ``--json`` stdout
 also gets ``{"status": "error" | "usage" | "unreachable", "error": ..., "exit_code": N}``
@@ -107,14 +107,16 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], *, right: Itera
 
 
 def unreachable(alias: str, where: str, exc: BaseException) -> CommandError:
-    """Redis could not be reached: one line naming where (never a password) and what to check, exit 3."""
+    """Redis could not be reached (or used: too old): one line naming where (never a password) and what to check, exit 3."""
     name = type(exc).__name__
     if isinstance(exc, RedisUnavailable):
-        said = redact(str(exc)).rstrip(".")
+        said = " ".join(redact(str(exc)).split()).rstrip(".")
     else:
-        detail = redact(str(exc)).strip().rstrip(".")
+        detail = " ".join(redact(str(exc)).split()).rstrip(".")
         said = f"cannot reach Redis at {where}: {name}" + (f": {detail}" if detail else "")
-    if "credentials" in said:  # it says what to check already
+    if "or newer" in said:  # reached, and too old to use
+        hint = f"upgrade it, or point TASKS[{alias!r}]['OPTIONS'] at a newer one"
+    elif "credentials" in said:  # it says what to check already
         hint = f"see TASKS[{alias!r}]['OPTIONS']"
     elif "Authentication" in name:
         hint = f"check the password or username of TASKS[{alias!r}]['OPTIONS']"
@@ -125,11 +127,15 @@ def unreachable(alias: str, where: str, exc: BaseException) -> CommandError:
 
 def redis_failed(exc: BaseException) -> CommandError:
     """Redis answered, with an error (a wrong type, a script refused): one line, exit 1."""
-    return CommandError(f"Redis answered with an error: {type(exc).__name__}: {redact(str(exc))}", returncode=FAILED)
+    return CommandError(f"Redis answered with an error: {type(exc).__name__}: {' '.join(redact(str(exc)).split())}", returncode=FAILED)
 
 
 def is_unreachable(exc: BaseException) -> bool:
-    """Connection refused or lost, a timeout, credentials refused, no master: nothing reached Redis."""
+    """Connection refused or lost, a timeout, credentials refused, no master: nothing reached Redis.
+
+    redis-py's classes are told by name: only the store and the connection layer import redis
+    (exceptions.py names its base error alone for the rest).
+    """
     if isinstance(exc, RedisUnavailable | OSError):
         return True
     return isinstance(exc, RedisError) and any(
