@@ -84,7 +84,7 @@ def busy(r, broker):
         return (tasks_[i % 3], "requests.exceptions.ConnectionError" if i % 2 else "builtins.ValueError",
                 f"order {i}: the payment gateway at https://payments.example.com/v2/charges refused the request "
                 "because the card was declined by the issuing bank (insufficient funds)")
-    seed_dead(broker, "default", 12, row)
+    dead = seed_dead(broker, "default", 12, row)
     seed_dead(broker, "emails", 2)
     for i in range(6):
         tasks.add.delay(i, i)
@@ -98,7 +98,7 @@ def busy(r, broker):
     entries = {"nightly-report": {"task": TASK, "cron": "0 3 * * *", "timezone": "Europe/Berlin", "kwargs": {"key": "n"}},
                "sync-stock": {"task": TASK, "every": 60, "kwargs": {"key": "s"}, "timezone": "UTC"}}
     with with_schedules(entries):
-        yield
+        yield dead
 
 
 def login(page) -> None:
@@ -127,8 +127,10 @@ def test_every_page_is_laid_out_at_this_width(r, busy, page, width):
     page.set_viewport_size({"width": width, "height": 900})
     login(page)
     problems: list[str] = []
-    for name, (url_name, query) in PAGES.items():
-        page.goto(reverse(url_name) + query)
+    urls = [(name, reverse(url_name) + query) for name, (url_name, query) in PAGES.items()]
+    urls.append(("detail", reverse("admin:django_redisq_deadletter_detail", args=["default", "default", busy[0]])))
+    for name, url in urls:
+        page.goto(url)
         m = page.evaluate(MEASURE)
         shot(page, f"layout-{name}-{width}", docs=(name, width) in DOCS_SHOTS)
         if m["overflow"] > 0:
@@ -156,7 +158,7 @@ def test_every_page_is_laid_out_at_this_width(r, busy, page, width):
             if f and res and overlap(f, res):
                 problems.append(f"dead letters: the list {res} covers the filter panel {f}")
             problems += [f"dead letters: the search field {x} is under the filter panel" for x in m["fields"] if f and overlap(f, x)]
-        if name in ("dead-letters", "pending", "scheduled", "running"):
+        if name in ("dead-letters", "pending", "scheduled", "running", "detail"):
             crumbs = m["breadcrumbs"] or ""
             if "queue default" not in crumbs.lower():
                 problems.append(f"{name}: the breadcrumb {crumbs!r} does not name the queue")
