@@ -218,3 +218,34 @@ def test_an_error_redis_answers_with_is_one_line_and_exit_1(r):
         assert "\n" not in str(e.value)
         if "--json" in args:
             assert json.loads(out.getvalue())["status"] == "error"
+
+
+def test_a_new_family_module_is_two_lines_and_speaks_like_the_others(r, monkeypatch):
+    """The hook other subcommands use: a module with add_parser(sub) and run(command, ins, opts), named in FAMILIES.
+
+    Its own ``--json`` (as older modules add) neither clashes with the global one nor resets it when given before.
+    """
+    import types
+
+    from django_redisq.management.commands import _out, redisq
+
+    probe = types.ModuleType("_probe")
+
+    def add_parser(sub) -> None:
+        p = sub.add_parser("probe", help="a test family")
+        p.add_argument("--json", action="store_true", help="print JSON")  # its own, as an older module may have it
+        p.add_argument("what")
+
+    def probe_run(command, ins, opts) -> None:
+        if opts["what"] == "bad":
+            raise _out.usage("probe: bad what")
+        _out.emit(command, opts, {"queues": list(ins.queues), "backend": opts["backend"]}, "\n".join(_out.table(["queue"], [[q] for q in ins.queues])))
+
+    probe.add_parser, probe.run = add_parser, probe_run
+    monkeypatch.setattr(redisq, "FAMILIES", (*redisq.FAMILIES, probe))
+    assert json.loads(run("--json", "probe", "x"))["queues"] == ["default", "emails", "low"]
+    assert json.loads(run("probe", "x", "--json"))["backend"] == "default"
+    assert run("probe", "x").splitlines()[0] == "QUEUE"
+    with pytest.raises(CommandError) as e:
+        run("probe", "bad")
+    assert e.value.returncode == 2

@@ -23,7 +23,8 @@ Adding a subcommand family: a module ``_NAME.py`` beside this one with
         _out.emit(command, opts, data, text)       # --json or the text; _out.table for tables
 
 and two lines here: ``from ...commands import _NAME`` and ``_NAME`` in
-``FAMILIES``. Raise ``_out.usage(...)`` for a wrong command line and
+``FAMILIES``. A module may add its own ``--json`` (it replaces the global one on
+its subcommand, and ``redisq --json NAME`` still means JSON). Raise ``_out.usage(...)`` for a wrong command line and
 ``CommandError(..., returncode=_out.FAILED)`` for a failure; Redis being
 unreachable, an ``UnknownQueue`` and other ``CommandError``\\ s are turned into
 one line (and JSON with ``--json``) here, for every family alike.
@@ -36,6 +37,7 @@ or BEL never reaches the terminal.
 
 from __future__ import annotations
 
+import argparse
 from types import ModuleType
 from typing import Any
 
@@ -65,6 +67,8 @@ class Command(BaseCommand):
             before = set(sub.choices)
             family.add_parser(sub)
             self.families.update(dict.fromkeys(set(sub.choices) - before, family))
+        for name in self.families:
+            _leave_globals_alone(sub.choices[name])
 
     def handle(self, *args: Any, **opts: Any) -> None:
         alias = opts["backend"]
@@ -90,3 +94,18 @@ class Command(BaseCommand):
     def emit(self, opts: dict[str, Any], data: Any, text: str) -> None:
         """``_out.emit`` for this command (what a family module may call as ``command.emit``)."""
         _out.emit(self, opts, data, text)
+
+
+def _leave_globals_alone(parser: argparse.ArgumentParser) -> None:
+    """A family's own ``--json`` (or ``--backend``) must not reset the one given before the subcommand.
+
+    argparse copies every value of a subcommand's namespace over the command's,
+    defaults included: ``redisq --json NAME`` would lose ``--json`` to the
+    subcommand's default ``False``. Unset, the global option keeps its value.
+    """
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in dict.fromkeys(action.choices.values()):
+                _leave_globals_alone(child)
+        elif action.dest in ("json", "backend", "verbosity"):
+            action.default = argparse.SUPPRESS
