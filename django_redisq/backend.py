@@ -168,10 +168,11 @@ class RedisQueueBackend(BaseTaskBackend):
     def check(self, **kwargs: Any) -> list[Any]:
         from django.core.checks import Error
 
-        from django_redisq import schedules
+        from django_redisq import schedules, subscriptions
 
         where = f"TASKS[{self.alias!r}]"
         errors = check_errors(self.alias, self.params, obj=where) + schedules.check_errors(self.alias, self.params, obj=where)
+        errors += subscriptions.check_errors(self.alias, self.params, obj=where)  # events (E100-E107)
         if not apps.is_installed("django_redisq"):
             errors.append(Error(NOT_INSTALLED.format(where=where), hint='Add "django_redisq" to INSTALLED_APPS.',
                                 obj=where, id="django_redisq." + "E082"))

@@ -91,6 +91,9 @@ class Options:
     schedules: Any = field(default=None, hash=False)
     # named worker profiles as given (runworker --profile); checked by profiles.py
     workers: Any = field(default=None, hash=False)
+    # events (subscriptions.py): SUBSCRIPTIONS and TOPICS as given, checked there
+    subscriptions: Any = field(default=None, hash=False)
+    topics: Any = field(default=None, hash=False)
     durable_replicas: int = 0  # DURABLE_REPLICAS: replicas that must have an enqueue/ack/retry/bury (WAIT); 0 = off
     durable_timeout: float = 0.5  # DURABLE_TIMEOUT: seconds they may take (durable.DEFAULT_TIMEOUT)
 

@@ -1,0 +1,47 @@
+"""Subscription tasks for tests/events: each records every run in a Redis HASH, so a test counts effects.
+
+The effects go to ``REDISQ_CHAOS_EFFECTS_URL`` when set (a store apart from the queue's Redis,
+as for tests/testapp/chaos_tasks.py), else to the queue's own Redis (keys ``events:*``):
+``events:runs:<handler>`` (HASH): event id -> number of runs; ``events:seen:<handler>`` (LIST) the payloads' ``n``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django_redisq import task
+from tests.testapp.chaos_tasks import effects_store
+
+
+def _record(handler: str, payload: dict[str, Any], event_id: str) -> None:
+    store = effects_store()
+    pipe = store.pipeline(transaction=True)
+    pipe.hincrby(f"events:runs:{handler}", event_id, 1)
+    pipe.rpush(f"events:seen:{handler}", str(payload.get("n", "")))
+    pipe.execute()
+
+
+@task()
+def billing(payload: dict[str, Any], event_id: str) -> None:
+    _record("billing", payload, event_id)
+
+
+@task(queue_name="emails")
+def mail(payload: dict[str, Any], topic: str, event_id: str) -> None:
+    _record("mail", payload, event_id)
+
+
+@task(queue_name="low")
+def audit(payload: dict[str, Any], **extra: Any) -> None:
+    _record("audit", payload, extra["event_id"])
+
+
+@task()
+def plain(payload: dict[str, Any]) -> None:
+    """Takes the payload only: no event_id / topic keyword is passed."""
+    _record("plain", payload, str(payload.get("n")))
+
+
+@task()
+def two_args(a: Any, b: Any) -> None:
+    """Cannot take an event (E107)."""
