@@ -2,11 +2,13 @@
 
 The effects go to ``REDISQ_CHAOS_EFFECTS_URL`` when set (a store apart from the queue's Redis,
 as for tests/testapp/chaos_tasks.py), else to the queue's own Redis (keys ``events:*``):
-``events:runs:<handler>`` (HASH): event id -> number of runs; ``events:seen:<handler>`` (LIST) the payloads' ``n``.
+``events:runs:<handler>`` (HASH): event id -> number of runs; ``events:seen:<handler>`` (LIST) the payloads' ``n``;
+``events:by:<handler>`` (LIST): ``<event id>|<pid>`` per run.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from django_redisq import task
@@ -18,6 +20,7 @@ def _record(handler: str, payload: dict[str, Any], event_id: str) -> None:
     pipe = store.pipeline(transaction=True)
     pipe.hincrby(f"events:runs:{handler}", event_id, 1)
     pipe.rpush(f"events:seen:{handler}", str(payload.get("n", "")))
+    pipe.rpush(f"events:by:{handler}", f"{event_id}|{os.getpid()}")
     pipe.execute()
 
 
@@ -45,3 +48,8 @@ def plain(payload: dict[str, Any]) -> None:
 @task()
 def two_args(a: Any, b: Any) -> None:
     """Cannot take an event (E107)."""
+
+
+@task(queue_name="low")
+def refund(payload: dict[str, Any], event_id: str, topic: str) -> None:
+    _record("refund", payload, event_id)
