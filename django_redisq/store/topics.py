@@ -18,7 +18,7 @@ from django_redisq.store.broker import Broker
 from django_redisq.store.keys import TopicKeys
 
 NOGROUP = -1
-BATCH = 1000
+BATCH = 2000
 """Entries the MAX_LEN rule and the hard cap remove per trim call at most (the next call goes on)."""
 LAG_SCAN_MAX = 100_000
 """Entries counted at most for a lag Redis does not report itself (6.2; 7 after some trims): then shown as at least."""

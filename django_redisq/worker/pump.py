@@ -39,6 +39,7 @@ from django_redisq.message import encode, encode_arguments
 from django_redisq.options import Options
 from django_redisq.schedules import find_task
 from django_redisq.store.broker import Broker
+from django_redisq.store.topics import BATCH as TRIM_BATCH
 from django_redisq.store.topics import Entry, NoSuchGroup, Topics
 from django_redisq.subscriptions import Subscription, Topic, event_kwargs, subscriptions_of, topics_of, unfit
 
@@ -55,6 +56,9 @@ BLOCK_MS = 1000
 KEEP_EVERY = 1.0
 """Seconds between two rounds of the keeper (reclaim; trim every TRIM_EVERY rounds; prune every PRUNE_EVERY)."""
 TRIM_EVERY = 5
+TRIM_CALLS = 20
+"""Trim calls per topic per round at most: each removes at most store.topics.BATCH by MAX_LEN and as many by the hard
+cap, so a round keeps up with 20 x BATCH / (TRIM_EVERY x KEEP_EVERY) events a second beyond MAX_LEN."""
 PRUNE_EVERY = 60
 BAD_EVENT, UNDELIVERABLE = "bad_event", "event_undeliverable"
 BAD_EVENT_EXC = "django_redisq.events.InvalidEvent"
@@ -256,7 +260,13 @@ class EventPump:
         return taken
 
     def trim(self, t: Topic) -> tuple[int, int]:
-        removed, dropped = self.topics.trim(t.name, int(t.max_age * 1000), t.max_len, t.hard_max_len, self._holders.get(t.name, []))
+        """Trim ``t`` (topic_trim.lua), again at once while a call hit its batch (MAX_LEN or the hard cap far behind)."""
+        removed = dropped = 0
+        for _ in range(TRIM_CALLS):
+            r, d = self.topics.trim(t.name, int(t.max_age * 1000), t.max_len, t.hard_max_len, self._holders.get(t.name, []))
+            removed, dropped = removed + r, dropped + d
+            if r < TRIM_BATCH and d < TRIM_BATCH:
+                break
         if dropped:
             logger.error("events: topic %s was over HARD_MAX_LEN (%d): %d entr(ies) dropped before every subscription read "
                          "them (redisq topics shows which)", t.name, t.hard_max_len, dropped)
