@@ -53,3 +53,9 @@ def two_args(a: Any, b: Any) -> None:
 @task(queue_name="low")
 def refund(payload: dict[str, Any], event_id: str, topic: str) -> None:
     _record("refund", payload, event_id)
+
+
+@task()
+def tally(payload: dict[str, Any]) -> None:
+    """The benchmark's handler (bench/events.py): one INCR per run, nothing else."""
+    effects_store().incr("events:tally")

@@ -13,7 +13,10 @@
 --   deliveries_1, ...}; trimmed: pending entries gone from the stream (the hard cap trimmed them),
 --   acknowledged here; {-1} when the group does not exist
 local r = redis.pcall('XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], 'COUNT', tonumber(ARGV[5]))
-if type(r) == 'table' and r.err then return {-1} end
+if type(r) == 'table' and r.err then
+  if string.find(r.err, 'NOGROUP', 1, true) then return {-1} end
+  return redis.error_reply(r.err)  -- e.g. WRONGTYPE: raised, not taken for a missing group
+end
 local gen = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0') or 0
 local trimmed = 0
 if r[3] then trimmed = #r[3] end  -- Redis 7 lists (and drops) the deleted ones itself

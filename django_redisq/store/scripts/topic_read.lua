@@ -12,7 +12,10 @@
 --   payload: the entry's field p ('' when the entry has none: a foreign producer's, dead-lettered);
 --   {-1} when the group does not exist (NOGROUP)
 local r = redis.pcall('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', tonumber(ARGV[3]), 'STREAMS', KEYS[1], '>')
-if type(r) == 'table' and r.err then return {-1} end
+if type(r) == 'table' and r.err then
+  if string.find(r.err, 'NOGROUP', 1, true) then return {-1} end
+  return redis.error_reply(r.err)  -- e.g. WRONGTYPE: raised, not taken for a missing group
+end
 local gen = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0') or 0
 local out = {gen, '0-0'}
 if r and r[1] then

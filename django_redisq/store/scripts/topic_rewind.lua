@@ -7,6 +7,10 @@
 -- ARGV[1] -> group, ARGV[2] -> the id the group has "last delivered" from now on ('0-0': everything)
 --
 -- Returns: the new generation; -1 when the group does not exist
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
 local r = redis.pcall('XGROUP', 'SETID', KEYS[1], ARGV[1], ARGV[2])
-if type(r) == 'table' and r.err then return -1 end
+if type(r) == 'table' and r.err then
+  if string.find(r.err, 'NOGROUP', 1, true) then return -1 end
+  return redis.error_reply(r.err)
+end
 return redis.call('HINCRBY', KEYS[2], ARGV[1], 1)

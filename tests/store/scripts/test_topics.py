@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import redis
 
 from django_redisq.conf import get_options
 from django_redisq.store.broker import Broker
@@ -84,6 +85,15 @@ def test_rewind_sets_the_group_back_and_bumps_the_generation(r, topics):
     assert got.generation == 1 and [e.id for e in got.entries] == ids[1:]
     with pytest.raises(NoSuchGroup):
         topics.rewind("t", "nope", "0-0")
+    with pytest.raises(NoSuchGroup):
+        topics.rewind("no-stream", "g", "0-0")
+
+
+def test_a_stream_key_of_another_type_is_an_error_not_a_missing_group(r, topics):
+    r.set(TopicKeys("t").stream, "not a stream")
+    for step in (lambda: topics.read("t", "g", "c", 10), lambda: topics.claim("t", "g", "c", 0, "0-0", 10)):
+        with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+            step()
 
 
 def test_prune_deletes_only_idle_consumers_with_nothing_pending(r, topics):
