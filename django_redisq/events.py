@@ -20,11 +20,9 @@ from django.db import transaction
 from django_redisq.exceptions import InvalidArguments, RedisQError
 from django_redisq.message import encode_arguments
 from django_redisq.options import NAME_RE, Options
-from django_redisq.subscriptions import subscriptions_of, topics_of
+from django_redisq.subscriptions import publish_plan
 
 __all__ = ["InvalidEvent", "publish", "publish_on_commit"]
-
-START_IDS = {"latest": "$", "earliest": "0"}
 
 
 class InvalidEvent(RedisQError, ValueError):
@@ -41,24 +39,10 @@ def _backend(alias: str) -> Any:
     return be
 
 
-def _groups(options: Options, topic: str) -> list[tuple[str, str]] | None:
-    """The ``(group, start id)`` of the topic's subscriptions; None if the topic is not configured at all."""
-    cache = _plans.get(options.alias)
-    if cache is None or cache[0] is not options:
-        subs = subscriptions_of(options)
-        known = set(topics_of(options))
-        plan = {t: [(s.name, START_IDS[s.start]) for s in subs if s.topic == t] for t in known}
-        cache = _plans[options.alias] = (options, plan)
-    return cache[1].get(topic)
-
-
-_plans: dict[str, tuple[Options, dict[str, list[tuple[str, str]]]]] = {}
-
-
 def _checked(options: Options, topic: Any, payload: Any) -> tuple[str, list[tuple[str, str]]]:
     if not isinstance(topic, str) or not NAME_RE.match(topic):
         raise InvalidEvent(f"topic {topic!r} is not a valid topic name: use 1-100 letters, digits, '_', '-' or '.'.")
-    groups = _groups(options, topic)
+    groups = publish_plan(options).get(topic)
     if groups is None:
         raise InvalidEvent(f"topic {topic!r} is not configured: name it in OPTIONS['TOPICS'] or subscribe to it in "
                            "OPTIONS['SUBSCRIPTIONS'] (a topic nobody configured would never be trimmed).")

@@ -4,7 +4,7 @@ A topic is a Redis stream; a subscription is one consumer group on it whose
 every entry becomes one ordinary task (worker/pump.py). Both are read from the
 settings alone, so the publisher (events.py), the worker's pump, the operators'
 views (ops/topics.py) and the system checks agree on what exists. Check ids:
-E100-E109. A bad subscription is reported by the checks and skipped (and
+E100-E108. A bad subscription is reported by the checks and skipped (and
 logged) by a worker, like a bad schedule.
 """
 
@@ -30,6 +30,9 @@ DEFAULT_HARD_MAX_LEN = 1_000_000
 DEFAULT_HEALTH_MAX_LAG = 10_000
 """A subscription further behind than this many entries is a breach of ``redisq health``."""
 EVENT_KWARGS = ("event_id", "topic")
+LIFECYCLE_TOPIC = "redisq.tasks"
+"""The built-in topic of task transitions, with ``LIFECYCLE_EVENTS: True`` (lifecycle.py)."""
+START_IDS = {"latest": "$", "earliest": "0"}
 
 
 @dataclass(frozen=True)
@@ -80,7 +83,23 @@ def topics_of(options: Options) -> dict[str, Topic]:
                                 int(entry.get("HEALTH_MAX_LAG", DEFAULT_HEALTH_MAX_LAG)))
     for sub in subscriptions_of(options):
         found.setdefault(sub.topic, Topic(sub.topic))
+    if options.lifecycle_events:
+        found.setdefault(LIFECYCLE_TOPIC, Topic(LIFECYCLE_TOPIC))
     return found
+
+
+_plans: dict[str, tuple[Options, dict[str, list[tuple[str, str]]]]] = {}
+
+
+def publish_plan(options: Options) -> dict[str, list[tuple[str, str]]]:
+    """Every topic a publish may name -> the ``(group, start id)`` of its subscriptions; kept per alias while its
+    Options object lives (a settings change builds a new one)."""
+    cached = _plans.get(options.alias)
+    if cached is None or cached[0] is not options:
+        subs = subscriptions_of(options)
+        plan = {t: [(s.name, START_IDS[s.start]) for s in subs if s.topic == t] for t in topics_of(options)}
+        cached = _plans[options.alias] = (options, plan)
+    return cached[1]
 
 
 def subscriptions_of(options: Options) -> list[Subscription]:
@@ -168,6 +187,9 @@ def problems(params: Any) -> list[tuple[str, str, str]]:
     if not isinstance(topics, dict):
         found.append(("E105", "TOPICS must be a dict of topic name -> retention.", 'For example {"orders.placed": {"MAX_AGE": 86400}}.'))
         topics = {}
+    if not isinstance(opts.get("LIFECYCLE_EVENTS", False), bool):
+        found.append(("E108", f"LIFECYCLE_EVENTS must be True or False, got {shown(opts['LIFECYCLE_EVENTS'])}.",
+                      f"True publishes every task's transitions to the topic {LIFECYCLE_TOPIC!r}; the default is False."))
     for name, entry in topics.items():
         w = f"TOPICS[{shown(name)}]"
         if not isinstance(name, str) or not NAME_RE.match(name):

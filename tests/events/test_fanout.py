@@ -152,3 +152,23 @@ def test_a_dead_consumers_pending_entries_are_reclaimed_past_the_first_window_an
         k = QueueKeys("default")
         assert r.llen(k.pending) == len(ids)  # the 10 already enqueued were not enqueued twice
         assert r.xpending(TopicKeys("t1").stream, "p")["pending"] == 0
+
+
+def test_a_running_workers_keeper_reclaims_what_a_dead_consumer_left_pending(r, running_worker):
+    with events_settings({"p": {"topic": "t1", "task": H + "plain"}}, WORKER_TIMEOUT=1.0, HEARTBEAT_INTERVAL=0.2):
+        for i in range(50):
+            publish("t1", {"n": i})
+        topics = Topics(Broker(get_options()))
+        assert len(topics.read("t1", "p", "died-before-enqueue", 1000).entries) == 50
+        running_worker("default")
+        # the reader sees nothing new; the keeper reclaims the 50 once idle past WORKER_TIMEOUT
+        assert wait_for(lambda: len(runs(r, "plain")) == 50, 30)
+        assert set(runs(r, "plain").values()) == {1}
+        assert wait_for(lambda: r.xpending(TopicKeys("t1").stream, "p")["pending"] == 0, 10)
+
+
+def test_a_burst_worker_runs_no_pump_unless_asked(r, make_worker):
+    with events_settings({"p": {"topic": "t1", "task": H + "plain"}}):
+        assert make_worker().pump is None
+        assert make_worker(events=True).pump is not None
+        assert make_worker(burst=False).pump is not None

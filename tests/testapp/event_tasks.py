@@ -59,3 +59,9 @@ def refund(payload: dict[str, Any], event_id: str, topic: str) -> None:
 def tally(payload: dict[str, Any]) -> None:
     """The benchmark's handler (bench/events.py): one INCR per run, nothing else."""
     effects_store().incr("events:tally")
+
+
+@task(queue_name="low")
+def lifecycle_log(payload: dict[str, Any], event_id: str) -> None:
+    """A subscription of the lifecycle topic: records ``<event id>|<task id>|<state>|<task>`` (in the order they ran)."""
+    effects_store().rpush("events:lifecycle", f"{event_id}|{payload['task_id']}|{payload['state']}|{payload['task']}")
