@@ -8,7 +8,9 @@ Starts its own redis-server on a loopback port (persistence off) and measures:
 * end-to-end events/s with 1 and with 3 subscriptions: N events published first, then one ``runworker``
   process (``--concurrency 4``) started; from its first handler run (its start-up is logged apart) until every
   subscription's handler ran for every event (each run one INCR, counted): N x subscriptions tasks made by the
-  pump, run and acked.
+  pump, run and acked;
+* the cost of ``LIFECYCLE_EVENTS``: ``.delay()``/s and the drain rate of one ``runworker -c 4`` (no-op tasks,
+  from its first ack) with the option off and on (nobody subscribed: publishing alone, 3 XADDs a task).
 
 Each measurement is repeated; the median, min and max are printed. Every process is stopped by PID.
 """
@@ -47,7 +49,7 @@ def setup(url: str) -> None:
     django.setup()
 
 
-def settings_for(n_subs: int) -> Any:
+def settings_for(n_subs: int, lifecycle: bool = False) -> Any:
     import copy
 
     from django.conf import settings
@@ -55,7 +57,44 @@ def settings_for(n_subs: int) -> Any:
 
     tasks = copy.deepcopy(settings.TASKS)
     tasks["default"]["OPTIONS"]["SUBSCRIPTIONS"] = SUBS[n_subs]
+    tasks["default"]["OPTIONS"]["LIFECYCLE_EVENTS"] = lifecycle
     return override_settings(TASKS=tasks)
+
+
+def lifecycle_cost(n: int, lifecycle: bool, url: str, c: Any) -> tuple[float, float]:
+    """(.delay()/s, drain runs/s of one runworker -c 4 from its first ack) with LIFECYCLE_EVENTS off or on (nobody
+    subscribed to redisq.tasks: the cost of publishing alone)."""
+    from tests.testapp.tasks import noop
+
+    c.flushall()
+    with settings_for(1, lifecycle):
+        t0 = time.perf_counter()
+        for i in range(n):
+            noop.delay(i)
+        enqueue = n / (time.perf_counter() - t0)
+    env = {**os.environ, "REDISQ_SUBSCRIPTIONS": json.dumps(SUBS[1]), "REDISQ_TEST_REDIS_URL": url,
+           "REDISQ_LIFECYCLE_EVENTS": "1" if lifecycle else "", "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.Popen([sys.executable, "-m", "django", "runworker", "default", "-c", "4", "-v", "0"], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    key = "redisq:{default}:processed"
+    try:
+        deadline = time.monotonic() + 300
+        while not c.get(key) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        first, start = int(c.get(key) or 0), time.perf_counter()
+        while int(c.get(key) or 0) < n and time.monotonic() < deadline:
+            time.sleep(0.01)
+        drain = (int(c.get(key) or 0) - first) / (time.perf_counter() - start)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+    if lifecycle and c.xlen("redisq:{topic:redisq.tasks}:stream") < 3 * n:
+        raise SystemExit("lifecycle events missing: fewer than 3 per task")
+    return enqueue, drain
 
 
 def publish_rate(n: int, n_subs: int, c: Any) -> float:
@@ -133,6 +172,10 @@ def main() -> None:
             for n_subs in (1, 3):
                 rows.setdefault(f"end-to-end handler runs/s ({n_subs} subscription{'s' * (n_subs > 1)}, -c 4)", []).append(
                     end_to_end(args.events, n_subs, server.url, c))
+            for on in (False, True):
+                enqueue, drain = lifecycle_cost(args.events, on, server.url, c)
+                rows.setdefault(f".delay()/s, LIFECYCLE_EVENTS {'on' if on else 'off'}", []).append(enqueue)
+                rows.setdefault(f"drain runs/s (-c 4), LIFECYCLE_EVENTS {'on' if on else 'off'}", []).append(drain)
             log("repeat done")
     width = max(map(len, rows))
     print(f"{'measurement':<{width}}  {'median':>10}  {'min':>10}  {'max':>10}")

@@ -42,7 +42,7 @@ def _backend(alias: str) -> Any:
 def _checked(options: Options, topic: Any, payload: Any) -> tuple[str, list[tuple[str, str]]]:
     if not isinstance(topic, str) or not NAME_RE.match(topic):
         raise InvalidEvent(f"topic {topic!r} is not a valid topic name: use 1-100 letters, digits, '_', '-' or '.'.")
-    groups = publish_plan(options).get(topic)
+    groups = publish_plan(options).groups.get(topic)
     if groups is None:
         raise InvalidEvent(f"topic {topic!r} is not configured: name it in OPTIONS['TOPICS'] or subscribe to it in "
                            "OPTIONS['SUBSCRIPTIONS'] (a topic nobody configured would never be trimmed).")

@@ -24,7 +24,7 @@ from typing import Any
 
 from django_redisq import signals
 from django_redisq.compat import task_backends, task_enqueued, task_finished, task_started
-from django_redisq.subscriptions import LIFECYCLE_TOPIC, publish_plan, subscriptions_of
+from django_redisq.subscriptions import LIFECYCLE_TOPIC, publish_plan
 
 logger = logging.getLogger("django_redisq")
 UID = "django_redisq.lifecycle"
@@ -36,13 +36,14 @@ def _publish(alias: str, task_id: str, task: str, queue: str, state: str) -> Non
         options = getattr(be, "conf", None)
         if options is None or not getattr(options, "lifecycle_events", False):
             return
-        if any(task_id.startswith(s.id_base) for s in subscriptions_of(options) if s.topic == LIFECYCLE_TOPIC):
+        plan = publish_plan(options)
+        if plan.lifecycle_bases and task_id.startswith(plan.lifecycle_bases):
             return  # a lifecycle subscription's own task: no event, or each would make the next
         from django_redisq.store.topics import Topics
 
         payload = json.dumps({"task_id": task_id, "task": task, "queue": queue, "backend": alias, "state": state},
                              separators=(",", ":"))
-        Topics(be.broker).publish(LIFECYCLE_TOPIC, payload, publish_plan(options).get(LIFECYCLE_TOPIC, []))
+        Topics(be.broker).publish(LIFECYCLE_TOPIC, payload, plan.groups.get(LIFECYCLE_TOPIC, []))
     except Exception as exc:  # noqa: BLE001 - a record, never a reason for a task or an enqueue to fail
         logger.warning("lifecycle event %s of task %s not published: %s: %s", state, task_id, type(exc).__name__, exc)
 

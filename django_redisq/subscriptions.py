@@ -88,16 +88,25 @@ def topics_of(options: Options) -> dict[str, Topic]:
     return found
 
 
-_plans: dict[str, tuple[Options, dict[str, list[tuple[str, str]]]]] = {}
+@dataclass(frozen=True)
+class Plan:
+    """What a publisher needs, built once per Options object: each topic's ``(group, start id)`` (every topic a
+    publish may name), and the task id prefixes of the subscriptions to the lifecycle topic (lifecycle.py)."""
+
+    groups: dict[str, list[tuple[str, str]]]
+    lifecycle_bases: tuple[str, ...]
 
 
-def publish_plan(options: Options) -> dict[str, list[tuple[str, str]]]:
-    """Every topic a publish may name -> the ``(group, start id)`` of its subscriptions; kept per alias while its
-    Options object lives (a settings change builds a new one)."""
+_plans: dict[str, tuple[Options, Plan]] = {}
+
+
+def publish_plan(options: Options) -> Plan:
+    """The alias's Plan, kept while its Options object lives (a settings change builds a new one)."""
     cached = _plans.get(options.alias)
     if cached is None or cached[0] is not options:
         subs = subscriptions_of(options)
-        plan = {t: [(s.name, START_IDS[s.start]) for s in subs if s.topic == t] for t in topics_of(options)}
+        plan = Plan({t: [(s.name, START_IDS[s.start]) for s in subs if s.topic == t] for t in topics_of(options)},
+                    tuple(s.id_base for s in subs if s.topic == LIFECYCLE_TOPIC))
         cached = _plans[options.alias] = (options, plan)
     return cached[1]
 

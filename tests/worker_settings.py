@@ -33,3 +33,5 @@ if os.environ.get("REDISQ_SUBSCRIPTIONS"):  # events (tests/events)
 
     TASKS["default"]["OPTIONS"]["SUBSCRIPTIONS"] = json.loads(os.environ["REDISQ_SUBSCRIPTIONS"])
     TASKS["default"]["OPTIONS"]["TOPICS"] = json.loads(os.environ.get("REDISQ_TOPICS", "{}"))
+if os.environ.get("REDISQ_LIFECYCLE_EVENTS"):  # task transitions as events (bench/events.py)
+    TASKS["default"]["OPTIONS"]["LIFECYCLE_EVENTS"] = True
