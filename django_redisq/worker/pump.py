@@ -91,6 +91,7 @@ class EventPump:
         self.min_idle_ms = max(1, int(options.worker_timeout * 1000))
         self.errors: dict[str, str] = {}  # entry id -> the last enqueue error seen here (for its dead letter)
         self.enqueued = 0
+        self._cursors: dict[str, str] = {}  # subscription -> where its unfinished pending walk goes on
 
     def threads(self) -> list[threading.Thread]:
         """A reader per subscription served and the keeper; none when the backend has no topics."""
@@ -243,8 +244,11 @@ class EventPump:
                 self.topics.prune(sub.topic, sub.name, max(60_000, 10 * self.min_idle_ms))
 
     def reclaim(self, sub: Subscription, min_idle_ms: int | None = None) -> int:
-        """Walk the group's whole pending list (following XAUTOCLAIM's cursor), enqueue what was idle too long."""
-        cursor, taken = "0-0", 0
+        """Walk the group's whole pending list (following XAUTOCLAIM's cursor), enqueue what was idle too long.
+
+        At most CLAIM_WINDOWS windows per call; a walk left unfinished goes on from its cursor at the next call,
+        so a pending list longer than that is still walked to its end, never only its head."""
+        cursor, taken = self._cursors.get(sub.name, "0-0"), 0
         for _ in range(CLAIM_WINDOWS):
             got = self.topics.claim(sub.topic, sub.name, self.consumer, self.min_idle_ms if min_idle_ms is None else min_idle_ms,
                                     cursor, CLAIM_WINDOW)
@@ -257,6 +261,7 @@ class EventPump:
             cursor = got.cursor
             if cursor == "0-0":
                 break
+        self._cursors[sub.name] = cursor
         return taken
 
     def trim(self, t: Topic) -> tuple[int, int]:

@@ -29,9 +29,9 @@ def test_three_subscriptions_each_get_every_event_once(r, running_worker):
             assert set(runs(r, h).values()) == {1}, h
             assert sorted(int(n) for n in r.lrange(f"events:seen:{h}", 0, -1)) == list(range(300))
         # every entry acknowledged by every group: nothing pending, nothing lagging
-        groups = {g["name"]: g for g in r.xinfo_groups(STREAM)}
-        assert set(groups) == set(THREE)
-        assert all(g["pending"] == 0 and g["lag"] == 0 for g in groups.values())
+        assert {g["name"] for g in r.xinfo_groups(STREAM)} == set(THREE)
+        stats = Topics(Broker(get_options())).stats("orders.placed", list(THREE))  # lag: Redis 7's, or counted on 6.2
+        assert all(s.exists and s.pending == 0 and s.lag == 0 for s in stats.values())
 
 
 def test_the_task_gets_the_payload_and_only_the_keywords_it_takes(r, running_worker):
@@ -172,3 +172,22 @@ def test_a_burst_worker_runs_no_pump_unless_asked(r, make_worker):
         assert make_worker().pump is None
         assert make_worker(events=True).pump is not None
         assert make_worker(burst=False).pump is not None
+
+
+def test_a_pending_walk_longer_than_one_call_goes_on_where_it_stopped(r, monkeypatch):
+    import threading
+
+    from django_redisq.worker import pump as pump_module
+
+    monkeypatch.setattr(pump_module, "CLAIM_WINDOWS", 1)
+    with events_settings({"p": {"topic": "t1", "task": H + "plain"}}):
+        options = get_options()
+        broker = Broker(options)
+        live = EventPump(options, broker, threading.Event(), "live-worker", ["default"])
+        live.join(live.subs[0])
+        for i in range(2 * pump_module.CLAIM_WINDOW + 7):
+            publish("t1", {"n": i})
+        Topics(broker).read("t1", "p", "dead-worker", 10_000)
+        taken = [live.reclaim(live.subs[0], min_idle_ms=0) for _ in range(4)]
+        assert taken == [pump_module.CLAIM_WINDOW, pump_module.CLAIM_WINDOW, 7, 0]
+        assert r.llen(QueueKeys("default").pending) == 2 * pump_module.CLAIM_WINDOW + 7

@@ -1,7 +1,8 @@
 -- topic_claim: hand a subscription's entries pending longer than min idle (their consumer died
 -- between enqueue and XACK, or the enqueue failed) to this consumer, one XAUTOCLAIM window from
 -- a cursor; the caller follows the cursor over the whole pending list. With each entry comes its
--- delivery count (XPENDING), so one that keeps failing to become a task is dead-lettered, never
+-- delivery count (XPENDING over the window's id range, this consumer's entries; room for entries it
+-- holds in flight between them), so one that keeps failing to become a task is dead-lettered, never
 -- retried forever.
 --
 -- KEYS[1] -> T:stream  (STREAM)
@@ -41,7 +42,7 @@ end
 out[3] = trimmed
 if first then
   local counts = {}
-  for _, p in ipairs(redis.call('XPENDING', KEYS[1], ARGV[1], first, last, tonumber(ARGV[5]), ARGV[2])) do
+  for _, p in ipairs(redis.call('XPENDING', KEYS[1], ARGV[1], first, last, 4 * tonumber(ARGV[5]), ARGV[2])) do
     counts[p[1]] = p[4]
   end
   for i = 4, #out, 3 do
