@@ -74,3 +74,8 @@ def test_reclaim_trim_and_rewind_on_the_cluster(cluster, r):
     assert topics.rewind("orders.placed", "billing-on-order", "0-0") == 1
     again = topics.read("orders.placed", "billing-on-order", "live", 100)
     assert again.generation == 1 and [e.id for e in again.entries] == ids[20:]
+    from django_redisq.ops.topics import TopicOps
+
+    rows = {row.name: row for row in TopicOps(options).rows()}  # what redisq topics and the admin read, on the cluster
+    assert (rows["billing-on-order"].generation, rows["billing-on-order"].pending, rows["billing-on-order"].lag) == (1, 10, 0)
+    assert rows["audit-refunds"].exists is False

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any
 
 from django_redisq.conf import get_options
@@ -101,8 +102,6 @@ class FailingBroker(Broker):
 
 
 def test_an_entry_that_keeps_failing_to_become_a_task_is_dead_lettered_not_retried_forever(r):
-    import threading
-
     with events_settings({"p": {"topic": "t1", "task": H + "plain"}}, WORKER_TIMEOUT=1.0, HEARTBEAT_INTERVAL=0.2):
         options = get_options()
         broker = FailingBroker(options, fail_queue="default")
@@ -130,8 +129,6 @@ def test_an_entry_that_keeps_failing_to_become_a_task_is_dead_lettered_not_retri
 
 
 def test_a_dead_consumers_pending_entries_are_reclaimed_past_the_first_window_and_never_enqueued_twice(r):
-    import threading
-
     from django_redisq.worker import pump as pump_module
 
     with events_settings({"p": {"topic": "t1", "task": H + "plain"}}):
@@ -175,8 +172,6 @@ def test_a_burst_worker_runs_no_pump_unless_asked(r, make_worker):
 
 
 def test_a_pending_walk_longer_than_one_call_goes_on_where_it_stopped(r, monkeypatch):
-    import threading
-
     from django_redisq.worker import pump as pump_module
 
     monkeypatch.setattr(pump_module, "CLAIM_WINDOWS", 1)
@@ -191,3 +186,19 @@ def test_a_pending_walk_longer_than_one_call_goes_on_where_it_stopped(r, monkeyp
         taken = [live.reclaim(live.subs[0], min_idle_ms=0) for _ in range(4)]
         assert taken == [pump_module.CLAIM_WINDOW, pump_module.CLAIM_WINDOW, 7, 0]
         assert r.llen(QueueKeys("default").pending) == 2 * pump_module.CLAIM_WINDOW + 7
+
+
+def test_a_partitioned_queue_gets_each_events_task_once_in_one_partition(r, running_worker):
+    subs = {"a": {"topic": "t1", "task": H + "audit"}}
+    with events_settings(subs, QUEUE_OPTIONS={"low": {"PARTITIONS": 4}}):
+        ids = [publish("t1", {"n": i}) for i in range(60)]
+        options = get_options()
+        pump = EventPump(options, Broker(options), threading.Event(), "w1", ["low"])
+        entries = pump.topics.read("t1", "a", "w1", 1000).entries
+        pump.handle(pump.subs[0], 0, entries)
+        pump.handle(pump.subs[0], 0, entries)  # a second try of the same entries (a reclaim): dropped by id
+        queued = {q: r.llen(QueueKeys(q).pending) for q in options.physical("low")}
+        assert sum(queued.values()) == 60 and sum(1 for n in queued.values() if n) > 1  # spread, each once
+        running_worker("low")
+        assert wait_for(lambda: set(runs(r, "audit")) == set(ids), 30)
+        assert set(runs(r, "audit").values()) == {1}
