@@ -61,7 +61,7 @@ def test_rewind_by_id_time_or_earliest_and_its_errors(r):
         when = datetime.fromtimestamp(int(ids[0].split("-")[0]) / 1000, tz=timezone.utc).isoformat()
         assert "generation 2" in redisq("topics", "rewind", "billing-on-order", "--to", when)
         assert len(topics.read("orders.placed", "billing-on-order", "w1", 100).entries) == 10
-        redisq("topics", "rewind", "billing-on-order", "--to", "earliest")
+        assert json.loads(redisq("topics", "--json", "rewind", "billing-on-order", "--to", "earliest"))["generation"] == 3
         assert topics.read("orders.placed", "billing-on-order", "w1", 100).generation == 3
         with pytest.raises(CommandError, match="no subscription 'nope'") as exc:
             redisq("topics", "rewind", "nope", "--to", "earliest")

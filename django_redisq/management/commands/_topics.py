@@ -31,7 +31,8 @@ def add_parser(sub: Any) -> None:
     rw = control.add_parser("rewind", help="deliver a subscription's events again from an entry id or a time (new tasks)")
     rw.add_argument("subscription", help="the subscription's name (OPTIONS['SUBSCRIPTIONS'])")
     rw.add_argument("--to", required=True, metavar="ID|TIME", help="an entry id (<ms>-<seq>), an ISO 8601 time, or 'earliest'")
-    rw.add_argument("--json", action="store_true", help="print JSON")
+    rw.add_argument("--json", action="store_true", dest="rewind_json", help="print JSON")  # its own dest: a subparser's
+    # default would otherwise overwrite `topics --json rewind ...`
 
 
 def run(command: BaseCommand, ins: Inspector, opts: dict[str, Any]) -> None:
@@ -72,6 +73,6 @@ def listing(command: BaseCommand, ops: TopicOps, opts: dict[str, Any]) -> None:
 def rewind(command: BaseCommand, ops: TopicOps, opts: dict[str, Any]) -> None:
     generation, target = ops.rewind(opts["subscription"], opts["to"])
     data = {"subscription": opts["subscription"], "set_to": target, "generation": generation}
-    command.stdout.write(json.dumps(data) if opts.get("json") else printable(
+    command.stdout.write(json.dumps(data) if opts.get("json") or opts.get("rewind_json") else printable(
         f"subscription {opts['subscription']} rewound: entries after {target} are delivered again, as new tasks "
         f"(generation {generation})"))
