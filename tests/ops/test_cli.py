@@ -188,7 +188,7 @@ def test_json_parses_for_every_subcommand(r, broker, make_worker):
     dead = seed_dead(broker, "default", 4)
     running = tasks.add.delay(1, 2).id
     with with_schedules({"nightly": every(3600)}):
-        for args in [("stats",), ("queue",), ("queue", "list"), ("queue", "pause", "emails"), ("queue", "resume", "emails"),
+        for args in [("stats",), ("topics",), ("queue",), ("queue", "list"), ("queue", "pause", "emails"), ("queue", "resume", "emails"),
                      ("schedules",), ("schedules", "pause", "nightly"), ("schedules", "resume", "nightly"),
                      ("schedules", "run", "nightly"), ("dead", "list"), ("dead", "show", dead[0]), ("dead", "replay", dead[1]),
                      ("dead", "purge", dead[2]), ("dead", "replay", "--all", "--queue", "default"),

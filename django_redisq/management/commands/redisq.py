@@ -3,6 +3,7 @@
     redisq stats                                       _stats.py
     redisq queue [list | pause NAME | resume NAME]     _queue.py
     redisq health [--max-pending N] [...]              _health.py
+    redisq topics [rewind SUBSCRIPTION --to ...]       _topics.py (events)
     redisq schedules [pause | resume | run NAME]       _schedules.py
     redisq dead (list | show | replay | purge) ...     _dead.py
     redisq cancel ID [ID ...]                          _cancel.py
@@ -45,11 +46,11 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_redisq.exceptions import RedisError, RedisUnavailable
-from django_redisq.management.commands import _cancel, _dead, _health, _out, _queue, _schedules, _stats
+from django_redisq.management.commands import _cancel, _dead, _health, _out, _queue, _schedules, _stats, _topics
 from django_redisq.management.commands._args import one_voice
 from django_redisq.ops.inspector import Inspector, UnknownQueue
 
-FAMILIES: tuple[ModuleType, ...] = (_stats, _queue, _health, _schedules, _dead, _cancel)
+FAMILIES: tuple[ModuleType, ...] = (_stats, _queue, _health, _topics, _schedules, _dead, _cancel)
 
 
 class Command(BaseCommand):
@@ -61,7 +62,7 @@ class Command(BaseCommand):
         parser = one_voice(parser)  # one-line usage errors; its subcommands take the global options too
         parser.add_argument("--backend", default="default", help="the TASKS alias (default: %(default)s)")
         parser.add_argument("--json", action="store_true", help="print JSON (every subcommand; errors too)")
-        sub = parser.add_subparsers(dest="command", required=True, metavar="{stats,queue,health,schedules,dead,cancel}")
+        sub = parser.add_subparsers(dest="command", required=True, metavar="{stats,queue,health,topics,schedules,dead,cancel}")
         self.families: dict[str, ModuleType] = {}
         for family in FAMILIES:
             before = set(sub.choices)
