@@ -72,3 +72,9 @@ class Schedule(DeadLetter):
     class Meta(_Page):
         verbose_name = "schedule"
         verbose_name_plural = "schedules"
+
+
+class Topic(DeadLetter):
+    class Meta(_Page):
+        verbose_name = "topic"
+        verbose_name_plural = "topics"

@@ -18,6 +18,7 @@ ENTRIES = {  # index entry -> its URL name and a text of the page it opens
     "Running tasks": ("django_redisq_runningtask_changelist", "Running tasks"),
     "Scheduled tasks": ("django_redisq_scheduledtask_changelist", "Scheduled tasks"),
     "Schedules": ("django_redisq_schedule_changelist", "Schedules"),
+    "Topics": ("django_redisq_topic_changelist", "Topics"),
 }
 
 

@@ -11,19 +11,25 @@ queue. Screenshots of every page and width go to tests/artifacts/ (and, with
 
 from __future__ import annotations
 
+import copy
 import json
 from datetime import timedelta
 
 import pytest
+from django.conf import settings
 from django.contrib.auth.models import User
+from django.test import override_settings
 from django.urls import reverse
 from django.utils import timezone
 
+from django_redisq import connection
+from django_redisq.events import publish
 from tests import helpers
 from tests.admin.test_browser import shot
+from tests.events.conftest import THREE
 from tests.seed import seed_dead
 from tests.testapp import tasks
-from tests.worker.test_scheduler import TASK, with_schedules
+from tests.worker.test_scheduler import TASK
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -97,8 +103,13 @@ def busy(r, broker):
     r.set(helpers.keys("emails").paused, f"{helpers.redis_ms(r)}|admin:operations-lead")  # the longest state a queue shows
     entries = {"nightly-report": {"task": TASK, "cron": "0 3 * * *", "timezone": "Europe/Berlin", "kwargs": {"key": "n"}},
                "sync-stock": {"task": TASK, "every": 60, "kwargs": {"key": "s"}, "timezone": "UTC"}}
-    with with_schedules(entries):
+    tasks_setting = copy.deepcopy(settings.TASKS)
+    tasks_setting["default"]["OPTIONS"].update(SCHEDULES=entries, SUBSCRIPTIONS=THREE)
+    with override_settings(TASKS=tasks_setting):
+        for i in range(5):
+            publish("orders.placed", {"order": i})  # lag on the Topics page
         yield dead
+    connection.reset()
 
 
 def login(page) -> None:
@@ -118,6 +129,7 @@ PAGES = {  # name -> (URL name, query)
     "scheduled": ("admin:django_redisq_scheduledtask_changelist", "?backend=default&queue=default"),
     "running": ("admin:django_redisq_runningtask_changelist", "?backend=default&queue=default"),
     "schedules": ("admin:django_redisq_schedule_changelist", ""),
+    "topics": ("admin:django_redisq_topic_changelist", ""),
 }
 DOCS_SHOTS = {("index", 1400), ("dead-letters", 800)}  # docs/howto/admin.md shows these
 
