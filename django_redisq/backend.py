@@ -40,6 +40,8 @@ from django_redisq.message import encode as encode_message
 from django_redisq.metadata import attach, stored
 from django_redisq.metadata import encode as encode_metadata
 from django_redisq.options import Options
+from django_redisq.progress import Progress
+from django_redisq.progress import decode as decode_progress
 from django_redisq.store import async_broker as abroker
 from django_redisq.store.broker import Broker
 from django_redisq.store.priority import stored_priority
@@ -436,6 +438,39 @@ class RedisQueueBackend(BaseTaskBackend):
             except ValueError:
                 object.__setattr__(result, "_return_value", data["result"])
         return result
+
+
+def _progress_backend(task_id_or_result: str | TaskResult, backend: str) -> tuple[RedisQueueBackend, str]:
+    if isinstance(task_id_or_result, TaskResult):
+        backend, task_id_or_result = task_id_or_result.backend, task_id_or_result.id
+    found = task_backends[backend]
+    if not isinstance(found, RedisQueueBackend):
+        raise InvalidTaskBackend(f"TASKS[{backend!r}] is not a django_redisq backend: it stores no progress")
+    if not isinstance(task_id_or_result, str) or not 0 < len(task_id_or_result) <= 64:
+        raise TaskResultDoesNotExist(task_id_or_result)
+    return found, task_id_or_result
+
+
+def _read_progress(task_id: str, found: tuple[str, dict[str, str]] | None) -> Progress | None:
+    if found is None or "msg" not in found[1]:
+        raise TaskResultDoesNotExist(task_id)
+    return decode_progress(found[1].get("progress"), ms_to_datetime(found[1].get("progress_at")))
+
+
+def get_progress(task_id_or_result: str | TaskResult, *, backend: str = DEFAULT_TASK_BACKEND_ALIAS) -> Progress | None:
+    """What the task last reported with ``report_progress`` (progress.py), or None if it reported nothing yet.
+
+    By id (on ``backend``) or by its ``TaskResult`` (its own backend). ``TaskResultDoesNotExist``
+    when there is no such task (or it expired); one read of the task hash, as ``get_result``.
+    """
+    found, task_id = _progress_backend(task_id_or_result, backend)
+    return _read_progress(task_id, found.broker.get_task(task_id, sorted(found.queues)))
+
+
+async def aget_progress(task_id_or_result: str | TaskResult, *, backend: str = DEFAULT_TASK_BACKEND_ALIAS) -> Progress | None:
+    """``get_progress`` on the running event loop, with no thread (the async broker's read, as ``aget_result``)."""
+    found, task_id = _progress_backend(task_id_or_result, backend)
+    return _read_progress(task_id, await found.abroker.get_task(task_id, sorted(found.queues)))
 
 
 def cancel(task_id_or_result: str | TaskResult, *, backend: str = DEFAULT_TASK_BACKEND_ALIAS, who: str = "api") -> str:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from django_redisq.clock import ms_to_datetime
 from django_redisq.partitions import logical
+from django_redisq.progress import decode as decode_progress
 from django_redisq.store import scripts
 from django_redisq.store.dead_scan import SCAN_CHUNK, DeadFilter, MergedDeadScan
 from django_redisq.store.priority import ready_page, stored_priority
@@ -290,7 +291,8 @@ class TaskReads(MergedDeadScan):
                             workers=[w for w in data.get("workers", "").split(",") if w],
                             started_at=ms_to_datetime(data.get("started_at")), finished_at=ms_to_datetime(data.get("finished_at")),
                             result=data.get("result"), replayed=data.get("replayed", "0") not in ("", "0"),
-                            dead_score=ms_to_datetime(dead_score))
+                            dead_score=ms_to_datetime(dead_score),
+                            progress=decode_progress(data.get("progress"), ms_to_datetime(data.get("progress_at"))))
         if detail.row.state == "running" and detail.workers:  # fetch.lua's word: running only if its worker's mark says so
             if task_id not in marked(self.client.get(k.running(detail.workers[-1]))):
                 detail.row.state = "held"

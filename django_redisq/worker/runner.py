@@ -17,12 +17,16 @@ import inspect
 import logging
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import Executor
+from contextlib import contextmanager
+from functools import partial
 from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
 from django.db import close_old_connections
 
+from django_redisq import progress
 from django_redisq.clock import ms_to_datetime
 from django_redisq.compat import (
     Task,
@@ -41,10 +45,12 @@ from django_redisq.message import Message, decode
 from django_redisq.metadata import attach, stored
 from django_redisq.options import Options
 from django_redisq.partitions import logical
+from django_redisq.store.broker import Broker
 from django_redisq.store.replies import Delivery
 from django_redisq.task import RedisTask, get_registered
 from django_redisq.worker.attempt import Attempt, Prepared
 from django_redisq.worker.outcome import DEAD, RETRY, Outcome, error_dict, failure
+from django_redisq.worker.progress import ProgressWriter
 from django_redisq.worker.timelimit import Handle, arm, disarm, interrupt
 
 logger = logging.getLogger("django_redisq")
@@ -81,6 +87,7 @@ class Runner:
         self._threads: dict[str, Handle] = {}  # task id -> the armed handle of the thread running it
         self._coros: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]]] = {}  # task id -> its coroutine
         self._cancelled: dict[str, str] = {}  # task id -> who cancelled it (while it unwinds)
+        self._broker: Broker | None = None  # progress reports' (built on the first, in the process that runs tasks)
 
     def _prepared(self, message: Message) -> Prepared:
         """The task of a message with what each run needs, worked out once per task and queue."""
@@ -143,7 +150,8 @@ class Runner:
         attach(result, stored(d.metadata, message.metadata))  # where Django has metadata: the last saved, else the enqueued
         context = prep.context_class(task_result=result) if prep.task.takes_context else None
         args = [context, *message.args] if context is not None else message.args
-        return Attempt(d, message, prep, result, args, _limit(message, prep, opts), max_retries, opts, context=context)
+        return Attempt(d, message, prep, result, args, _limit(message, prep, opts), max_retries, opts, context=context,
+                       worker_id=worker_id)
 
     def limit_for(self, d: Delivery) -> float:
         """The time limit ``begin`` will give ``d``, in seconds (0: none, or a message that cannot run)."""
@@ -168,7 +176,8 @@ class Runner:
         try:
             task_started.send(sender=a.prep.sender, task_result=a.result)
             try:
-                value = self._call(a)
+                with self._progress(a):  # report_progress() in the task writes through it (worker/progress.py)
+                    value = self._call(a)
             finally:
                 a.keep_metadata()
             result_json = a.result_json(value)
@@ -217,7 +226,8 @@ class Runner:
         try:
             await task_started.asend(sender=a.prep.sender, task_result=a.result)
             try:
-                value = await self._within(a)
+                with self._progress(a):
+                    value = await self._within(a)
             finally:
                 a.keep_metadata()
             result_json = a.result_json(value)
@@ -253,6 +263,19 @@ class Runner:
             raise
         finally:
             self._coros.pop(a.d.id, None)
+
+    @contextmanager
+    def _progress(self, a: Attempt) -> Iterator[None]:
+        """``report_progress`` of the attempt's task goes to a writer of its own, flushed when the call ends."""
+        if self._broker is None:
+            self._broker = Broker(self.options)
+        writer = ProgressWriter(partial(self._broker.save_progress, a.d.queue, a.d.id, a.worker_id), a.d.deliveries)
+        token = progress.current.set(writer)
+        try:
+            yield
+        finally:
+            progress.current.reset(token)
+            writer.flush()
 
     # -- interrupting ----------------------------------------------------
 

@@ -10,6 +10,7 @@
     redisq dead replay (--all | ID ...) [--queue Q] [--to Q2] [filters] [--json]
     redisq dead purge (--all | ID ...) [--queue Q] [filters] [--noinput] [--json]
     redisq cancel ID [ID ...] [--queue Q] [--json]
+    redisq task ID [--queue Q] [--json]
     redisq health [--max-pending N] [--max-age SECONDS] [--max-dead N] [--min-workers N] [--queue Q ...] [--json]
 
 It reads through ``ops/inspector.py`` and changes through ``ops/operations.py``, as
@@ -32,7 +33,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_redisq.exceptions import InvalidArguments
-from django_redisq.management.commands import _health
+from django_redisq.management.commands import _health, _task
 from django_redisq.management.commands._args import non_negative, positive
 from django_redisq.management.commands._text import printable
 from django_redisq.ops.inspector import DeadFilter, Inspector, UnknownQueue, UnknownSchedule, schedule_rows
@@ -81,6 +82,7 @@ class Command(BaseCommand):
         stats = sub.add_parser("stats", help="sizes, throughput and workers of every queue")
         stats.add_argument("--json", action="store_true", help="print JSON")
         _health.add_parser(sub)
+        _task.add_parser(sub)
         dead = sub.add_parser("dead", help="dead letters").add_subparsers(dest="dead_command", required=True,
                                                                            metavar="{list,show,replay,purge}")
         listing = dead.add_parser("list", help="newest first")
@@ -129,6 +131,8 @@ class Command(BaseCommand):
                 self.stats(opts)
             elif opts["command"] == "health":
                 _health.run(self, ins, opts)
+            elif opts["command"] == "task":
+                _task.run(self, ins, opts)
             elif opts["command"] == "schedules":
                 self.schedules(opts)
             elif opts["command"] == "queue":

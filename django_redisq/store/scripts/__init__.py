@@ -38,6 +38,7 @@ NAMES = (
     "edit_replay",
     "pause",
     "resume",
+    "progress",
 )
 
 INCLUDE = re.compile(r"^--! include ([A-Za-z0-9_]+\.lua)[ \t]*$", re.MULTILINE)
