@@ -16,7 +16,7 @@ from django.apps import apps
 from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 
-from django_redisq import discovery, partitions
+from django_redisq import discovery, partitions, tracing
 from django_redisq.clock import ms_to_datetime
 from django_redisq.compat import (
     DEFAULT_TASK_BACKEND_ALIAS,
@@ -203,7 +203,8 @@ class RedisQueueBackend(BaseTaskBackend):
 
     # -- enqueue ---------------------------------------------------------
 
-    def _prepare(self, task: Task, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[TaskResult, tuple[str, str, str, int, str, int, str]]:
+    def _prepare(self, task: Task, args: Sequence[Any], kwargs: dict[str, Any],
+                 trace: dict[str, str] | None = None) -> tuple[TaskResult, tuple[str, str, str, int, str, int, str]]:
         self._bind(task, args, kwargs)
         args, kwargs, _ = encode_arguments(args, kwargs, self.conf.max_message_bytes)
         task_id = secrets.token_urlsafe(24)  # 32 characters, 192 random bits
@@ -215,6 +216,7 @@ class RedisQueueBackend(BaseTaskBackend):
             delay_ms = max(0, int((task.run_after - timezone.now()).total_seconds() * 1000))
         idem = task.key_for(args, kwargs) if isinstance(task, RedisTask) else ""
         metadata = getattr(task, "metadata", None)  # Django's metadata proposal: a field of newer Tasks
+        metadata = tracing.with_trace(metadata, trace)  # the producer span's context, for the worker's spans (tracing.py)
         if metadata:
             try:
                 metadata = encode_metadata(metadata, self.conf.for_queue(task.queue_name).metadata_max_bytes)[0]
@@ -251,11 +253,17 @@ class RedisQueueBackend(BaseTaskBackend):
 
     def enqueue_many(self, task: Task, arg_sets: Iterable[tuple[Sequence[Any], dict[str, Any]]]) -> list[TaskResult]:
         """Enqueue several calls of one task in a single round trip."""
+        with tracing.send(task.module_path, task.queue_name) as span:  # NOOP unless a tracer provider is configured
+            return self._enqueue_many(task, arg_sets, span)
+
+    def _enqueue_many(self, task: Task, arg_sets: Iterable[tuple[Sequence[Any], dict[str, Any]]],
+                      span: tracing.Sending | tracing._Noop) -> list[TaskResult]:
         self._validated(task)
-        prepared = [self._prepare(task, a, k) for a, k in arg_sets]
+        prepared = [self._prepare(task, a, k, span.carrier) for a, k in arg_sets]
         if not prepared:
             return []
         items = [item for _, item in prepared]
+        span.identify([item[0] for item in items])
         if self.conf.partitions(task.queue_name) == 1:  # today's path: one script call
             stored = self.broker.enqueue(task.queue_name, items)
         else:  # one script call per partition the items went to
@@ -277,11 +285,17 @@ class RedisQueueBackend(BaseTaskBackend):
 
     async def aenqueue_many(self, task: Task, arg_sets: Iterable[tuple[Sequence[Any], dict[str, Any]]]) -> list[TaskResult]:
         """``enqueue_many``, awaited on the running loop's own pool; step for step the same."""
+        with tracing.send(task.module_path, task.queue_name) as span:
+            return await self._aenqueue_many(task, arg_sets, span)
+
+    async def _aenqueue_many(self, task: Task, arg_sets: Iterable[tuple[Sequence[Any], dict[str, Any]]],
+                             span: tracing.Sending | tracing._Noop) -> list[TaskResult]:
         self._validated(task)
-        prepared = [self._prepare(task, a, k) for a, k in arg_sets]
+        prepared = [self._prepare(task, a, k, span.carrier) for a, k in arg_sets]
         if not prepared:
             return []
         items = [item for _, item in prepared]
+        span.identify([item[0] for item in items])
         if self.conf.partitions(task.queue_name) == 1:
             stored = await self.abroker.enqueue(task.queue_name, items)
         else:

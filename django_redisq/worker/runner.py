@@ -26,7 +26,7 @@ from typing import Any
 from asgiref.sync import async_to_sync, sync_to_async
 from django.db import close_old_connections
 
-from django_redisq import progress
+from django_redisq import progress, tracing
 from django_redisq.clock import ms_to_datetime
 from django_redisq.compat import (
     Task,
@@ -173,22 +173,25 @@ class Runner:
     def _execute(self, a: Attempt) -> Outcome:
         start = time.perf_counter()
         _close_connections()
+        span = self._span(a)  # tracing.py: a consumer span, or NOOP when no tracer provider is configured
         try:
             task_started.send(sender=a.prep.sender, task_result=a.result)
             try:
-                with self._progress(a):  # report_progress() in the task writes through it (worker/progress.py)
+                with self._progress(a), span:  # report_progress() in the task writes through it (worker/progress.py)
                     value = self._call(a)
             finally:
                 a.keep_metadata()
             result_json = a.result_json(value)
         except BaseException as exc:  # noqa: BLE001 - a task's failure is data, never a worker crash (KeyboardInterrupt, SystemExit too)
             outcome = self._failed(a, exc, time.perf_counter() - start)
+            span.end(outcome.kind, exc)
             self._finish(a)
             return outcome
         finally:
             self._cancelled.pop(a.d.id, None)
             _close_connections()
         outcome = self._succeeded(a, value, result_json, time.perf_counter() - start)
+        span.end(outcome.kind)
         self._finish(a)
         return outcome
 
@@ -223,22 +226,25 @@ class Runner:
             return await asyncio.get_running_loop().run_in_executor(sync_executor, self._execute, a)
         start = time.perf_counter()
         await sync_to_async(_close_connections)()
+        span = self._span(a)
         try:
             await task_started.asend(sender=a.prep.sender, task_result=a.result)
             try:
-                with self._progress(a):
+                with self._progress(a), span:
                     value = await self._within(a)
             finally:
                 a.keep_metadata()
             result_json = a.result_json(value)
         except BaseException as exc:  # noqa: BLE001 - as in _execute
             outcome = self._failed(a, exc, time.perf_counter() - start)
+            span.end(outcome.kind, exc)
             await self._afinish(a)
             return outcome
         finally:
             self._cancelled.pop(a.d.id, None)
             await sync_to_async(_close_connections)()
         outcome = self._succeeded(a, value, result_json, time.perf_counter() - start)
+        span.end(outcome.kind)
         await self._afinish(a)
         return outcome
 
@@ -263,6 +269,11 @@ class Runner:
             raise
         finally:
             self._coros.pop(a.d.id, None)
+
+    @staticmethod
+    def _span(a: Attempt) -> tracing.Processing | tracing._Noop:
+        """The attempt's consumer span, continuing the trace its message carries (tracing.py)."""
+        return tracing.process(a.message.task, a.message.queue, a.d.id, a.d.deliveries, a.message.metadata)
 
     @contextmanager
     def _progress(self, a: Attempt) -> Iterator[None]:

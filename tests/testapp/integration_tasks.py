@@ -44,3 +44,11 @@ async def reports_async(n: int) -> int:
     for i in range(1, n + 1):
         report_progress(i, n)
     return n
+
+
+@task
+def traced_inside() -> str:
+    """The span current inside the task (the attempt's, where tracing is on): what its instrumented code would be a child of."""
+    from opentelemetry import trace
+
+    return format(trace.get_current_span().get_span_context().span_id, "016x")
