@@ -51,6 +51,7 @@ from django_redisq.task import RedisTask, get_registered
 from django_redisq.worker.attempt import Attempt, Prepared
 from django_redisq.worker.outcome import DEAD, RETRY, Outcome, error_dict, failure
 from django_redisq.worker.progress import ProgressWriter
+from django_redisq.worker.reporting import ErrorReporter
 from django_redisq.worker.timelimit import Handle, arm, disarm, interrupt
 
 logger = logging.getLogger("django_redisq")
@@ -88,6 +89,7 @@ class Runner:
         self._coros: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]]] = {}  # task id -> its coroutine
         self._cancelled: dict[str, str] = {}  # task id -> who cancelled it (while it unwinds)
         self._broker: Broker | None = None  # progress reports' (built on the first, in the process that runs tasks)
+        self.reporter = ErrorReporter(options.error_reporting)  # a failed attempt's exception, to logging and Sentry
 
     def _prepared(self, message: Message) -> Prepared:
         """The task of a message with what each run needs, worked out once per task and queue."""
@@ -342,6 +344,7 @@ class Runner:
         if outcome.kind == RETRY:
             object.__setattr__(a.result, "status", TaskResultStatus.READY)
             object.__setattr__(a.result, "finished_at", None)
+        self.reporter.report(exc, a.message.task, a.d.id, a.message.queue, a.d.deliveries, outcome.kind)  # worker/reporting.py
         return outcome
 
     def lost(self, d: Delivery, worker_id: str, exc: BaseException, duration: float = 0.0) -> Outcome:
