@@ -38,6 +38,7 @@ exception is recorded on its span (``record_exception``) and its status is ERROR
 from __future__ import annotations
 
 import sys
+import time
 from typing import Any
 
 SYSTEM = "redisq"
@@ -50,27 +51,46 @@ INSTRUMENTATION = "django_redisq"
 
 provider_override: Any = None
 """A tracer provider to use instead of the global one (tests of one process, a project that keeps its own)."""
+RECHECK = 1.0
+"""Seconds a "no provider configured" answer is kept when OpenTelemetry is imported (by redis-py, say) but not set up."""
 
-_cached: tuple[Any, Any] | None = None  # (provider, its tracer)
+_override: tuple[Any, Any] | None = None  # (provider_override, its tracer)
+_global: Any = None  # the global provider's tracer, once it is a real provider (it can be set only once)
+_off_until = 0.0  # monotonic time until which the global provider is known to be the API's placeholder
 
 
 def tracer() -> Any:
-    """The tracer of the configured provider, or None when tracing is off (and then nothing was imported)."""
-    global _cached
+    """The tracer of the configured provider, or None when tracing is off (and then nothing was imported).
+
+    The global provider can be set once only: once it is a real one, its tracer is
+    kept. Until then the API's placeholder is looked up at most once per ``RECHECK``
+    seconds, so an enqueue in a process that imports OpenTelemetry without
+    configuring it pays for a clock read, not a provider lookup.
+    """
+    global _override, _global, _off_until
     provider = provider_override
-    if provider is None:
-        trace = sys.modules.get("opentelemetry.trace")
-        if trace is None:
-            return None
-        provider = trace.get_tracer_provider()
-        if isinstance(provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider)):
-            return None
-    cached = _cached
-    if cached is not None and cached[0] is provider:
-        return cached[1]
-    found = provider.get_tracer(INSTRUMENTATION)
-    _cached = (provider, found)
-    return found
+    if provider is not None:
+        if _override is None or _override[0] is not provider:
+            _override = (provider, provider.get_tracer(INSTRUMENTATION))
+        return _override[1]
+    if _global is not None:
+        return _global
+    trace = sys.modules.get("opentelemetry.trace")
+    if trace is None:
+        return None
+    now = time.monotonic()
+    if now < _off_until:
+        return None
+    provider = trace.get_tracer_provider()
+    if isinstance(provider, _placeholders(trace)):
+        _off_until = now + RECHECK
+        return None
+    _global = provider.get_tracer(INSTRUMENTATION)
+    return _global
+
+
+def _placeholders(trace: Any) -> tuple[type, ...]:
+    return (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
 
 
 class _Noop:

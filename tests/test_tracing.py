@@ -42,7 +42,7 @@ def spans() -> Iterator[InMemorySpanExporter]:
         yield exporter
     finally:
         tracing.provider_override = None
-        tracing._cached = None
+        tracing._override = None
 
 
 def by_kind(exporter: InMemorySpanExporter, kind: SpanKind) -> list[Any]:

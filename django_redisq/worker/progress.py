@@ -34,25 +34,24 @@ class ProgressWriter:
         self._save, self.attempt, self.interval, self._clock = save, attempt, interval, clock
         self._lock = threading.Lock()
         self._last: float | None = None  # when the last report was written
-        self._pending: str | None = None  # the newest report held back
+        self._pending: tuple[float, float, str] | None = None  # the newest report held back
         self.writes = 0
 
     def report(self, done: float, total: float, message: str) -> None:
-        text = encode(done, total, message, self.attempt)
         with self._lock:
             now = self._clock()
             if self._last is not None and now - self._last < self.interval and done < total:
-                self._pending = text
+                self._pending = (done, total, message)  # encoded only if it is still the newest at the end
                 return
             self._last, self._pending = now, None
-        self._write(text)
+        self._write(encode(done, total, message, self.attempt))
 
     def flush(self) -> None:
         """Store the report held back, if any (the end of the attempt)."""
         with self._lock:
-            text, self._pending = self._pending, None
-        if text is not None:
-            self._write(text)
+            held, self._pending = self._pending, None
+        if held is not None:
+            self._write(encode(*held, self.attempt))
 
     def _write(self, text: str) -> None:
         try:
