@@ -144,6 +144,15 @@ def test_an_async_task_reports_progress_in_either_pool(r: Any, make_worker: Call
     assert last is not None and (last.done, last.total) == (40, 40)
 
 
+@pytest.mark.slow
+def test_a_process_pool_child_stores_its_tasks_progress(r: Any, make_worker: Callable[..., Any]) -> None:
+    result = reports_in_a_tight_loop.enqueue(500)
+    make_worker(pool="processes").run()
+    assert reports_in_a_tight_loop.get_result(result.id).status == TaskResultStatus.SUCCESSFUL
+    last = get_progress(result.id)
+    assert last is not None and (last.done, last.total, last.message) == (500, 501, "step 500")
+
+
 def test_a_worker_that_no_longer_holds_a_task_cannot_write_its_progress(r: Any, broker: Any) -> None:
     result = add.enqueue(1, 2)
     assert broker.save_progress("default", result.id, "someone-else", progress.encode(1, 2, "", 1)) is False

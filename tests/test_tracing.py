@@ -102,6 +102,21 @@ def test_the_attempts_span_is_current_inside_the_task(r: Any, spans: InMemorySpa
     assert traced_inside.get_result(result.id).return_value == format(consumer.context.span_id, "016x")
 
 
+def test_a_task_enqueued_by_a_task_continues_the_same_trace(r: Any, spans: InMemorySpanExporter,
+                                                            make_worker: Callable[..., Any]) -> None:
+    from tests.testapp.integration_tasks import enqueues_next
+
+    first = enqueues_next.delay(41)
+    make_worker().run()  # runs the first, then (burst: until nothing is pending) the one it enqueued
+    second_id = enqueues_next.get_result(first.id).return_value
+    assert add.get_result(second_id).return_value == 42
+    consumers = {s.attributes["messaging.message.id"]: s for s in by_kind(spans, SpanKind.CONSUMER)}
+    producers = {s.attributes["messaging.message.id"]: s for s in by_kind(spans, SpanKind.PRODUCER)}
+    assert producers[second_id].parent.span_id == consumers[first.id].context.span_id  # enqueued inside the first attempt
+    assert consumers[second_id].parent.span_id == producers[second_id].context.span_id
+    assert len({s.context.trace_id for s in spans.get_finished_spans()}) == 1
+
+
 @pytest.mark.parametrize("pool", ["threads", "asyncio"])
 def test_aenqueue_and_the_asyncio_pool_trace_alike(r: Any, spans: InMemorySpanExporter, make_worker: Callable[..., Any], pool: str) -> None:
     from tests.testapp.integration_tasks import reports_async
@@ -158,14 +173,16 @@ def test_off_never_imports_opentelemetry(redis_url: str, r: Any) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("pool", ["threads", "processes"])
 def test_one_trace_id_from_this_process_to_a_runworker_process(r: Any, spans: InMemorySpanExporter, tmp_path: Path,
-                                                                run_worker_process: Callable[..., Any]) -> None:
+                                                                run_worker_process: Callable[..., Any], pool: str) -> None:
     view_tracer = tracing.provider_override.get_tracer("tests")
     with view_tracer.start_as_current_span("GET /checkout", kind=SpanKind.SERVER) as view:
         result = add.delay(20, 22)
     [producer] = by_kind(spans, SpanKind.PRODUCER)
     span_file = tmp_path / "worker-spans.jsonl"
-    worker = run_worker_process("--burst", env={"DJANGO_SETTINGS_MODULE": "tests.otel_worker_settings", "REDISQ_TEST_SPANS": str(span_file)})
+    worker = run_worker_process("--burst", "--pool", pool,
+                                env={"DJANGO_SETTINGS_MODULE": "tests.otel_worker_settings", "REDISQ_TEST_SPANS": str(span_file)})
     output = worker.output()
     assert worker.proc.returncode == 0, output
     assert add.get_result(result.id).return_value == 42

@@ -5,8 +5,10 @@ until a suite asks for it, with ``--redisq`` on the command line or
 ``redisq_fixtures = true`` in its pytest configuration (or by naming
 ``django_redisq.testing.fixtures`` in a conftest's ``pytest_plugins``): then the
 fixtures of ``fixtures.py`` are registered. So a project that installs
-django-redisq gets no fixture names it did not ask for, and importing this module
-imports neither Django nor redis-py.
+django-redisq gets no fixture names it did not ask for. Loading it imports the
+package (and so Django's and redis-py's modules, as ``import django_redisq``
+does), but configures nothing and connects nowhere; ``-p no:django_redisq``
+leaves it out altogether.
 """
 
 from __future__ import annotations

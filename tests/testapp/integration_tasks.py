@@ -52,3 +52,12 @@ def traced_inside() -> str:
     from opentelemetry import trace
 
     return format(trace.get_current_span().get_span_context().span_id, "016x")
+
+
+@task
+def enqueues_next(x: int) -> str:
+    """Enqueues another task from inside its attempt, as a workflow's step would; returns the new task's id."""
+    from tests.testapp.tasks import add
+
+    return add.delay(x, 1).id
+
