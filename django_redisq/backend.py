@@ -454,7 +454,7 @@ class RedisQueueBackend(BaseTaskBackend):
         return result
 
 
-def _progress_backend(task_id_or_result: str | TaskResult, backend: str) -> tuple[RedisQueueBackend, str]:
+def _progress_backend(task_id_or_result: str | TaskResult[Any, Any], backend: str) -> tuple[RedisQueueBackend, str]:
     if isinstance(task_id_or_result, TaskResult):
         backend, task_id_or_result = task_id_or_result.backend, task_id_or_result.id
     found = task_backends[backend]
@@ -471,7 +471,7 @@ def _read_progress(task_id: str, found: tuple[str, dict[str, str]] | None) -> Pr
     return decode_progress(found[1].get("progress"), ms_to_datetime(found[1].get("progress_at")))
 
 
-def get_progress(task_id_or_result: str | TaskResult, *, backend: str = DEFAULT_TASK_BACKEND_ALIAS) -> Progress | None:
+def get_progress(task_id_or_result: str | TaskResult[Any, Any], *, backend: str = DEFAULT_TASK_BACKEND_ALIAS) -> Progress | None:
     """What the task last reported with ``report_progress`` (progress.py), or None if it reported nothing yet.
 
     By id (on ``backend``) or by its ``TaskResult`` (its own backend). ``TaskResultDoesNotExist``
@@ -481,7 +481,7 @@ def get_progress(task_id_or_result: str | TaskResult, *, backend: str = DEFAULT_
     return _read_progress(task_id, found.broker.get_task(task_id, sorted(found.queues)))
 
 
-async def aget_progress(task_id_or_result: str | TaskResult, *, backend: str = DEFAULT_TASK_BACKEND_ALIAS) -> Progress | None:
+async def aget_progress(task_id_or_result: str | TaskResult[Any, Any], *, backend: str = DEFAULT_TASK_BACKEND_ALIAS) -> Progress | None:
     """``get_progress`` on the running event loop, with no thread (the async broker's read, as ``aget_result``)."""
     found, task_id = _progress_backend(task_id_or_result, backend)
     return _read_progress(task_id, await found.abroker.get_task(task_id, sorted(found.queues)))

@@ -82,7 +82,7 @@ class RedisTask(_TaskOf[P, R]):
 
     max_retries: int | None = None
     max_attempts: int | None = None  # max_retries + 1: attempts in all, the first one included
-    backoff: Callable[[BaseException, TaskResult], float | None] | None = None
+    backoff: Callable[[BaseException, TaskResult[Any, Any]], float | None] | None = None
     backoff_base: float | None = None
     backoff_max: float | None = None
     retry_on: tuple[type[BaseException], ...] = (Exception,)
@@ -137,7 +137,7 @@ class RedisTask(_TaskOf[P, R]):
             with _registry_lock:
                 _registry.setdefault(path, self)
 
-    def using(  # type: ignore[override]
+    def using(
         self,
         *,
         priority: int | None = None,
@@ -173,7 +173,7 @@ class RedisTask(_TaskOf[P, R]):
         many = getattr(backend, "enqueue_many", None)
         if many is None:
             return [backend.enqueue(self, list(a), dict(k)) for a, k in arg_sets]
-        return many(self, arg_sets)
+        return cast("list[TaskResult[P, R]]", many(self, arg_sets))
 
     def key_for(self, args: Sequence[Any], kwargs: dict[str, Any]) -> str:
         """The idempotency key of one call, or ''."""
@@ -266,8 +266,8 @@ class _ContextDecorator:
     """What ``@task(takes_context=True, ...)`` returns, as a type checker sees it: the context is not a parameter of the calls."""
 
     @overload
-    def __call__(self, function: Callable[Concatenate[TaskContext, P], Coroutine[Any, Any, R]], /) -> RedisTask[P, R]: ...
+    def __call__(self, function: Callable[Concatenate[TaskContext[Any, Any], P], Coroutine[Any, Any, R]], /) -> RedisTask[P, R]: ...
     @overload
-    def __call__(self, function: Callable[Concatenate[TaskContext, P], R], /) -> RedisTask[P, R]: ...
+    def __call__(self, function: Callable[Concatenate[TaskContext[Any, Any], P], R], /) -> RedisTask[P, R]: ...
     def __call__(self, function: Callable[..., Any], /) -> RedisTask[Any, Any]:
         raise NotImplementedError  # never built: task() returns a plain function typed as this class

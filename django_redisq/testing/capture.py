@@ -42,10 +42,10 @@ RUN_TIMEOUT = 30.0
 class CapturedTask:
     """One task a block enqueued: the task as enqueued (``using(...)`` applied), its arguments and its result."""
 
-    task: Task
+    task: Task[Any, Any]
     args: list[Any]
     kwargs: dict[str, Any]
-    result: TaskResult
+    result: TaskResult[Any, Any]
     on_commit: bool = False  # enqueued by an on-commit callback the block registered
 
     @property
@@ -73,7 +73,7 @@ class CapturedTask:
         return f"{self.name}({call}) on {self.task.queue_name!r}{' (on commit)' if self.on_commit else ''}"
 
 
-def _path(task: Task | str) -> str:
+def _path(task: Task[Any, Any] | str) -> str:
     return task if isinstance(task, str) else task.module_path
 
 
@@ -96,7 +96,7 @@ class Captured:
     def clear(self) -> None:
         self.tasks.clear()
 
-    def filter(self, task: Task | str | None = None, *, args: Sequence[Any] | None = None, kwargs: dict[str, Any] | None = None,
+    def filter(self, task: Task[Any, Any] | str | None = None, *, args: Sequence[Any] | None = None, kwargs: dict[str, Any] | None = None,
                on_commit: bool | None = None, **options: Any) -> list[CapturedTask]:
         """The captured tasks that match: ``task`` (the task or its dotted path), the exact ``args`` / ``kwargs``
         (compared as they arrive, JSON-normalized: a tuple equals a list), ``on_commit``, and any of ``options``
@@ -123,7 +123,7 @@ class Captured:
             found.append(c)
         return found
 
-    def assert_enqueued(self, task: Task | str | None = None, *, args: Sequence[Any] | None = None,
+    def assert_enqueued(self, task: Task[Any, Any] | str | None = None, *, args: Sequence[Any] | None = None,
                         kwargs: dict[str, Any] | None = None, on_commit: bool | None = None, count: int | None = None,
                         **options: Any) -> CapturedTask:
         """The one captured task that matches (see ``filter``); ``AssertionError`` listing what was captured otherwise.
@@ -139,7 +139,7 @@ class Captured:
             raise AssertionError(f"expected {want} enqueued {what}, found {len(found)}; captured: {self._listing()}")
         return found[0]
 
-    def assert_not_enqueued(self, task: Task | str | None = None, **match: Any) -> None:
+    def assert_not_enqueued(self, task: Task[Any, Any] | str | None = None, **match: Any) -> None:
         """``AssertionError`` if a captured task matches (see ``filter``); with no arguments, if anything was enqueued."""
         found = self.filter(task, **match)
         if found:
@@ -149,7 +149,7 @@ class Captured:
     def _listing(self) -> str:
         return "; ".join(c.describe() for c in self.tasks) or "nothing"
 
-    def run(self, timeout: float = RUN_TIMEOUT) -> list[TaskResult]:
+    def run(self, timeout: float = RUN_TIMEOUT) -> list[TaskResult[Any, Any]]:
         """Run the captured tasks through the real worker until each is finished; their results, refreshed.
 
         Burst workers of each backend serve the captured tasks' queues in this
@@ -169,7 +169,7 @@ class Captured:
 
     # -- the signal ------------------------------------------------------
 
-    def _receive(self, sender: Any, task_result: TaskResult, **kwargs: Any) -> None:
+    def _receive(self, sender: Any, task_result: TaskResult[Any, Any], **kwargs: Any) -> None:
         self.tasks.append(CapturedTask(task_result.task, list(task_result.args), dict(task_result.kwargs), task_result,
                                        on_commit=self._on_commit))
 
