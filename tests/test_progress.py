@@ -100,6 +100,8 @@ def test_progress_is_read_by_id_in_python_the_admin_and_the_command_while_the_ta
         html = page.content.decode()
         assert page.status_code == 200 and 'id="redisq-progress"' in html
         assert '<progress value="0.3" max="1"' in html and "30% (3 of 10): row 3" in html
+        listing = admin_client.get(reverse("admin:django_redisq_deadletter_tasks", args=["running"]) + "?queue=default")
+        assert 'class="redisq-row-progress" value="0.3" max="1" title="row 3"' in listing.content.decode()
         text = redisq("task", result.id)
         assert "state:     running" in text or "state:     held" in text
         assert "progress:  [#########---------------------]  30%  3 of 10: row 3" in text

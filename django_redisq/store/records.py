@@ -78,6 +78,7 @@ class TaskRow:
     due_at: datetime | None = None  # scheduled tasks
     worker: str = ""  # running tasks
     priority: int = 0  # Django's priority (-100..100, higher runs first)
+    progress: Progress | None = None  # what a running task last reported (progress.py)
 
     @property
     def exc_name(self) -> str:

@@ -42,7 +42,7 @@ SCAN_BUDGET = 50_000
 """Entries a filtered page may examine (about a quarter of a second) before it stops and offers to continue."""
 FACET_SAMPLE = 1000
 ROW_FIELDS = ("task", "state", "exc", "error", "failures", "deliveries", "enqueued_at", "last_attempted_at", "died_at", "reason",
-              "prio")
+              "prio", "progress")
 
 
 class TaskReads(MergedDeadScan):
@@ -231,6 +231,7 @@ class TaskReads(MergedDeadScan):
             error=f.get("error") or "", failures=number("failures"), deliveries=number("deliveries"),
             enqueued_at=ms_to_datetime(f.get("enqueued_at")), last_attempted_at=ms_to_datetime(f.get("last_attempted_at")),
             died_at=ms_to_datetime(f.get("died_at")), reason=f.get("reason") or "", priority=stored_priority(f.get("prio")),
+            progress=decode_progress(f.get("progress")),
         )
 
     def scheduled_page(self, queue: str, page: int = 1, per_page: int = 50) -> Pagination:
