@@ -108,6 +108,9 @@ class FleetCollector:
                 logger.warning("metrics: Redis of backend %s did not answer (%s: %s)", alias, type(exc).__name__, redact(str(exc)))
                 up[alias] = False
         yield from families(figures, up)
+        from django_redisq.ops.topics import subscription_families  # events
+
+        yield from subscription_families([alias for alias, ok in up.items() if ok])
 
 
 def exposition(aliases: Iterable[str] | None = None) -> tuple[bytes, str]:
