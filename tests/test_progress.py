@@ -189,3 +189,24 @@ def test_redisq_task_says_in_one_line_when_redis_is_down(r: Any) -> None:
         finally:
             connection.reset()
     assert down.value.returncode == 2
+
+
+def test_with_lifecycle_events_each_stored_report_is_a_progress_event(r: Any, make_worker: Callable[..., Any]) -> None:
+    import json as _json
+
+    from django_redisq.store.keys import TopicKeys
+    from django_redisq.subscriptions import LIFECYCLE_TOPIC
+    from tests.conftest import topology_settings
+
+    with topology_settings(LIFECYCLE_EVENTS=True):
+        result = reports_async.enqueue(40)
+        make_worker().run()
+        entries = [_json.loads(fields["p"]) for _, fields in r.xrange(TopicKeys(LIFECYCLE_TOPIC).stream)]
+    reports = [e for e in entries if e["state"] == "progress"]
+    assert reports, entries
+    assert all(e["task_id"] == result.id and e["task"] == "tests.testapp.integration_tasks.reports_async" and e["attempt"] == 1
+               for e in reports)
+    assert (reports[0]["done"], reports[-1]["done"], reports[-1]["total"]) == (1, 40, 40)  # the first at once, the last when done
+    assert len(reports) <= 3  # not one per report_progress() call: one per stored report
+    states = [e["state"] for e in entries if e["task_id"] == result.id]
+    assert states.index("started") < states.index("progress") and states[-1] == "succeeded"

@@ -26,7 +26,7 @@ from typing import Any
 from asgiref.sync import async_to_sync, sync_to_async
 from django.db import close_old_connections
 
-from django_redisq import progress, tracing
+from django_redisq import lifecycle, progress, tracing
 from django_redisq.clock import ms_to_datetime
 from django_redisq.compat import (
     Task,
@@ -282,13 +282,20 @@ class Runner:
         """``report_progress`` of the attempt's task goes to a writer of its own, flushed when the call ends."""
         if self._broker is None:
             self._broker = Broker(self.options)
-        writer = ProgressWriter(partial(self._broker.save_progress, a.d.queue, a.d.id, a.worker_id), a.d.deliveries)
+        writer = ProgressWriter(partial(self._save_progress, self._broker, a), a.d.deliveries)
         token = progress.current.set(writer)
         try:
             yield
         finally:
             progress.current.reset(token)
             writer.flush()
+
+    def _save_progress(self, broker: Broker, a: Attempt, report_json: str) -> bool:
+        """Store one report; a stored one is also a lifecycle event where LIFECYCLE_EVENTS is on (lifecycle.py)."""
+        saved = broker.save_progress(a.d.queue, a.d.id, a.worker_id, report_json)
+        if saved and self.options.lifecycle_events:
+            lifecycle.progress(self.alias, a.d.id, a.message.task, a.message.queue, report_json)
+        return saved
 
     # -- interrupting ----------------------------------------------------
 
