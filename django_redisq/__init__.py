@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from django_redisq.exceptions import InvalidArguments, LeaseLost, RedisQError, Retry, TaskCancelled, TaskTimeout
+from django_redisq.progress import Progress, report_progress
 from django_redisq.task import RedisTask, task
 
 if TYPE_CHECKING:
@@ -24,4 +25,19 @@ def cancel(task_id_or_result: str | TaskResult, *, backend: str = "default", who
     return cancel_task(task_id_or_result, backend=backend, who=who)
 
 
-__all__ = ["InvalidArguments", "LeaseLost", "RedisQError", "RedisTask", "Retry", "TaskCancelled", "TaskTimeout", "cancel", "task"]
+def get_progress(task_id_or_result: str | TaskResult, *, backend: str = "default") -> Progress | None:
+    """What a task last reported with ``report_progress`` (None: nothing yet); see ``backend.get_progress``."""
+    from django_redisq.backend import get_progress as read
+
+    return read(task_id_or_result, backend=backend)
+
+
+async def aget_progress(task_id_or_result: str | TaskResult, *, backend: str = "default") -> Progress | None:
+    """``get_progress`` on the running event loop (no thread)."""
+    from django_redisq.backend import aget_progress as aread
+
+    return await aread(task_id_or_result, backend=backend)
+
+
+__all__ = ["InvalidArguments", "LeaseLost", "Progress", "RedisQError", "RedisTask", "Retry", "TaskCancelled", "TaskTimeout",
+           "aget_progress", "cancel", "get_progress", "report_progress", "task"]

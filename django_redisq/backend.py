@@ -16,7 +16,7 @@ from django.apps import apps
 from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 
-from django_redisq import discovery, partitions
+from django_redisq import discovery, partitions, tracing
 from django_redisq.clock import ms_to_datetime
 from django_redisq.compat import (
     DEFAULT_TASK_BACKEND_ALIAS,
@@ -40,6 +40,8 @@ from django_redisq.message import encode as encode_message
 from django_redisq.metadata import attach, stored
 from django_redisq.metadata import encode as encode_metadata
 from django_redisq.options import Options
+from django_redisq.progress import Progress
+from django_redisq.progress import decode as decode_progress
 from django_redisq.store import async_broker as abroker
 from django_redisq.store.broker import Broker
 from django_redisq.store.priority import stored_priority
@@ -206,7 +208,8 @@ class RedisQueueBackend(BaseTaskBackend):
 
     # -- enqueue ---------------------------------------------------------
 
-    def _prepare(self, task: Task, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[TaskResult, tuple[str, str, str, int, str, int, str]]:
+    def _prepare(self, task: Task, args: Sequence[Any], kwargs: dict[str, Any],
+                 trace: dict[str, str] | None = None) -> tuple[TaskResult, tuple[str, str, str, int, str, int, str]]:
         self._bind(task, args, kwargs)
         args, kwargs, _ = encode_arguments(args, kwargs, self.conf.max_message_bytes)
         task_id = secrets.token_urlsafe(24)  # 32 characters, 192 random bits
@@ -218,6 +221,7 @@ class RedisQueueBackend(BaseTaskBackend):
             delay_ms = max(0, int((task.run_after - timezone.now()).total_seconds() * 1000))
         idem = task.key_for(args, kwargs) if isinstance(task, RedisTask) else ""
         metadata = getattr(task, "metadata", None)  # Django's metadata proposal: a field of newer Tasks
+        metadata = tracing.with_trace(metadata, trace)  # the producer span's context, for the worker's spans (tracing.py)
         if metadata:
             try:
                 metadata = encode_metadata(metadata, self.conf.for_queue(task.queue_name).metadata_max_bytes)[0]
@@ -254,11 +258,17 @@ class RedisQueueBackend(BaseTaskBackend):
 
     def enqueue_many(self, task: Task, arg_sets: Iterable[tuple[Sequence[Any], dict[str, Any]]]) -> list[TaskResult]:
         """Enqueue several calls of one task in a single round trip."""
+        with tracing.send(task.module_path, task.queue_name) as span:  # NOOP unless a tracer provider is configured
+            return self._enqueue_many(task, arg_sets, span)
+
+    def _enqueue_many(self, task: Task, arg_sets: Iterable[tuple[Sequence[Any], dict[str, Any]]],
+                      span: tracing.Sending | tracing._Noop) -> list[TaskResult]:
         self._validated(task)
-        prepared = [self._prepare(task, a, k) for a, k in arg_sets]
+        prepared = [self._prepare(task, a, k, span.carrier) for a, k in arg_sets]
         if not prepared:
             return []
         items = [item for _, item in prepared]
+        span.identify([item[0] for item in items])
         if self.conf.partitions(task.queue_name) == 1:  # today's path: one script call
             stored = self.broker.enqueue(task.queue_name, items)
         else:  # one script call per partition the items went to
@@ -280,11 +290,17 @@ class RedisQueueBackend(BaseTaskBackend):
 
     async def aenqueue_many(self, task: Task, arg_sets: Iterable[tuple[Sequence[Any], dict[str, Any]]]) -> list[TaskResult]:
         """``enqueue_many``, awaited on the running loop's own pool; step for step the same."""
+        with tracing.send(task.module_path, task.queue_name) as span:
+            return await self._aenqueue_many(task, arg_sets, span)
+
+    async def _aenqueue_many(self, task: Task, arg_sets: Iterable[tuple[Sequence[Any], dict[str, Any]]],
+                             span: tracing.Sending | tracing._Noop) -> list[TaskResult]:
         self._validated(task)
-        prepared = [self._prepare(task, a, k) for a, k in arg_sets]
+        prepared = [self._prepare(task, a, k, span.carrier) for a, k in arg_sets]
         if not prepared:
             return []
         items = [item for _, item in prepared]
+        span.identify([item[0] for item in items])
         if self.conf.partitions(task.queue_name) == 1:
             stored = await self.abroker.enqueue(task.queue_name, items)
         else:
@@ -441,6 +457,39 @@ class RedisQueueBackend(BaseTaskBackend):
             except ValueError:
                 object.__setattr__(result, "_return_value", data["result"])
         return result
+
+
+def _progress_backend(task_id_or_result: str | TaskResult[Any, Any], backend: str) -> tuple[RedisQueueBackend, str]:
+    if isinstance(task_id_or_result, TaskResult):
+        backend, task_id_or_result = task_id_or_result.backend, task_id_or_result.id
+    found = task_backends[backend]
+    if not isinstance(found, RedisQueueBackend):
+        raise InvalidTaskBackend(f"TASKS[{backend!r}] is not a django_redisq backend: it stores no progress")
+    if not isinstance(task_id_or_result, str) or not 0 < len(task_id_or_result) <= 64:
+        raise TaskResultDoesNotExist(task_id_or_result)
+    return found, task_id_or_result
+
+
+def _read_progress(task_id: str, found: tuple[str, dict[str, str]] | None) -> Progress | None:
+    if found is None or "msg" not in found[1]:
+        raise TaskResultDoesNotExist(task_id)
+    return decode_progress(found[1].get("progress"), ms_to_datetime(found[1].get("progress_at")))
+
+
+def get_progress(task_id_or_result: str | TaskResult[Any, Any], *, backend: str = DEFAULT_TASK_BACKEND_ALIAS) -> Progress | None:
+    """What the task last reported with ``report_progress`` (progress.py), or None if it reported nothing yet.
+
+    By id (on ``backend``) or by its ``TaskResult`` (its own backend). ``TaskResultDoesNotExist``
+    when there is no such task (or it expired); one read of the task hash, as ``get_result``.
+    """
+    found, task_id = _progress_backend(task_id_or_result, backend)
+    return _read_progress(task_id, found.broker.get_task(task_id, sorted(found.queues)))
+
+
+async def aget_progress(task_id_or_result: str | TaskResult[Any, Any], *, backend: str = DEFAULT_TASK_BACKEND_ALIAS) -> Progress | None:
+    """``get_progress`` on the running event loop, with no thread (the async broker's read, as ``aget_result``)."""
+    found, task_id = _progress_backend(task_id_or_result, backend)
+    return _read_progress(task_id, await found.abroker.get_task(task_id, sorted(found.queues)))
 
 
 def cancel(task_id_or_result: str | TaskResult, *, backend: str = DEFAULT_TASK_BACKEND_ALIAS, who: str = "api") -> str:

@@ -25,6 +25,7 @@ from django_redisq.limits import check_max_running, check_rate
 from django_redisq.options import (
     DEFAULT_PREFIX,
     DEFAULT_URL,
+    ERROR_REPORTING,
     GLOBALS,
     MIN_HEARTBEAT_BUDGET,
     NAME_RE,
@@ -41,6 +42,7 @@ KNOWN = set(TUNABLES) | set(GLOBALS) | set(CONNECTION_KEYS) | set(QUEUE_LIMITS) 
 KNOWN |= {"WORKERS"}  # named worker profiles (profiles.py)
 KNOWN |= {"DURABLE_REPLICAS", "DURABLE_TIMEOUT"}  # durable mode (store/durable.py)
 KNOWN |= {"IMPORTS"}  # modules a worker imports besides the apps' tasks modules (discovery.py)
+KNOWN |= {"ERROR_REPORTING"}  # when a task's exception is reported to logging and Sentry (worker/reporting.py)
 KNOWN |= {"SUBSCRIPTIONS", "TOPICS", "LIFECYCLE_EVENTS"}  # events (subscriptions.py, lifecycle.py)
 TOP_LEVEL = ("BACKEND", "QUEUES", "OPTIONS")
 """The keys of ``TASKS[alias]`` Django reads; any other is a misspelling (``QUEUE``) or an option put one level too high."""
@@ -104,6 +106,10 @@ def _problems(alias: str, params: Any) -> list[tuple[str, str, str]]:
     if not isinstance(imports, (list, tuple)) or not all(isinstance(m, str) and MODULE_RE.match(m) for m in imports):
         problems.append(("E019", f"{w}['IMPORTS'] must be a list of dotted module paths, got {shown(imports)}.",
                          'For example ["shop.jobs"]: a worker imports each, besides the tasks.py of every installed app.'))
+    if opts.get("ERROR_REPORTING", "attempt") not in ERROR_REPORTING:
+        problems.append(("E120", f"{w}['ERROR_REPORTING'] must be one of {', '.join(map(repr, ERROR_REPORTING))}, "
+                                 f"got {shown(opts.get('ERROR_REPORTING'))}.",
+                         '"attempt": each failed attempt is reported; "dead": only a task that ends as a dead letter; "off": none.'))
     chosen = [k for k in ("REDIS_URL", "CACHE_ALIAS", "EMBEDDED") if opts.get(k)]
     if len(chosen) > 1:
         problems.append(("E005", f"{w} sets {' and '.join(chosen)}; choose one connection.",
@@ -254,6 +260,7 @@ def build_options(alias: str, params: dict[str, Any]) -> Options:
         lifecycle_events=opts.get("LIFECYCLE_EVENTS") is True,
         durable_replicas=opts.get("DURABLE_REPLICAS", 0),
         durable_timeout=float(opts.get("DURABLE_TIMEOUT", durable.DEFAULT_TIMEOUT)),
+        error_reporting=opts.get("ERROR_REPORTING", "attempt"),
         **values,
     )
 

@@ -4,7 +4,8 @@ Each transition is published to the built-in topic ``redisq.tasks`` as
 ``{"task_id", "task", "queue", "backend", "state"}``, ``state`` one of
 ``enqueued``, ``started``, ``succeeded``, ``failed`` (an attempt raised),
 ``retried``, ``dead_lettered``, ``recovered`` (handed back after its worker
-died). A subscription on ``redisq.tasks`` (webhooks, an audit trail, a live
+died), and ``progress`` (a report the task stored with ``report_progress``, with
+its ``done``, ``total``, ``message`` and ``attempt``). A subscription on ``redisq.tasks`` (webhooks, an audit trail, a live
 page) gets each once, as every subscription does. Off by default: it costs one
 XADD per transition (``bench/events.py`` measures it).
 
@@ -30,7 +31,7 @@ logger = logging.getLogger("django_redisq")
 UID = "django_redisq.lifecycle"
 
 
-def _publish(alias: str, task_id: str, task: str, queue: str, state: str) -> None:
+def _publish(alias: str, task_id: str, task: str, queue: str, state: str, extra: dict[str, Any] | None = None) -> None:
     try:
         be: Any = task_backends[alias]
         options = getattr(be, "conf", None)
@@ -41,11 +42,21 @@ def _publish(alias: str, task_id: str, task: str, queue: str, state: str) -> Non
             return  # a lifecycle subscription's own task: no event, or each would make the next
         from django_redisq.store.topics import Topics
 
-        payload = json.dumps({"task_id": task_id, "task": task, "queue": queue, "backend": alias, "state": state},
-                             separators=(",", ":"))
+        payload = json.dumps({**(extra or {}), "task_id": task_id, "task": task, "queue": queue, "backend": alias, "state": state},
+                             separators=(",", ":"), ensure_ascii=False)
         Topics(be.broker).publish(LIFECYCLE_TOPIC, payload, plan.groups.get(LIFECYCLE_TOPIC, []))
     except Exception as exc:  # noqa: BLE001 - a record, never a reason for a task or an enqueue to fail
         logger.warning("lifecycle event %s of task %s not published: %s: %s", state, task_id, type(exc).__name__, exc)
+
+
+def progress(alias: str, task_id: str, task: str, queue: str, report_json: str) -> None:
+    """A stored progress report (progress.py) as the event ``progress``, with its ``done``, ``total``, ``message``
+    and ``attempt``: at most as often as reports are stored (twice a second per task). Called by the worker."""
+    try:
+        extra = json.loads(report_json)
+    except ValueError:
+        return
+    _publish(alias, task_id, task, queue, "progress", extra if isinstance(extra, dict) else None)
 
 
 def _from_result(state: str) -> Any:

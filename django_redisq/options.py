@@ -47,6 +47,8 @@ QUEUE_LIMITS = {"MAX_RUNNING": "max_running", "RATE_LIMIT": "rate_limit"}
 """Fleet-wide limits of one queue (limits.py): only in QUEUE_OPTIONS, never for every queue at once."""
 PARTITIONS = "PARTITIONS"
 """QUEUE_OPTIONS[q]["PARTITIONS"]: the physical queues (hash tags) one logical queue is spread over (partitions.py)."""
+ERROR_REPORTING = ("attempt", "dead", "off")
+"""OPTIONS["ERROR_REPORTING"]: a task's exception is reported once per failed attempt, once per dead letter, or not (worker/reporting.py)."""
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 MIN_HEARTBEAT_BUDGET = 0.1
 """Seconds, at least, a heartbeat's round trip may take (see connection.heartbeat_budget)."""
@@ -97,6 +99,7 @@ class Options:
     lifecycle_events: bool = False  # LIFECYCLE_EVENTS: publish every task's transitions to the topic redisq.tasks (lifecycle.py)
     durable_replicas: int = 0  # DURABLE_REPLICAS: replicas that must have an enqueue/ack/retry/bury (WAIT); 0 = off
     durable_timeout: float = 0.5  # DURABLE_TIMEOUT: seconds they may take (durable.DEFAULT_TIMEOUT)
+    error_reporting: str = "attempt"  # ERROR_REPORTING: "attempt", "dead" or "off" (worker/reporting.py)
 
     def for_queue(self, queue: str) -> Options:
         """These options with the queue's ``QUEUE_OPTIONS`` applied (a partition's are its logical queue's)."""

@@ -9,25 +9,43 @@ from __future__ import annotations
 
 import inspect
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from inspect import isclass
-from typing import Any, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, cast, overload
 
 from django.db import transaction
 
 from django_redisq.backoff import check_backoff
-from django_redisq.compat import DEFAULT_TASK_BACKEND_ALIAS, DEFAULT_TASK_PRIORITY, DEFAULT_TASK_QUEUE_NAME, InvalidTask, Task, TaskResult
+from django_redisq.compat import (
+    DEFAULT_TASK_BACKEND_ALIAS,
+    DEFAULT_TASK_PRIORITY,
+    DEFAULT_TASK_QUEUE_NAME,
+    InvalidTask,
+    Task,
+    TaskContext,
+    TaskResult,
+)
 from django_redisq.limits import check_max_running, check_rate
 
 T = TypeVar("T")
+P = ParamSpec("P")
+R = TypeVar("R")
+
+if TYPE_CHECKING:
+    _TaskOf = Task  # the type checker's Task is generic (django-stubs: Task[P, R])
+else:
+    class _TaskOf(Task, Generic[P, R]):
+        """Django's Task, subscriptable at run time (``RedisTask[[int], str]``) as it is for type checkers."""
+
+        __slots__ = ()
 
 USING_OPTIONS = frozenset({"max_retries", "max_attempts", "backoff", "backoff_base", "backoff_max", "retry_on", "no_retry_on",
                            "idempotency_key", "timeout"})
 """This class's options that ``using()`` changes; any other goes to Django's ``Task.using()``."""
 
-_registry: dict[str, RedisTask] = {}
+_registry: dict[str, RedisTask[Any, Any]] = {}
 _registry_lock = threading.Lock()
 
 
@@ -47,8 +65,13 @@ def _as_exceptions(value: Any, name: str) -> tuple[type[BaseException], ...]:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RedisTask(Task):
+class RedisTask(_TaskOf[P, R]):
     """A Django Task with retry policy, an idempotency key and ``.delay()``.
+
+    Generic over the function's parameters ``P`` and its return type ``R``, as
+    django-stubs types Django's ``Task[P, R]``: ``@task`` on ``def f(order_id: int) -> str``
+    gives a ``RedisTask[[int], str]``, so a type checker flags ``f.delay("x")`` and knows
+    that ``f.get_result(id).return_value`` is a ``str``. ``using()`` keeps both.
 
     ``None`` means "inherit from the queue's options". Django's retry proposal
     (new-features #142) names two of them its own way: ``max_attempts=N`` is
@@ -59,7 +82,7 @@ class RedisTask(Task):
 
     max_retries: int | None = None
     max_attempts: int | None = None  # max_retries + 1: attempts in all, the first one included
-    backoff: Callable[[BaseException, TaskResult], float | None] | None = None
+    backoff: Callable[[BaseException, TaskResult[Any, Any]], float | None] | None = None
     backoff_base: float | None = None
     backoff_max: float | None = None
     retry_on: tuple[type[BaseException], ...] = (Exception,)
@@ -114,7 +137,7 @@ class RedisTask(Task):
             with _registry_lock:
                 _registry.setdefault(path, self)
 
-    def using(  # type: ignore[override]
+    def using(
         self,
         *,
         priority: int | None = None,
@@ -122,7 +145,7 @@ class RedisTask(Task):
         run_after: Any = None,
         backend: str | None = None,
         **options: Any,
-    ) -> RedisTask:
+    ) -> RedisTask[P, R]:
         """Django's ``using()``, plus this class's options (``idempotency_key="order-42"``).
 
         Options that are not ours go to Django's ``using()``, so one a newer Django
@@ -133,24 +156,24 @@ class RedisTask(Task):
         if ("max_retries" in ours) != ("max_attempts" in ours):  # one given: the other follows from it
             ours.setdefault("max_attempts", None)
             ours.setdefault("max_retries", None)
-        changed = cast(RedisTask, Task.using(self, priority=priority, queue_name=queue_name, run_after=run_after, backend=backend, **options))
+        changed = cast("RedisTask[P, R]", Task.using(self, priority=priority, queue_name=queue_name, run_after=run_after, backend=backend, **options))
         return replace(changed, **ours) if ours else changed
 
-    def delay(self, *args: Any, **kwargs: Any) -> TaskResult:
+    def delay(self, *args: P.args, **kwargs: P.kwargs) -> TaskResult[P, R]:
         """Enqueue now; the Celery spelling of ``enqueue``."""
         return self.enqueue(*args, **kwargs)
 
-    def delay_on_commit(self, *args: Any, **kwargs: Any) -> None:
+    def delay_on_commit(self, *args: P.args, **kwargs: P.kwargs) -> None:
         """Enqueue once the current transaction commits; nothing if it rolls back."""
         transaction.on_commit(partial(self.enqueue, *args, **kwargs))
 
-    def enqueue_many(self, arg_sets: Sequence[tuple[Sequence[Any], dict[str, Any]]]) -> list[TaskResult]:
+    def enqueue_many(self, arg_sets: Sequence[tuple[Sequence[Any], dict[str, Any]]]) -> list[TaskResult[P, R]]:
         """Enqueue many calls ``[(args, kwargs), ...]`` in one round trip."""
         backend = self.get_backend()
         many = getattr(backend, "enqueue_many", None)
         if many is None:
             return [backend.enqueue(self, list(a), dict(k)) for a, k in arg_sets]
-        return many(self, arg_sets)
+        return cast("list[TaskResult[P, R]]", many(self, arg_sets))
 
     def key_for(self, args: Sequence[Any], kwargs: dict[str, Any]) -> str:
         """The idempotency key of one call, or ''."""
@@ -170,22 +193,35 @@ def plain_signature(sig: inspect.Signature) -> str:
                            return_annotation=sig.empty))
 
 
-def get_registered(path: str) -> RedisTask | None:
+def get_registered(path: str) -> RedisTask[Any, Any] | None:
     """The task registered under ``path``: only these are ever run by a worker."""
     return _registry.get(path)
 
 
+# The overloads follow django-stubs' ``django.tasks.task``: a coroutine function's task returns what it awaits
+# (``call()`` and the worker await it), and a task that takes a context is called without it.
 @overload
-def task(function: Callable[..., Any], /) -> RedisTask: ...
+def task(function: Callable[P, Coroutine[Any, Any, R]], /) -> RedisTask[P, R]: ...
+@overload
+def task(function: Callable[P, R], /) -> RedisTask[P, R]: ...
 @overload
 def task(
     *,
     priority: int = ...,
     queue_name: str = ...,
     backend: str = ...,
-    takes_context: bool = ...,
+    takes_context: Literal[True],
     **options: Any,
-) -> Callable[[Callable[..., Any]], RedisTask]: ...
+) -> _ContextDecorator: ...
+@overload
+def task(
+    *,
+    priority: int = ...,
+    queue_name: str = ...,
+    backend: str = ...,
+    takes_context: Literal[False] = ...,
+    **options: Any,
+) -> _Decorator: ...
 
 
 def task(
@@ -196,12 +232,12 @@ def task(
     backend: str = DEFAULT_TASK_BACKEND_ALIAS,
     takes_context: bool = False,
     **options: Any,
-) -> RedisTask | Callable[[Callable[..., Any]], RedisTask]:
+) -> RedisTask[Any, Any] | _Decorator | _ContextDecorator:
     """Make a function a task: ``@task`` or ``@task(queue_name="emails", max_retries=5)``."""
     if "run_after" in options:
         raise TypeError("run_after cannot be set in @task; use .using(run_after=...) when enqueueing.")
 
-    def wrapper(f: Callable[..., Any]) -> RedisTask:
+    def wrapper(f: Callable[..., Any]) -> RedisTask[Any, Any]:
         from django_redisq.compat import task_backends
 
         cls = task_backends[backend].task_class
@@ -210,4 +246,28 @@ def task(
         # run_after=None spelled out: Django 6.0's Task fields have no defaults (6.1 gave them some)
         return cls(func=f, priority=priority, queue_name=queue_name, backend=backend, takes_context=takes_context, run_after=None, **options)
 
-    return wrapper(function) if function is not None else wrapper
+    if function is not None:
+        return wrapper(function)
+    return cast("_Decorator", wrapper)
+
+
+class _Decorator:
+    """What ``@task(...)`` returns, as a type checker sees it: a decorator keeping the function's types."""
+
+    @overload
+    def __call__(self, function: Callable[P, Coroutine[Any, Any, R]], /) -> RedisTask[P, R]: ...
+    @overload
+    def __call__(self, function: Callable[P, R], /) -> RedisTask[P, R]: ...
+    def __call__(self, function: Callable[..., Any], /) -> RedisTask[Any, Any]:
+        raise NotImplementedError  # never built: task() returns a plain function typed as this class
+
+
+class _ContextDecorator:
+    """What ``@task(takes_context=True, ...)`` returns, as a type checker sees it: the context is not a parameter of the calls."""
+
+    @overload
+    def __call__(self, function: Callable[Concatenate[TaskContext[Any, Any], P], Coroutine[Any, Any, R]], /) -> RedisTask[P, R]: ...
+    @overload
+    def __call__(self, function: Callable[Concatenate[TaskContext[Any, Any], P], R], /) -> RedisTask[P, R]: ...
+    def __call__(self, function: Callable[..., Any], /) -> RedisTask[Any, Any]:
+        raise NotImplementedError  # never built: task() returns a plain function typed as this class

@@ -142,8 +142,9 @@ def test_the_tutorial_builds_a_working_project(tmp_path: Path, redis_url: str, r
         if django.VERSION < (6,):  # the page's comment: Django 5.2 names the backport's module
             code = code.replace('"django.tasks.backends.', '"django_tasks.backends.')
         (project / title).write_text(code + "\n")
-    for settings_module, test_file in (("mysite.test_settings", "test_views.py"), ("mysite.settings", "test_shop.py")):
-        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--ds", settings_module, test_file],
+    for settings_module, test_file, *extra in (("mysite.test_settings", "test_views.py"), ("mysite.settings", "test_shop.py"),
+                                               ("mysite.settings", "test_capture.py", "--redisq")):
+        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--ds", settings_module, *extra, test_file],
                               cwd=project, env=env, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stdout + done.stderr
 

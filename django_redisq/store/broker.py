@@ -34,6 +34,7 @@ from django_redisq.store.durations import MAX_NAMES, TTL_MS, triples
 from django_redisq.store.keys import QueueKeys
 from django_redisq.store.operator_steps import OperatorSteps
 from django_redisq.store.presence import PresenceSteps
+from django_redisq.store.progress_steps import ProgressSteps
 from django_redisq.store.replies import (
     DEFAULTS,
     Delivery,
@@ -54,7 +55,7 @@ def _wire(value: Any) -> Any:
     return value
 
 
-class Broker(OperatorSteps, ScheduleSteps, PresenceSteps, RunningMarks):
+class Broker(OperatorSteps, ScheduleSteps, PresenceSteps, RunningMarks, ProgressSteps):
     """Queue operations for one backend's options. Cheap to build; holds no connection."""
 
     def __init__(self, options: Options, client: redis.Redis | None = None) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 from django.core.paginator import Paginator
 
 from django_redisq.clock import ms_to_datetime
+from django_redisq.progress import Progress
 from django_redisq.store.durations import TaskTimes
 
 ERRORS_FIRST = 1
@@ -77,6 +78,7 @@ class TaskRow:
     due_at: datetime | None = None  # scheduled tasks
     worker: str = ""  # running tasks
     priority: int = 0  # Django's priority (-100..100, higher runs first)
+    progress: Progress | None = None  # what a running task last reported (progress.py)
 
     @property
     def exc_name(self) -> str:
@@ -106,6 +108,7 @@ class TaskDetail:
     result: str | None = None
     replayed: bool = False
     dead_score: datetime | None = None  # set while the id is in the dead-letter queue
+    progress: Progress | None = None  # what the task last reported (progress.py)
 
 
 @dataclass(slots=True)

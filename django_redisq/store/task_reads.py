@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from django_redisq.clock import ms_to_datetime
 from django_redisq.partitions import logical
+from django_redisq.progress import decode as decode_progress
 from django_redisq.store import scripts
 from django_redisq.store.dead_scan import SCAN_CHUNK, DeadFilter, MergedDeadScan
 from django_redisq.store.priority import ready_page, stored_priority
@@ -41,7 +42,7 @@ SCAN_BUDGET = 50_000
 """Entries a filtered page may examine (about a quarter of a second) before it stops and offers to continue."""
 FACET_SAMPLE = 1000
 ROW_FIELDS = ("task", "state", "exc", "error", "failures", "deliveries", "enqueued_at", "last_attempted_at", "died_at", "reason",
-              "prio")
+              "prio", "progress")
 
 
 class TaskReads(MergedDeadScan):
@@ -230,6 +231,7 @@ class TaskReads(MergedDeadScan):
             error=f.get("error") or "", failures=number("failures"), deliveries=number("deliveries"),
             enqueued_at=ms_to_datetime(f.get("enqueued_at")), last_attempted_at=ms_to_datetime(f.get("last_attempted_at")),
             died_at=ms_to_datetime(f.get("died_at")), reason=f.get("reason") or "", priority=stored_priority(f.get("prio")),
+            progress=decode_progress(f.get("progress")),
         )
 
     def scheduled_page(self, queue: str, page: int = 1, per_page: int = 50) -> Pagination:
@@ -290,7 +292,8 @@ class TaskReads(MergedDeadScan):
                             workers=[w for w in data.get("workers", "").split(",") if w],
                             started_at=ms_to_datetime(data.get("started_at")), finished_at=ms_to_datetime(data.get("finished_at")),
                             result=data.get("result"), replayed=data.get("replayed", "0") not in ("", "0"),
-                            dead_score=ms_to_datetime(dead_score))
+                            dead_score=ms_to_datetime(dead_score),
+                            progress=decode_progress(data.get("progress"), ms_to_datetime(data.get("progress_at"))))
         if detail.row.state == "running" and detail.workers:  # fetch.lua's word: running only if its worker's mark says so
             if task_id not in marked(self.client.get(k.running(detail.workers[-1]))):
                 detail.row.state = "held"

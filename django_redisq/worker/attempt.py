@@ -49,6 +49,7 @@ class Attempt:
     final: bool = False  # the task ran but its result cannot be stored: retrying cannot help
     context: TaskContext | None = None  # given to a task that takes one
     metadata: str | None = None  # what the end of the attempt saves (metadata.py); None: unchanged
+    worker_id: str = ""  # the worker running it (progress reports prove it still holds the task)
 
     def keep_metadata(self) -> None:
         """What the task changed in ``context.metadata`` and did not save, ready for the settler to save.

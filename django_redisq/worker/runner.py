@@ -17,12 +17,16 @@ import inspect
 import logging
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import Executor
+from contextlib import contextmanager
+from functools import partial
 from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
 from django.db import close_old_connections
 
+from django_redisq import lifecycle, progress, tracing
 from django_redisq.clock import ms_to_datetime
 from django_redisq.compat import (
     Task,
@@ -41,10 +45,13 @@ from django_redisq.message import Message, decode
 from django_redisq.metadata import attach, stored
 from django_redisq.options import Options
 from django_redisq.partitions import logical
+from django_redisq.store.broker import Broker
 from django_redisq.store.replies import Delivery
 from django_redisq.task import RedisTask, get_registered
 from django_redisq.worker.attempt import Attempt, Prepared
 from django_redisq.worker.outcome import DEAD, RETRY, Outcome, error_dict, failure
+from django_redisq.worker.progress import ProgressWriter
+from django_redisq.worker.reporting import ErrorReporter
 from django_redisq.worker.timelimit import Handle, arm, disarm, interrupt
 
 logger = logging.getLogger("django_redisq")
@@ -81,6 +88,8 @@ class Runner:
         self._threads: dict[str, Handle] = {}  # task id -> the armed handle of the thread running it
         self._coros: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]]] = {}  # task id -> its coroutine
         self._cancelled: dict[str, str] = {}  # task id -> who cancelled it (while it unwinds)
+        self._broker: Broker | None = None  # progress reports' (built on the first, in the process that runs tasks)
+        self.reporter = ErrorReporter(options.error_reporting)  # a failed attempt's exception, to logging and Sentry
 
     def _prepared(self, message: Message) -> Prepared:
         """The task of a message with what each run needs, worked out once per task and queue."""
@@ -143,7 +152,8 @@ class Runner:
         attach(result, stored(d.metadata, message.metadata))  # where Django has metadata: the last saved, else the enqueued
         context = prep.context_class(task_result=result) if prep.task.takes_context else None
         args = [context, *message.args] if context is not None else message.args
-        return Attempt(d, message, prep, result, args, _limit(message, prep, opts), max_retries, opts, context=context)
+        return Attempt(d, message, prep, result, args, _limit(message, prep, opts), max_retries, opts, context=context,
+                       worker_id=worker_id)
 
     def limit_for(self, d: Delivery) -> float:
         """The time limit ``begin`` will give ``d``, in seconds (0: none, or a message that cannot run)."""
@@ -165,21 +175,25 @@ class Runner:
     def _execute(self, a: Attempt) -> Outcome:
         start = time.perf_counter()
         _close_connections()
+        span = self._span(a)  # tracing.py: a consumer span, or NOOP when no tracer provider is configured
         try:
             task_started.send(sender=a.prep.sender, task_result=a.result)
             try:
-                value = self._call(a)
+                with self._progress(a), span:  # report_progress() in the task writes through it (worker/progress.py)
+                    value = self._call(a)
             finally:
                 a.keep_metadata()
             result_json = a.result_json(value)
         except BaseException as exc:  # noqa: BLE001 - a task's failure is data, never a worker crash (KeyboardInterrupt, SystemExit too)
             outcome = self._failed(a, exc, time.perf_counter() - start)
+            span.end(outcome.kind, exc)
             self._finish(a)
             return outcome
         finally:
             self._cancelled.pop(a.d.id, None)
             _close_connections()
         outcome = self._succeeded(a, value, result_json, time.perf_counter() - start)
+        span.end(outcome.kind)
         self._finish(a)
         return outcome
 
@@ -214,21 +228,25 @@ class Runner:
             return await asyncio.get_running_loop().run_in_executor(sync_executor, self._execute, a)
         start = time.perf_counter()
         await sync_to_async(_close_connections)()
+        span = self._span(a)
         try:
             await task_started.asend(sender=a.prep.sender, task_result=a.result)
             try:
-                value = await self._within(a)
+                with self._progress(a), span:
+                    value = await self._within(a)
             finally:
                 a.keep_metadata()
             result_json = a.result_json(value)
         except BaseException as exc:  # noqa: BLE001 - as in _execute
             outcome = self._failed(a, exc, time.perf_counter() - start)
+            span.end(outcome.kind, exc)
             await self._afinish(a)
             return outcome
         finally:
             self._cancelled.pop(a.d.id, None)
             await sync_to_async(_close_connections)()
         outcome = self._succeeded(a, value, result_json, time.perf_counter() - start)
+        span.end(outcome.kind)
         await self._afinish(a)
         return outcome
 
@@ -253,6 +271,31 @@ class Runner:
             raise
         finally:
             self._coros.pop(a.d.id, None)
+
+    @staticmethod
+    def _span(a: Attempt) -> tracing.Processing | tracing._Noop:
+        """The attempt's consumer span, continuing the trace its message carries (tracing.py)."""
+        return tracing.process(a.message.task, a.message.queue, a.d.id, a.d.deliveries, a.message.metadata)
+
+    @contextmanager
+    def _progress(self, a: Attempt) -> Iterator[None]:
+        """``report_progress`` of the attempt's task goes to a writer of its own, flushed when the call ends."""
+        if self._broker is None:
+            self._broker = Broker(self.options)
+        writer = ProgressWriter(partial(self._save_progress, self._broker, a), a.d.deliveries)
+        token = progress.current.set(writer)
+        try:
+            yield
+        finally:
+            progress.current.reset(token)
+            writer.flush()
+
+    def _save_progress(self, broker: Broker, a: Attempt, report_json: str) -> bool:
+        """Store one report; a stored one is also a lifecycle event where LIFECYCLE_EVENTS is on (lifecycle.py)."""
+        saved = broker.save_progress(a.d.queue, a.d.id, a.worker_id, report_json)
+        if saved and self.options.lifecycle_events:
+            lifecycle.progress(self.alias, a.d.id, a.message.task, a.message.queue, report_json)
+        return saved
 
     # -- interrupting ----------------------------------------------------
 
@@ -308,6 +351,7 @@ class Runner:
         if outcome.kind == RETRY:
             object.__setattr__(a.result, "status", TaskResultStatus.READY)
             object.__setattr__(a.result, "finished_at", None)
+        self.reporter.report(exc, a.message.task, a.d.id, a.message.queue, a.d.deliveries, outcome.kind)  # worker/reporting.py
         return outcome
 
     def lost(self, d: Delivery, worker_id: str, exc: BaseException, duration: float = 0.0) -> Outcome:

@@ -38,6 +38,7 @@ NAMES = (
     "edit_replay",
     "pause",
     "resume",
+    "progress",
     # events (store/topics.py)
     "topic_publish",
     "topic_groups",

