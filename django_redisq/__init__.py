@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django_redisq.exceptions import InvalidArguments, LeaseLost, RedisQError, Retry, TaskCancelled, TaskTimeout
+from django_redisq.flow import chain, chord, group
 from django_redisq.task import RedisTask, task
 
 if TYPE_CHECKING:
@@ -24,4 +25,12 @@ def cancel(task_id_or_result: str | TaskResult, *, backend: str = "default", who
     return cancel_task(task_id_or_result, backend=backend, who=who)
 
 
-__all__ = ["InvalidArguments", "LeaseLost", "RedisQError", "RedisTask", "Retry", "TaskCancelled", "TaskTimeout", "cancel", "task"]
+def get_workflow(workflow_id: str, *, backend: str = "default") -> Any:
+    """The workflow (``WorkflowResult``) with this id, read now; ``WorkflowNotFound`` if there is none (workflows.py)."""
+    from django_redisq.workflows import get_workflow as find
+
+    return find(workflow_id, backend=backend)
+
+
+__all__ = ["InvalidArguments", "LeaseLost", "RedisQError", "RedisTask", "Retry", "TaskCancelled", "TaskTimeout", "cancel", "chain",
+           "chord", "get_workflow", "group", "task"]

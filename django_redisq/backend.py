@@ -335,6 +335,12 @@ class RedisQueueBackend(BaseTaskBackend):
         status = TaskResultStatus.SUCCESSFUL if found is None else TaskResultStatus.FAILED
         return dataclasses.replace(result, id=holder, status=status, enqueued_at=None)
 
+    def enqueue_workflow(self, node: Any, on_error: Any = None) -> Any:
+        """Enqueue a ``chain``, ``group`` or ``chord`` (flow.py); returns a ``WorkflowResult`` (workflows.py)."""
+        from django_redisq.workflows import enqueue_workflow
+
+        return enqueue_workflow(self, node, on_error)
+
     # -- cancelling ------------------------------------------------------
 
     def cancel(self, result_id: str, who: str = "api") -> str:

@@ -19,6 +19,7 @@ from django.db import transaction
 
 from django_redisq.backoff import check_backoff
 from django_redisq.compat import DEFAULT_TASK_BACKEND_ALIAS, DEFAULT_TASK_PRIORITY, DEFAULT_TASK_QUEUE_NAME, InvalidTask, Task, TaskResult
+from django_redisq.flow import Signature
 from django_redisq.limits import check_max_running, check_rate
 
 T = TypeVar("T")
@@ -135,6 +136,14 @@ class RedisTask(Task):
             ours.setdefault("max_retries", None)
         changed = cast(RedisTask, Task.using(self, priority=priority, queue_name=queue_name, run_after=run_after, backend=backend, **options))
         return replace(changed, **ours) if ours else changed
+
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """A workflow step of this call that gets its parent's result first (flow.py: ``chain``, ``group``, ``chord``)."""
+        return Signature(self, args, kwargs)
+
+    def si(self, *args: Any, **kwargs: Any) -> Signature:
+        """A workflow step of this call that ignores its parents' results (it only waits for them)."""
+        return Signature(self, args, kwargs, immutable=True)
 
     def delay(self, *args: Any, **kwargs: Any) -> TaskResult:
         """Enqueue now; the Celery spelling of ``enqueue``."""

@@ -38,6 +38,11 @@ NAMES = (
     "edit_replay",
     "pause",
     "resume",
+    "wf_create",
+    "wf_start",
+    "wf_done",
+    "wf_fail",
+    "wf_cancel",
 )
 
 INCLUDE = re.compile(r"^--! include ([A-Za-z0-9_]+\.lua)[ \t]*$", re.MULTILINE)

@@ -1,0 +1,120 @@
+"""A workflow's Redis steps: create, start, a step done, a step failed, cancel, and reads.
+
+Each step is one script on the workflow's own slot (``{wf:<id>}``, keys.py's
+``WorkflowKeys``); the workflow's steps are ordinary tasks queued through the
+``Broker`` in their own queues' slots, so a workflow may span queues and
+Cluster nodes. Nothing here touches two slots in one script: releasing a step
+into its queue is a separate, idempotent enqueue by its deterministic task id
+(enqueue.lua answers ``'!'`` for an id that exists), done by the caller after
+``done`` answered.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from django_redisq.store.broker import Broker
+from django_redisq.store.keys import WorkflowKeys
+
+PROVISIONAL_MS = 3_600_000
+"""TTL of a new workflow's keys until its first steps are queued (wf_start.lua makes them last)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Released:
+    """A step whose parents are all done: its index, stored spec and the parents' results (in parent order)."""
+
+    step: int
+    spec: dict[str, Any]
+    inputs: list[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class DoneReply:
+    status: str  # gone, cancelled, running, failed, succeeded, or ended (this call completed the workflow)
+    released: list[Released] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowState:
+    """What a read of one workflow's keys found (``None`` from ``read`` when it is gone)."""
+
+    id: str
+    meta: dict[str, str]
+    done: set[int]
+    failed: set[int]
+    steps: list[dict[str, Any]]
+
+
+class WorkflowStore:
+    """The workflow steps of one backend, on its broker's client and scripts."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    def keys(self, workflow_id: str) -> WorkflowKeys:
+        return WorkflowKeys(workflow_id, self.broker.options.key_prefix)
+
+    def _run(self, script: str, workflow_id: str, args: Sequence[Any]) -> Any:
+        return self.broker._script(script)(keys=self.keys(workflow_id).all(), args=list(args))
+
+    def create(self, workflow_id: str, steps: list[dict[str, Any]], specs: dict[int, dict[str, Any]],
+               children: dict[int, list[int]], on_error: dict[str, Any] | None) -> bool:
+        """Store a new workflow (provisional TTL: ``start`` follows once its first steps are queued)."""
+        argv: list[Any] = [len(steps), json.dumps(steps, separators=(",", ":")),
+                           json.dumps(on_error, separators=(",", ":")) if on_error else "", PROVISIONAL_MS, len(specs)]
+        for index, spec in specs.items():
+            argv += [index, json.dumps(spec, separators=(",", ":"))]
+        for index, spec in specs.items():
+            argv += [index, len(spec["p"])]
+        for index, kids in children.items():
+            if kids:
+                argv += [index, json.dumps(kids)]
+        return bool(self._run("wf_create", workflow_id, argv))
+
+    def start(self, workflow_id: str) -> str:
+        return str(self._run("wf_start", workflow_id, []))
+
+    def done(self, workflow_id: str, step: int, result_json: str) -> DoneReply:
+        """Record ``step`` as done; every waiting step whose parents are now all done (see wf_done.lua)."""
+        reply = self._run("wf_done", workflow_id, [step, result_json, self.broker._ms(self.broker.options.result_ttl)])
+        released = [Released(int(reply[i]), json.loads(reply[i + 1]), json.loads(reply[i + 2]))
+                    for i in range(1, len(reply) - 2, 3)]
+        return DoneReply(str(reply[0]), released)
+
+    def fail(self, workflow_id: str, step: int, error: str) -> tuple[str, dict[str, Any] | None, bool]:
+        """Fail the workflow for ``step``: (status, the on_error spec to queue (idempotently), whether this call failed it)."""
+        o = self.broker.options
+        ttl = max(o.result_ttl, o.dead_letter_ttl) if o.dead_letter_ttl else 30 * 86400.0
+        status, on_error, first = self._run("wf_fail", workflow_id, [step, error[:2000], self.broker._ms(ttl)])
+        return str(status), (json.loads(on_error) if on_error else None), bool(int(first))
+
+    def cancel(self, workflow_id: str, who: str) -> str:
+        return str(self._run("wf_cancel", workflow_id, [who, self.broker._ms(self.broker.options.result_ttl)]))
+
+    def status(self, workflow_id: str) -> str | None:
+        found = self.broker.client.hget(self.keys(workflow_id).meta, "status")
+        return None if found is None else str(found)
+
+    def read(self, workflow_id: str) -> WorkflowState | None:
+        """The workflow's meta, done and failed steps (one round trip; bounded by the workflow's size)."""
+        k = self.keys(workflow_id)
+        pipe = self.broker.client.pipeline(transaction=False)
+        pipe.hgetall(k.meta)
+        pipe.smembers(k.done)
+        pipe.smembers(k.failed)
+        meta, done, failed = pipe.execute()
+        if not meta:
+            return None
+        try:
+            steps = json.loads(meta.get("steps") or "[]")
+        except ValueError:
+            steps = []
+        return WorkflowState(workflow_id, dict(meta), {int(s) for s in done}, {int(s) for s in failed}, steps)
+
+    def spec(self, workflow_id: str, step: int) -> dict[str, Any] | None:
+        found = self.broker.client.hget(self.keys(workflow_id).spec, str(step))
+        return json.loads(found) if found else None
