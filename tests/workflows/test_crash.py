@@ -1,0 +1,53 @@
+"""SIGKILL of a runworker process in the middle of workflows: no step lost, no callback queued twice."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+from django_redisq import chain, chord, group
+from django_redisq.compat import TaskResultStatus
+from tests.helpers import keys, wait_for
+from tests.testapp import workflow_tasks as wt
+
+
+def first_runs(runs: list[tuple[str, str, list]]) -> dict[str, int]:
+    """Task id -> position of its first recorded run."""
+    out: dict[str, int] = {}
+    for n, (tid, _, _) in enumerate(runs):
+        out.setdefault(tid, n)
+    return out
+
+
+def test_sigkill_mid_workflow_loses_no_step_and_fires_no_callback_twice(r, run_worker_process):
+    flows = [
+        chord([wt.slow.s(0.15, i) for i in range(8)], wt.total.s()).enqueue(),
+        chain(wt.slow.s(0.2, 1), wt.slow.si(0.2, 2), wt.double.s(), wt.add.s(1)).enqueue(),
+        chain(group(chain(wt.slow.s(0.1, i), wt.double.s()) for i in range(4)), wt.total.s(5)).enqueue(),
+    ]
+    a = run_worker_process("default", "emails", "-c", "4", "--name", "a")
+    b = run_worker_process("default", "emails", "-c", "1", "--name", "b")
+    assert wait_for(lambda: len(wt.runs()) >= 3, timeout=30)  # mid-way: some steps done, others running
+    assert wait_for(lambda: sum(r.llen(k) for k in r.keys("redisq:{*}:processing:a.*")) > 0, timeout=10)
+    a.proc.send_signal(signal.SIGKILL)  # while it holds steps
+    assert len(wt.runs()) < 22
+    c = run_worker_process("default", "emails", "-c", "2", "--name", "c")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not all(f.refresh().status == TaskResultStatus.SUCCESSFUL for f in flows):
+        time.sleep(0.1)
+    assert [f.status for f in flows] == [TaskResultStatus.SUCCESSFUL] * 3, [f.states for f in flows]
+    assert [f.return_value for f in flows] == [sum(range(8)), 5, sum(2 * i for i in range(4)) + 5]
+    runs = wt.runs()
+    first = first_runs(runs)
+    for f in flows:
+        for i, step in enumerate(f.state.steps):  # every step ran, each after every one of its parents
+            tid = f.results[i].id
+            assert tid in first, f"step {tid} never ran"
+            for p in step["p"]:
+                assert first[f.results[p].id] < first[tid], f"{tid} ran before its parent {f.results[p].id}"
+        callback = f.results[-1]
+        again = int(r.hget(keys(callback.task.queue_name).task(callback.id), "deliveries")) > 1  # re-run after the kill
+        assert sum(1 for tid, _, _ in runs if tid == callback.id) == 1 or again
+    for wp in (b, c):
+        wp.proc.send_signal(signal.SIGTERM)
+        wp.proc.wait(30)
