@@ -250,6 +250,10 @@ class RedisQueueBackend(BaseTaskBackend):
     def enqueue_many(self, task: Task, arg_sets: Iterable[tuple[Sequence[Any], dict[str, Any]]]) -> list[TaskResult]:
         """Enqueue several calls of one task in a single round trip."""
         self._validated(task)
+        if getattr(task, "depends_on", ()):  # runs once those tasks succeeded: a small workflow (workflows.py)
+            from django_redisq.workflows import enqueue_dependent
+
+            return [enqueue_dependent(self, task, list(a), dict(k)) for a, k in arg_sets]
         prepared = [self._prepare(task, a, k) for a, k in arg_sets]
         if not prepared:
             return []
@@ -276,6 +280,8 @@ class RedisQueueBackend(BaseTaskBackend):
     async def aenqueue_many(self, task: Task, arg_sets: Iterable[tuple[Sequence[Any], dict[str, Any]]]) -> list[TaskResult]:
         """``enqueue_many``, awaited on the running loop's own pool; step for step the same."""
         self._validated(task)
+        if getattr(task, "depends_on", ()):  # a small workflow (workflows.py), stored from a thread
+            return await asyncio.to_thread(self.enqueue_many, task, list(arg_sets))
         prepared = [self._prepare(task, a, k) for a, k in arg_sets]
         if not prepared:
             return []
@@ -397,6 +403,10 @@ class RedisQueueBackend(BaseTaskBackend):
 
     def _found_result(self, result_id: str, found: tuple[str, dict[str, str]] | None) -> TaskResult:
         if found is None or "msg" not in found[1]:
+            from django_redisq.workflows import waiting_result  # a workflow step not queued yet?
+
+            if (waiting := waiting_result(self, result_id)) is not None:
+                return waiting
             raise TaskResultDoesNotExist(result_id)
         return self.build_result(result_id, found[0], found[1])
 

@@ -25,7 +25,7 @@ from django_redisq.limits import check_max_running, check_rate
 T = TypeVar("T")
 
 USING_OPTIONS = frozenset({"max_retries", "max_attempts", "backoff", "backoff_base", "backoff_max", "retry_on", "no_retry_on",
-                           "idempotency_key", "timeout"})
+                           "idempotency_key", "timeout", "depends_on"})
 """This class's options that ``using()`` changes; any other goes to Django's ``Task.using()``."""
 
 _registry: dict[str, RedisTask] = {}
@@ -69,6 +69,7 @@ class RedisTask(Task):
     timeout: float | None = None  # seconds a run may take on a worker; 0 = no limit
     max_running: int | None = None  # at most this many run at once, fleet-wide (limits.py)
     rate_limit: str | None = None  # at most this many starts per period, fleet-wide: "10/s", "100/m"
+    depends_on: tuple[str, ...] = ()  # ids of tasks that must succeed first (``using(depends_on=[result, ...])``, workflows.py)
 
     def __post_init__(self) -> None:
         try:
@@ -131,6 +132,8 @@ class RedisTask(Task):
         Django's own ``TypeError``.
         """
         ours = {k: options.pop(k) for k in list(options) if k in USING_OPTIONS}
+        if "depends_on" in ours:
+            ours["depends_on"] = _task_ids(ours["depends_on"])
         if ("max_retries" in ours) != ("max_attempts" in ours):  # one given: the other follows from it
             ours.setdefault("max_attempts", None)
             ours.setdefault("max_retries", None)
@@ -171,6 +174,20 @@ class RedisTask(Task):
             if not isinstance(key, str) or not 0 < len(key) <= 200:
                 raise InvalidTask(f"idempotency_key() must return a string of 1-200 characters, got {key!r}.")
         return key
+
+
+def _task_ids(results: Any) -> tuple[str, ...]:
+    """``depends_on=[TaskResult | task id, ...]`` as ids; ``InvalidTask`` for anything else."""
+    if isinstance(results, (str, TaskResult)):
+        results = [results]
+    try:
+        items = list(results)
+    except TypeError:
+        raise InvalidTask(f"depends_on must be a list of TaskResults or task ids, got {results!r}.") from None
+    ids = tuple(r.id if isinstance(r, TaskResult) else r for r in items)
+    if not all(isinstance(i, str) and 0 < len(i) <= 64 for i in ids):
+        raise InvalidTask(f"depends_on must be a list of TaskResults or task ids, got {results!r}.")
+    return ids
 
 
 def plain_signature(sig: inspect.Signature) -> str:

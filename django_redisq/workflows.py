@@ -23,13 +23,14 @@ Design, and why:
 from __future__ import annotations
 
 import asyncio
+import json
 import secrets
 import time
 from typing import Any
 
 from django_redisq.compat import Task, TaskError, TaskResult, TaskResultStatus, task_backends
 from django_redisq.exceptions import InvalidArguments, RedisQError
-from django_redisq.flow import MARKER, Node, Signature, compile_flow, step_id
+from django_redisq.flow import MARKER, Node, Signature, compile_flow, parse_step_id, step_id
 from django_redisq.limits import task_limits
 from django_redisq.message import encode, encode_arguments
 from django_redisq.store.workflows import WorkflowState, WorkflowStore
@@ -55,6 +56,8 @@ def _spec(backend: Any, sig: Signature, workflow_id: str, index: int, takes_inpu
     task = sig.task
     if not isinstance(task, RedisTask):
         raise InvalidArguments(f"{task!r} is not a django_redisq task: use @task from django_redisq (or this backend's).")
+    if task.depends_on and not isinstance(sig, _Plain):
+        raise InvalidArguments(f"{task.module_path}: depends_on applies to task.enqueue(); in a workflow, chain the steps instead.")
     if task.backend != backend.alias:
         raise InvalidArguments(f"all steps of a workflow must use one backend: {task.module_path} uses {task.backend!r}, "
                                f"the workflow {backend.alias!r}.")
@@ -80,7 +83,7 @@ def enqueue_workflow(backend: Any, node: Node, on_error: Signature | None = None
     steps = compile_flow(node)
     if not steps:
         raise InvalidArguments("a workflow needs at least one task signature.")
-    workflow_id = secrets.token_urlsafe(16).replace("-", "x")  # 22 characters; never starts with "-"
+    workflow_id = _new_id()
     specs = {s.index: _spec(backend, s.sig, workflow_id, s.index, s.mode != "none") for s in steps}
     for s in steps:
         specs[s.index].update(mode=s.mode, p=s.parents)
@@ -107,6 +110,66 @@ def enqueue_workflow(backend: Any, node: Node, on_error: Signature | None = None
     return WorkflowResult(backend.alias, workflow_id)
 
 
+class _Plain(Signature):
+    """The call of ``task.using(depends_on=[...]).enqueue(...)``: a step like any other."""
+
+
+def enqueue_dependent(backend: Any, task: Any, args: list[Any], kwargs: dict[str, Any]) -> TaskResult:
+    """``task.using(depends_on=[r1, r2]).enqueue(...)``: a workflow of the parents (tasks enqueued earlier) and this call.
+
+    Each parent gets the workflow's marker in its saved metadata (wf_adopt.lua, in its own
+    queue's slot), so the worker that settles it records it here; a parent that has finished
+    already is recorded now, one that failed fails the workflow. A parent fetched by a worker
+    before the marker was written cannot tell that worker; it is recorded by the next read of
+    the workflow or of this task's result (``refresh``). Returns this call's ``TaskResult``
+    (READY until the parents succeeded; FAILED, naming the parent, if one failed for good).
+    """
+    parents = []
+    for parent_id in task.depends_on:
+        found = backend.broker.get_task(parent_id, sorted(backend.queues))
+        if found is None or "msg" not in found[1]:
+            raise InvalidArguments(f"depends_on names {parent_id!r}, which is no task of backend {backend.alias!r}.")
+        parents.append((parent_id, found[0], found[1].get("task", "")))
+    workflow_id = _new_id()
+    k = len(parents)
+    spec = _spec(backend, _Plain(task, tuple(args), dict(kwargs)), workflow_id, k, False)
+    spec.update(mode="none", p=list(range(k)))
+    summary = [{"t": path, "q": queue, "p": [], "id": pid} for pid, queue, path in parents]
+    summary.append({"t": spec["t"], "q": spec["q"], "p": list(range(k))})
+    store = _store(backend)
+    store.create(workflow_id, summary, {k: spec}, {i: [k] for i in range(k)}, None)
+    for i, (pid, queue, _) in enumerate(parents):
+        found_state, result = store.adopt(queue, pid, workflow_id, i)
+        _settle_parent(store, workflow_id, i, pid, found_state, result)
+    store.start(workflow_id)
+    return WorkflowResult(backend.alias, workflow_id).refresh().results[-1]
+
+
+def _settle_parent(store: WorkflowStore, workflow_id: str, step: int, task_id: str, state: str, result: str) -> None:
+    """Record a parent found finished (and release what waits), or fail the workflow for one found dead or gone."""
+    if state == "finished":
+        reply = store.done(workflow_id, step, result)
+        store.release(workflow_id, reply.released)
+    elif state in ("dead", "missing"):
+        store.fail(workflow_id, step, f"step {step} (task {task_id}) {'failed' if state == 'dead' else 'expired'} before its dependents ran")
+
+
+def waiting_result(backend: Any, task_id: str) -> TaskResult | None:
+    """The result of a workflow step not queued yet (READY, or FAILED saying why), or None if ``task_id`` is none."""
+    parsed = parse_step_id(task_id)
+    if parsed is None or not 0 < len(parsed[0]) <= 48:
+        return None
+    try:
+        wf = WorkflowResult(backend.alias, parsed[0]).refresh()
+    except WorkflowNotFound:
+        return None
+    return wf.results[parsed[1]] if parsed[1] < len(wf.results) else None
+
+
+def _new_id() -> str:
+    return secrets.token_urlsafe(16).replace("-", "x")  # 22 characters; never starts with "-"
+
+
 class WorkflowResult:
     """A workflow, as last read: ``status``, ``results`` (one ``TaskResult`` per step, as written), ``refresh()``."""
 
@@ -131,7 +194,7 @@ class WorkflowResult:
         """The last step's return value (a chord's callback, a chain's last step), once SUCCESSFUL."""
         return self.results[-1].return_value if self.results else None
 
-    def refresh(self) -> WorkflowResult:
+    def refresh(self, _repairing: bool = False) -> WorkflowResult:
         """Read the workflow and each of its steps again (one read per step: for operators and waiters, not a hot path)."""
         backend = self._backend
         state = _store(backend).read(self.id)
@@ -142,6 +205,13 @@ class WorkflowResult:
         failed_task = step_id(self.id, int(meta["failed_step"])) if meta.get("failed_step") else ""
         why = meta.get("error") or (f"workflow cancelled by {meta.get('cancelled_by')}" if meta.get("status") == "cancelled" else "")
         found = [self._step_result(backend, i, info, state, why) for i, info in enumerate(state.steps)]
+        late = [(i, info["id"], st) for i, (info, (_, st)) in enumerate(zip(state.steps, found, strict=True))
+                if info.get("id") and i not in state.done and st in ("finished", "dead") and meta.get("status") == "running"]
+        if late and not _repairing:  # a depends_on parent settled by a worker that never saw the marker
+            store = _store(backend)
+            for i, task_id, st in late:
+                _settle_parent(store, self.id, i, task_id, st, json.dumps(found[i][0].return_value) if st == "finished" else "")
+            return self.refresh(_repairing=True)
         self.results = results = [r for r, _ in found]
         self.states = [s for _, s in found]
         dead = {i for i, s in enumerate(self.states) if s == "dead" and i not in state.done}
@@ -163,7 +233,7 @@ class WorkflowResult:
 
     def _step_result(self, backend: Any, index: int, info: dict[str, Any], state: WorkflowState, why: str) -> tuple[TaskResult, str]:
         """A step's ``TaskResult`` and its task's stored state (``waiting``: not queued yet, or expired)."""
-        task_id = step_id(self.id, index)
+        task_id = info.get("id") or step_id(self.id, index)  # "id": a depends_on parent, enqueued before
         queue = info.get("q", "default")
         found = backend.broker.get_task(task_id, [queue, *sorted(set(backend.queues) - {queue})])  # replayed elsewhere?
         if found is not None and "msg" in found[1]:

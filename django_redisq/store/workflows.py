@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from django_redisq.flow import MARKER, release_call, step_id
+from django_redisq.message import dumps, encode
 from django_redisq.store.broker import Broker
 from django_redisq.store.keys import WorkflowKeys
 
@@ -84,6 +86,43 @@ class WorkflowStore:
         released = [Released(int(reply[i]), json.loads(reply[i + 1]), json.loads(reply[i + 2]))
                     for i in range(1, len(reply) - 2, 3)]
         return DoneReply(str(reply[0]), released)
+
+    def release(self, workflow_id: str, released: Sequence[Released]) -> int:
+        """Queue each released step by its fixed id, in its own queue (an id already stored is left alone); how many were new."""
+        new = 0
+        for r in released:
+            args, kwargs, delay = release_call(r.spec, r.inputs)
+            new += self.enqueue_step(step_id(workflow_id, r.step), r.spec, args, kwargs, delay)
+        return new
+
+    def enqueue_step(self, task_id: str, spec: dict[str, Any], args: list[Any], kwargs: dict[str, Any], delay: int) -> bool:
+        """Queue one step (or an on_error callback) from its spec; False: the id was stored already (idempotent)."""
+        msg = encode(args, kwargs, spec.get("o") or None, spec.get("m") or None)
+        item = (task_id, msg, spec["t"], delay, spec.get("i") or "", int(spec.get("pr") or 0), spec.get("l") or "")
+        return not self.broker.enqueue(spec.get("q", "default"), [item])[0].duplicate_of
+
+    def adopt(self, queue: str, task_id: str, workflow_id: str, step: int) -> tuple[str, str]:
+        """Mark task ``task_id`` of ``queue`` (enqueued earlier) as step ``step`` of the workflow (wf_adopt.lua).
+
+        Returns (what it found, its result JSON if it has finished already): ``missing``, ``finished``,
+        ``dead``, or the state it was marked in. The metadata is read, extended here (JSON in Python, so
+        the user's values keep their exact form) and written only if unchanged meanwhile.
+        """
+        tkey = self.broker.keys(queue).task(task_id)
+        for _ in range(20):
+            saved, msg = self.broker.client.hmget(tkey, ["metadata", "msg"])
+            meta: Any = None
+            try:
+                meta = json.loads(saved) if saved else (json.loads(msg).get("m") if msg else None)
+            except (ValueError, AttributeError):
+                meta = None
+            meta = dict(meta) if isinstance(meta, dict) else {}
+            pairs = meta.get(MARKER) if isinstance(meta.get(MARKER), list) else []
+            meta[MARKER] = [*pairs, [workflow_id, step]]
+            reply = self.broker._script("wf_adopt")(keys=[tkey], args=[saved or "", dumps(meta)])
+            if reply[0] != "changed":
+                return str(reply[0]), str(reply[1]) if len(reply) > 1 else "null"
+        return "changed", "null"
 
     def fail(self, workflow_id: str, step: int, error: str) -> tuple[str, dict[str, Any] | None, bool]:
         """Fail the workflow for ``step``: (status, the on_error spec to queue (idempotently), whether this call failed it)."""

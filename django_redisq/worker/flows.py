@@ -27,10 +27,9 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from django_redisq.flow import error_id, markers, release_call, step_id
-from django_redisq.message import encode
+from django_redisq.flow import error_id, markers, step_id
 from django_redisq.store.replies import Delivery
-from django_redisq.store.workflows import Released, WorkflowStore
+from django_redisq.store.workflows import WorkflowStore
 from django_redisq.worker.outcome import SUCCESS, Outcome
 
 logger = logging.getLogger("django_redisq")
@@ -63,24 +62,12 @@ class WorkflowHooks:
             return False
         if not reply.released:
             return True
-        if retrying(lambda: self._release(wf, reply.released), f"releasing the next steps of workflow {wf}") is None:
+        if retrying(partial(self.store.release, wf, reply.released), f"releasing the next steps of workflow {wf}") is None:
             return False
         if self.store.status(wf) == "cancelled":  # cancelled while we released: wf_cancel.lua's caller may have missed them
             for r in reply.released:
                 self.broker.cancel(r.spec.get("q", "default"), [step_id(wf, r.step)], "workflow cancelled")
         return True
-
-    def _release(self, wf: str, released: list[Released]) -> bool:
-        for r in released:
-            args, kwargs, delay = release_call(r.spec, r.inputs)
-            self.enqueue(step_id(wf, r.step), r.spec, args, kwargs, delay)
-        return True
-
-    def enqueue(self, task_id: str, spec: dict[str, Any], args: list[Any], kwargs: dict[str, Any], delay: int) -> None:
-        """Queue one step by its fixed id; an id already stored is left alone (idempotent)."""
-        msg = encode(args, kwargs, spec.get("o") or None, spec.get("m") or None)
-        item = (task_id, msg, spec["t"], delay, spec.get("i") or "", int(spec.get("pr") or 0), spec.get("l") or "")
-        self.broker.enqueue(spec.get("q", "default"), [item])
 
     def before_bury(self, d: Delivery, o: Outcome, retrying: Retrying) -> None:
         """Fail the workflows of a step that failed for good; queue their ``on_error`` callbacks (once, by id)."""
@@ -93,5 +80,5 @@ class WorkflowHooks:
             _, on_error, _ = answer
             if on_error:
                 args = [*(on_error.get("a") or []), wf, d.id]
-                retrying(partial(self.enqueue, error_id(wf), on_error, args, dict(on_error.get("k") or {}), 0),
+                retrying(partial(self.store.enqueue_step, error_id(wf), on_error, args, dict(on_error.get("k") or {}), 0),
                          f"queueing the on_error callback of workflow {wf}")

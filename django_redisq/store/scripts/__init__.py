@@ -43,6 +43,7 @@ NAMES = (
     "wf_done",
     "wf_fail",
     "wf_cancel",
+    "wf_adopt",
 )
 
 INCLUDE = re.compile(r"^--! include ([A-Za-z0-9_]+\.lua)[ \t]*$", re.MULTILINE)

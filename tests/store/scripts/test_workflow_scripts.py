@@ -29,7 +29,6 @@ from django_redisq.flow import chain, chord, compile_flow, group, release_call, 
 from django_redisq.store.broker import Broker
 from django_redisq.store.keys import WorkflowKeys
 from django_redisq.store.workflows import WorkflowStore
-from django_redisq.worker.flows import WorkflowHooks
 from django_redisq.workflows import enqueue_workflow
 from tests.helpers import keys
 from tests.testapp import workflow_tasks as wt
@@ -72,7 +71,6 @@ class WorkflowMachine(RuleBasedStateMachine):
         """A random workflow, stored and its first steps queued by the real enqueue."""
         backend = task_backends["default"]
         self.store = WorkflowStore(Broker(backend.conf))
-        self.hooks = WorkflowHooks(self.store)
         self.steps = compile_flow(node)
         self.wf = enqueue_workflow(backend, node).id
 
@@ -101,7 +99,7 @@ class WorkflowMachine(RuleBasedStateMachine):
                 assert args[0] == result_of(step.parents[0])
             elif step.mode == "list":
                 assert args[0] == [result_of(p) for p in step.parents]
-            self.hooks.enqueue(step_id(self.wf, rel.step), rel.spec, args, kwargs, delay)
+            self.store.enqueue_step(step_id(self.wf, rel.step), rel.spec, args, kwargs, delay)
         if crash == "after_release":
             return
         self.acked.add(i)
@@ -143,3 +141,22 @@ def test_workflow_completion_state_machine(r) -> None:  # type: ignore[no-untype
     run_state_machine_as_test(lambda: WorkflowMachine(r), settings=settings(
         max_examples=EXAMPLES, stateful_step_count=40, deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))
+
+
+def test_fail_then_replayed_step_unfails_and_cancel_and_adopt(r) -> None:  # type: ignore[no-untyped-def]
+    """wf_fail / wf_cancel / wf_adopt on each topology: the answers the worker and the enqueuer act on."""
+    backend = task_backends["default"]
+    store = WorkflowStore(Broker(backend.conf))
+    wf = enqueue_workflow(backend, chain(wt.add.s(1), wt.add.s(2)), wt.on_failure.s("n")).id
+    status, on_error, first = store.fail(wf, 0, "step 0 failed")
+    assert (status, first) == ("failed", True) and on_error["t"] == wt.on_failure.module_path
+    assert store.fail(wf, 0, "again")[2] is False  # failed once; on_error given again (queued by id: once)
+    assert 0 < r.pttl(WorkflowKeys(wf).meta)
+    reply = store.done(wf, 0, "1")  # the replayed step succeeded: the workflow carries on
+    assert reply.status == "running" and [x.step for x in reply.released] == [1] and r.ttl(WorkflowKeys(wf).meta) == -1
+    assert store.cancel(wf, "t") == "running" and store.done(wf, 1, "3").status == "cancelled"
+
+    parent = wt.add.enqueue(5)
+    assert store.adopt("default", parent.id, wf, 0) == ("pending", "null")
+    assert json.loads(r.hget(keys().task(parent.id), "metadata"))["_workflow"] == [[wf, 0]]
+    assert store.adopt("default", "nope", wf, 0)[0] == "missing"
