@@ -32,7 +32,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_redisq.exceptions import InvalidArguments
-from django_redisq.management.commands import _health
+from django_redisq.management.commands import _health, _workflow
 from django_redisq.management.commands._args import non_negative, positive
 from django_redisq.management.commands._text import printable
 from django_redisq.ops.inspector import DeadFilter, Inspector, UnknownQueue, UnknownSchedule, schedule_rows
@@ -81,6 +81,7 @@ class Command(BaseCommand):
         stats = sub.add_parser("stats", help="sizes, throughput and workers of every queue")
         stats.add_argument("--json", action="store_true", help="print JSON")
         _health.add_parser(sub)
+        _workflow.add_parser(sub)
         dead = sub.add_parser("dead", help="dead letters").add_subparsers(dest="dead_command", required=True,
                                                                            metavar="{list,show,replay,purge}")
         listing = dead.add_parser("list", help="newest first")
@@ -129,6 +130,8 @@ class Command(BaseCommand):
                 self.stats(opts)
             elif opts["command"] == "health":
                 _health.run(self, ins, opts)
+            elif opts["command"] == "workflow":
+                _workflow.run(self, ins, opts)
             elif opts["command"] == "schedules":
                 self.schedules(opts)
             elif opts["command"] == "queue":
