@@ -6,15 +6,19 @@ The admin's workflow page and ``manage.py redisq workflow`` show the same
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from django_redisq.clock import ms_to_datetime
+from django_redisq.conf import get_options
 from django_redisq.flow import parse_step_id
+from django_redisq.store.broker import Broker
+from django_redisq.store.workflows import WorkflowStore
 from django_redisq.workflows import WorkflowNotFound, WorkflowResult
 
-__all__ = ["StepView", "WorkflowNotFound", "WorkflowView", "describe", "workflow_of"]
+__all__ = ["StepView", "WorkflowNotFound", "WorkflowView", "describe", "families", "totals", "workflow_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +82,27 @@ def describe(workflow_id: str, alias: str = "default") -> WorkflowView:
                               res.enqueued_at, res.started_at, res.finished_at, len(res.worker_ids), error))
     return WorkflowView(wf.id, alias, str(wf.status), meta.get("status", ""), wf.error,
                         ms_to_datetime(meta.get("created_at")), ms_to_datetime(meta.get("finished_at")), steps)
+
+
+def totals(alias: str = "default") -> dict[str, int]:
+    """The fleet-wide workflow counts of a backend (store/workflows.py ``totals``): one HGETALL."""
+    return WorkflowStore(Broker(get_options(alias))).totals()
+
+
+def families(by_alias: dict[str, dict[str, int]]) -> Iterator[Any]:
+    """Prometheus families: workflows running now, and the totals that succeeded, failed, were cancelled."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    running = GaugeMetricFamily("redisq_workflows_running", "Workflows started and not ended (failed ones replayed count again).",
+                                labels=["backend"])
+    ended = {name: CounterMetricFamily(f"redisq_workflows_{name}", f"Workflows {name}.", labels=["backend"])
+             for name in ("created", "succeeded", "failed", "cancelled")}
+    for alias, t in by_alias.items():
+        running.add_metric([alias], float(t["running"]))
+        for name, family in ended.items():
+            family.add_metric([alias], float(t[name]))
+    yield running
+    yield from ended.values()
 
 
 def workflow_of(task_id: str, metadata: dict[str, Any] | None = None) -> str:

@@ -89,6 +89,9 @@ A workflow (flow.py, workflows.py) keeps its bookkeeping in a hash-tag slot of i
 ``W:gate``                         HASH    ``<child>|<parent>`` -> 1 per done parent of a waiting step, and
                                            ``<child>#`` -> how many: readiness in O(1), whatever the fan-in
 ``W:failed``                       SET     steps dead-lettered and not since succeeded
+``<KEY_PREFIX>:{workflows}:totals``  HASH  fleet-wide counts of workflow transitions: created, succeeded,
+                                           failed, resumed (un-failed by a replay), cancelled, cancelled_failed
+                                           (cancelled while failed); bumped after each transition (metrics)
 =================================  ======  =================================================
 
 They expire RESULT_TTL after the workflow succeeds or is cancelled, and with the dead letters
@@ -193,6 +196,11 @@ class WorkflowKeys:
         self.res = base + ":res"
         self.gate = base + ":gate"
         self.failed = base + ":failed"
+
+    @staticmethod
+    def totals(key_prefix: str = DEFAULT_PREFIX) -> str:
+        """The fleet-wide counts of workflow transitions (one HASH in its own slot)."""
+        return f"{key_prefix}:{{workflows}}:totals"
 
     def all(self) -> list[str]:
         """Every key, in the order the wf_*.lua scripts take them as KEYS."""

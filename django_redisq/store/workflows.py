@@ -21,6 +21,9 @@ from django_redisq.message import dumps, encode
 from django_redisq.store.broker import Broker
 from django_redisq.store.keys import WorkflowKeys
 
+FAILED_KEPT = 30 * 86400.0
+"""Seconds a failed workflow's keys are kept when DEAD_LETTER_TTL is 0 (its dead letters are then kept until
+trimmed by DEAD_LETTER_MAX): a replay within this time still finds the workflow; after it, the replayed step runs alone."""
 PROVISIONAL_MS = 3_600_000
 """TTL of a new workflow's keys until its first steps are queued (wf_start.lua makes them last)."""
 
@@ -75,7 +78,10 @@ class WorkflowStore:
         for index, kids in children.items():
             if kids:
                 argv += [index, json.dumps(kids)]
-        return bool(self._run("wf_create", workflow_id, argv))
+        created = bool(self._run("wf_create", workflow_id, argv))
+        if created:
+            self.count("created")
+        return created
 
     def start(self, workflow_id: str) -> str:
         return str(self._run("wf_start", workflow_id, []))
@@ -85,7 +91,10 @@ class WorkflowStore:
         reply = self._run("wf_done", workflow_id, [step, result_json, self.broker._ms(self.broker.options.result_ttl)])
         released = [Released(int(reply[i]), json.loads(reply[i + 1]), json.loads(reply[i + 2]))
                     for i in range(1, len(reply) - 2, 3)]
-        return DoneReply(str(reply[0]), released)
+        status = str(reply[0])
+        if status in ("ended", "resumed", "ended_resumed"):
+            self.count("succeeded" if status != "resumed" else "", "resumed" if status != "ended" else "")
+        return DoneReply({"resumed": "running", "ended_resumed": "ended"}.get(status, status), released)
 
     def release(self, workflow_id: str, released: Sequence[Released]) -> int:
         """Queue each released step by its fixed id, in its own queue (an id already stored is left alone); how many were new."""
@@ -127,12 +136,31 @@ class WorkflowStore:
     def fail(self, workflow_id: str, step: int, error: str) -> tuple[str, dict[str, Any] | None, bool]:
         """Fail the workflow for ``step``: (status, the on_error spec to queue (idempotently), whether this call failed it)."""
         o = self.broker.options
-        ttl = max(o.result_ttl, o.dead_letter_ttl) if o.dead_letter_ttl else 30 * 86400.0
+        ttl = max(o.result_ttl, o.dead_letter_ttl) if o.dead_letter_ttl else FAILED_KEPT
         status, on_error, first = self._run("wf_fail", workflow_id, [step, error[:2000], self.broker._ms(ttl)])
+        if int(first):
+            self.count("failed")
         return str(status), (json.loads(on_error) if on_error else None), bool(int(first))
 
     def cancel(self, workflow_id: str, who: str) -> str:
-        return str(self._run("wf_cancel", workflow_id, [who, self.broker._ms(self.broker.options.result_ttl)]))
+        before = str(self._run("wf_cancel", workflow_id, [who, self.broker._ms(self.broker.options.result_ttl)]))
+        if before in ("running", "failed"):
+            self.count("cancelled", "cancelled_failed" if before == "failed" else "")
+        return before
+
+    def count(self, *fields: str) -> None:
+        """Bump the fleet-wide transition counts (after the transition: a crash in between loses a count, never a step)."""
+        key = WorkflowKeys.totals(self.broker.options.key_prefix)
+        for name in fields:
+            if name:
+                self.broker.client.hincrby(key, name, 1)
+
+    def totals(self) -> dict[str, int]:
+        """created, succeeded, failed, resumed, cancelled, cancelled_failed, and ``running`` derived from them."""
+        raw = self.broker.client.hgetall(WorkflowKeys.totals(self.broker.options.key_prefix))
+        t = {name: int(raw.get(name, 0)) for name in ("created", "succeeded", "failed", "resumed", "cancelled", "cancelled_failed")}
+        t["running"] = max(0, t["created"] - t["succeeded"] - t["failed"] + t["resumed"] - (t["cancelled"] - t["cancelled_failed"]))
+        return t
 
     def status(self, workflow_id: str) -> str | None:
         found = self.broker.client.hget(self.keys(workflow_id).meta, "status")

@@ -13,13 +13,15 @@
 --
 -- Returns: {status, child, spec JSON, inputs JSON list, child, ...}:
 --   status 'gone' (no such workflow: expired or never created), 'cancelled' (nothing released),
---   'running', 'failed' (another step is still dead), 'succeeded', or 'ended' (this call
---   completed the workflow: said once)
+--   'running', 'resumed' (running again: this call un-failed it), 'failed' (another step is
+--   still dead), 'succeeded', or 'ended' (this call completed the workflow: said once;
+--   'ended_resumed' when it un-failed it too)
 local meta, spec, deps, done, res, gate, failed = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local step, result = ARGV[1], ARGV[2]
 local status = redis.call('HGET', meta, 'status')
 if not status then return {'gone'} end
 redis.call('SADD', done, step)
+local resumed = false
 local kids = {}
 local listed = redis.call('HGET', deps, step)
 if listed then
@@ -28,6 +30,7 @@ if listed then
 end
 if redis.call('SREM', failed, step) == 1 and status == 'failed' and redis.call('SCARD', failed) == 0 then
   status = 'running'  -- the failed step was replayed and succeeded: the workflow carries on
+  resumed = true
   redis.call('HSET', meta, 'status', status)
   redis.call('HDEL', meta, 'failed_step', 'error', 'finished_at')
   for j = 1, 7 do redis.call('PERSIST', KEYS[j]) end
@@ -56,7 +59,9 @@ if status == 'running' and redis.call('SCARD', done) >= tonumber(redis.call('HGE
   redis.call('HSET', meta, 'status', 'succeeded', 'finished_at', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
   for j = 1, 7 do redis.call('PEXPIRE', KEYS[j], ARGV[3]) end
   out[1] = 'ended'
+  if resumed then out[1] = 'ended_resumed' end
 else
+  if resumed then out[1] = 'resumed' end
   local ttl = redis.call('PTTL', meta)  -- a failed (or not yet started) workflow's keys expire together,
   if ttl > 0 then                       -- those this call created too
     for j = 2, 7 do redis.call('PEXPIRE', KEYS[j], ttl) end
