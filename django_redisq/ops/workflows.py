@@ -95,12 +95,12 @@ def families(by_alias: dict[str, dict[str, int]]) -> Iterator[Any]:
 
     running = GaugeMetricFamily("redisq_workflows_running", "Workflows started and not ended (failed ones replayed count again).",
                                 labels=["backend"])
-    ended = {name: CounterMetricFamily(f"redisq_workflows_{name}", f"Workflows {name}.", labels=["backend"])
-             for name in ("created", "succeeded", "failed", "cancelled")}
+    names = {"enqueued": "created", "succeeded": "succeeded", "failed": "failed", "cancelled": "cancelled"}
+    ended = {name: CounterMetricFamily(f"redisq_workflows_{name}", f"Workflows {name}.", labels=["backend"]) for name in names}
     for alias, t in by_alias.items():
         running.add_metric([alias], float(t["running"]))
         for name, family in ended.items():
-            family.add_metric([alias], float(t[name]))
+            family.add_metric([alias], float(t[names[name]]))
     yield running
     yield from ended.values()
 

@@ -1,4 +1,4 @@
-"""Workflow metrics on the fleet scrape: running now, and created / succeeded / failed / cancelled totals."""
+"""Workflow metrics on the fleet scrape: running now, and enqueued / succeeded / failed / cancelled totals."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from tests.workflows.test_canvas import finish
 
 def flows(samples: dict) -> dict[str, float]:
     return {name: samples[(name, (("backend", "default"),))] for name in (
-        "redisq_workflows_running", "redisq_workflows_created_total", "redisq_workflows_succeeded_total",
+        "redisq_workflows_running", "redisq_workflows_enqueued_total", "redisq_workflows_succeeded_total",
         "redisq_workflows_failed_total", "redisq_workflows_cancelled_total")}
 
 
@@ -23,7 +23,7 @@ def test_running_succeeded_failed_cancelled_and_resumed(r, make_worker):
     bad = chain(wt.fails_unless.s("m"), wt.add.s(1)).enqueue()
     gone = chain(wt.add.s(1, 1), wt.add.s(1)).enqueue()
     gone.cancel()
-    assert flows(scrape()) == {"redisq_workflows_running": 2, "redisq_workflows_created_total": 3,
+    assert flows(scrape()) == {"redisq_workflows_running": 2, "redisq_workflows_enqueued_total": 3,
                                "redisq_workflows_succeeded_total": 0, "redisq_workflows_failed_total": 0,
                                "redisq_workflows_cancelled_total": 1}
     finish(make_worker, ok)
