@@ -37,6 +37,8 @@ from django_redisq.store.workflows import WorkflowState, WorkflowStore
 from django_redisq.task import RedisTask
 
 FINAL = (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED)
+FULL_EVERY = 1.0
+"""Seconds between full reads while waiting (a step dead-lettered outside a worker's settle shows only in those)."""
 
 
 class WorkflowNotFound(RedisQError, LookupError):
@@ -204,7 +206,9 @@ class WorkflowResult:
         meta = state.meta
         failed_task = step_id(self.id, int(meta["failed_step"])) if meta.get("failed_step") else ""
         why = meta.get("error") or (f"workflow cancelled by {meta.get('cancelled_by')}" if meta.get("status") == "cancelled" else "")
-        found = [self._step_result(backend, i, info, state, why) for i, info in enumerate(state.steps)]
+        ids = [(info.get("id") or step_id(self.id, i), info.get("q", "default")) for i, info in enumerate(state.steps)]
+        hashes = _store(backend).task_hashes(ids, sorted(backend.queues))
+        found = [self._step_result(backend, i, info, state, why, hashes[i]) for i, info in enumerate(state.steps)]
         late = [(i, info["id"], st) for i, (info, (_, st)) in enumerate(zip(state.steps, found, strict=True))
                 if info.get("id") and i not in state.done and st in ("finished", "dead") and meta.get("status") == "running"]
         if late and not _repairing:  # a depends_on parent settled by a worker that never saw the marker
@@ -231,11 +235,10 @@ class WorkflowResult:
             self.error = f"step {meta.get('failed_step')} (task {failed_task}) failed"
         return self
 
-    def _step_result(self, backend: Any, index: int, info: dict[str, Any], state: WorkflowState, why: str) -> tuple[TaskResult, str]:
+    def _step_result(self, backend: Any, index: int, info: dict[str, Any], state: WorkflowState, why: str,
+                     found: tuple[str, dict[str, str]] | None) -> tuple[TaskResult, str]:
         """A step's ``TaskResult`` and its task's stored state (``waiting``: not queued yet, or expired)."""
         task_id = info.get("id") or step_id(self.id, index)  # "id": a depends_on parent, enqueued before
-        queue = info.get("q", "default")
-        found = backend.broker.get_task(task_id, [queue, *sorted(set(backend.queues) - {queue})])  # replayed elsewhere?
         if found is not None and "msg" in found[1]:
             return backend.build_result(task_id, found[0], found[1]), found[1].get("state", "")
         task: Task = backend.resolve_task(info.get("t", ""), info.get("q", "default"))
@@ -252,21 +255,34 @@ class WorkflowResult:
                                       errors=errors, worker_ids=[])
         return result, "waiting"
 
+    def _poll(self, full: bool) -> bool:
+        """Whether the workflow has ended. Between full reads (every ``FULL_EVERY`` seconds), one HGET of its
+        stored status: waiting on a 1,000-step chord costs a round trip per poll, not a read of every step."""
+        if not full:
+            stored = _store(self._backend).status(self.id)
+            if stored == "running":
+                return False
+        return self.refresh().status in FINAL
+
     def wait(self, timeout: float | None = None, interval: float = 0.05) -> WorkflowResult:
         """Refresh until SUCCESSFUL or FAILED; ``TimeoutError`` after ``timeout`` seconds (None: no limit)."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        while self.refresh().status not in FINAL:
+        last_full = time.monotonic()
+        while not self._poll(full := time.monotonic() - last_full >= FULL_EVERY):
+            last_full = time.monotonic() if full else last_full
             if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError(f"workflow {self.id} is still {self.status} after {timeout} s")
+                raise TimeoutError(f"workflow {self.id} is still {self.refresh().status} after {timeout} s")
             time.sleep(interval)
         return self
 
     async def await_(self, timeout: float | None = None, interval: float = 0.05) -> WorkflowResult:
         """``wait`` on the running event loop: the reads run in a thread, the waits are ``asyncio.sleep``."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        while (await asyncio.to_thread(self.refresh)).status not in FINAL:
+        last_full = time.monotonic()
+        while not await asyncio.to_thread(self._poll, full := time.monotonic() - last_full >= FULL_EVERY):
+            last_full = time.monotonic() if full else last_full
             if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError(f"workflow {self.id} is still {self.status} after {timeout} s")
+                raise TimeoutError(f"workflow {self.id} is still {(await asyncio.to_thread(self.refresh)).status} after {timeout} s")
             await asyncio.sleep(interval)
         return self
 

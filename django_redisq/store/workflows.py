@@ -182,6 +182,21 @@ class WorkflowStore:
             steps = []
         return WorkflowState(workflow_id, dict(meta), {int(s) for s in done}, {int(s) for s in failed}, steps)
 
+    def task_hashes(self, wanted: Sequence[tuple[str, str]], queues: Sequence[str]) -> list[tuple[str, dict[str, str]] | None]:
+        """``Broker.get_task`` of many ``(task id, queue)`` in one round trip: each looked up in its queue first, then
+        in ``queues`` (a step replayed into another queue), in every partition."""
+        order = [self.broker.options.physical_all([q, *(x for x in queues if x != q)]) for _, q in wanted]
+        pipe = self.broker.client.pipeline(transaction=False)
+        for (task_id, _), qs in zip(wanted, order, strict=True):
+            for key in self.broker.task_hashes(task_id, qs):
+                pipe.hgetall(key)
+        replies = pipe.execute()
+        out, at = [], 0
+        for qs in order:
+            out.append(self.broker.found_task(qs, replies[at:at + len(qs)]))
+            at += len(qs)
+        return out
+
     def spec(self, workflow_id: str, step: int) -> dict[str, Any] | None:
         found = self.broker.client.hget(self.keys(workflow_id).spec, str(step))
         return json.loads(found) if found else None
