@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from hashlib import sha1
 
 import pytest
@@ -108,3 +109,25 @@ def test_bad_parts_are_refused_at_enqueue(r):
     with pytest.raises(InvalidArguments):
         chain(wt.add.s(1), wt.add.s(object())).enqueue()
     assert r.keys("redisq:{wf:*") == []
+
+
+def test_cancel_stops_a_running_step_and_nothing_after_it_runs(r, make_worker):
+    import threading
+
+    from tests.helpers import wait_for
+
+    wf = chain(wt.slow.s(1.0, 7), wt.double.s()).enqueue()
+    worker = make_worker("default", "emails", burst=False)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        assert wait_for(lambda: wf.refresh().states[0] == "running", timeout=10)
+        assert wf.cancel() == "running"
+        assert wait_for(lambda: wf.refresh().states[0] == "dead", timeout=10)
+        assert r.hget(keys().task(wf.results[0].id), "reason") == "cancelled"
+        time.sleep(0.3)
+        assert wf.refresh().states == ["dead", "waiting"] and wf.status == TaskResultStatus.FAILED
+        assert names() == []
+    finally:
+        worker.request_stop()
+        thread.join(15)
