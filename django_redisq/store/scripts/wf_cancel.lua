@@ -2,7 +2,8 @@
 -- cancels the steps already queued (a worker that released a step just before re-reads the
 -- status after queueing it and cancels it itself, so no step queued around this instant runs).
 --
--- KEYS[1..7] -> W:meta, W:spec, W:deps, W:done, W:res, W:gate, W:failed (see wf_create.lua)
+-- KEYS[1] -> W:meta (HASH)   KEYS[2] -> W:spec (HASH)   KEYS[3] -> W:deps (HASH)
+-- KEYS[4] -> W:done (SET)    KEYS[5] -> W:res (HASH)    KEYS[6] -> W:gate (HASH)   KEYS[7] -> W:failed (SET)
 -- ARGV[1] -> who cancels (text)
 -- ARGV[2] -> TTL in ms of the keys from now (RESULT_TTL)
 --

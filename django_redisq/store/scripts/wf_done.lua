@@ -6,7 +6,8 @@
 -- A replayed step that had failed the workflow un-fails it here once no failed step is left.
 -- Cost: O(the step's edges), plus the fan-in of a step it releases (its inputs).
 --
--- KEYS[1..7] -> W:meta, W:spec, W:deps, W:done, W:res, W:gate, W:failed (see wf_create.lua)
+-- KEYS[1] -> W:meta (HASH)   KEYS[2] -> W:spec (HASH)   KEYS[3] -> W:deps (HASH)
+-- KEYS[4] -> W:done (SET)    KEYS[5] -> W:res (HASH)    KEYS[6] -> W:gate (HASH)   KEYS[7] -> W:failed (SET)
 -- ARGV[1] -> the step (its index)
 -- ARGV[2] -> its result (JSON)
 -- ARGV[3] -> TTL in ms of the keys once the workflow has succeeded (RESULT_TTL)

@@ -3,7 +3,8 @@
 -- every parent is done), and the keys now expire with the dead letters, so that a replay
 -- of the step (which un-fails the workflow in wf_done.lua when it succeeds) still finds them.
 --
--- KEYS[1..7] -> W:meta, W:spec, W:deps, W:done, W:res, W:gate, W:failed (see wf_create.lua)
+-- KEYS[1] -> W:meta (HASH)   KEYS[2] -> W:spec (HASH)   KEYS[3] -> W:deps (HASH)
+-- KEYS[4] -> W:done (SET)    KEYS[5] -> W:res (HASH)    KEYS[6] -> W:gate (HASH)   KEYS[7] -> W:failed (SET)
 -- ARGV[1] -> the step (its index)
 -- ARGV[2] -> the error, as text naming the failed step and its exception
 -- ARGV[3] -> TTL in ms of the keys while the workflow stays failed
