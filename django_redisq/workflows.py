@@ -13,11 +13,12 @@ Design, and why:
   (store/scripts/wf_*.lua); steps may be on any queues, in any Cluster slots.
 - The first steps are queued here; every other step is queued by the worker
   that settles its last parent (worker/flows.py), before that parent's ack.
-- Status is read, not only stored: a failed workflow whose failed steps were
-  replayed from the dead letters (and are no longer dead) reads RUNNING, so
-  no hook in the replay is needed, and a replay that crashes half-way cannot
-  leave a wrong status behind; the stored status catches up when the replayed
-  step succeeds (wf_done.lua un-fails it).
+- A replay from the dead letters puts a failed step back in its workflow:
+  after the replay, ops/operations.py runs wf_resume.lua (the workflow runs
+  again, its keys stop expiring). Status is read, not only stored, so a
+  crash between the replay and that step changes nothing a reader sees: a
+  failed workflow whose failed steps are no longer dead reads RUNNING, and
+  wf_done.lua un-fails it when the replayed step succeeds.
 """
 
 from __future__ import annotations

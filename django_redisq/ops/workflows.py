@@ -6,7 +6,7 @@ The admin's workflow page and ``manage.py redisq workflow`` show the same
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -18,7 +18,7 @@ from django_redisq.store.broker import Broker
 from django_redisq.store.workflows import WorkflowStore
 from django_redisq.workflows import WorkflowNotFound, WorkflowResult
 
-__all__ = ["StepView", "WorkflowNotFound", "WorkflowView", "describe", "families", "totals", "workflow_of"]
+__all__ = ["StepView", "WorkflowNotFound", "WorkflowView", "describe", "families", "resume_replayed", "totals", "workflow_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +82,13 @@ def describe(workflow_id: str, alias: str = "default") -> WorkflowView:
                               res.enqueued_at, res.started_at, res.finished_at, len(res.worker_ids), error))
     return WorkflowView(wf.id, alias, str(wf.status), meta.get("status", ""), wf.error,
                         ms_to_datetime(meta.get("created_at")), ms_to_datetime(meta.get("finished_at")), steps)
+
+
+def resume_replayed(broker: Broker, queue: str, ids: Sequence[str]) -> int:
+    """After a replay (or an edit-then-replay) of ``ids`` into ``queue``: put the workflow steps among them back in
+    their workflows (store ``resume``): a failed workflow runs again once none of its steps is dead. How many resumed."""
+    store = WorkflowStore(broker)
+    return sum(store.resume(wf, step) == "resumed" for wf, step in store.replayed_steps(queue, ids))
 
 
 def totals(alias: str = "default") -> dict[str, int]:

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from django_redisq.flow import MARKER, release_call, step_id
+from django_redisq.flow import MARKER, markers, release_call, step_id
 from django_redisq.message import dumps, encode
 from django_redisq.store.broker import Broker
 from django_redisq.store.keys import WorkflowKeys
@@ -141,6 +141,24 @@ class WorkflowStore:
         if int(first):
             self.count("failed")
         return str(status), (json.loads(on_error) if on_error else None), bool(int(first))
+
+    def resume(self, workflow_id: str, step: int) -> str:
+        """A failed step was replayed: the workflow runs again once no failed step is left (wf_resume.lua)."""
+        status = str(self._run("wf_resume", workflow_id, [step]))
+        if status == "resumed":
+            self.count("resumed")
+        return status
+
+    def replayed_steps(self, queue: str, ids: Sequence[str]) -> list[tuple[str, int]]:
+        """The ``(workflow, step)`` of those ``ids`` of ``queue`` that are workflow steps and no longer dead (one round trip)."""
+        pipe = self.broker.client.pipeline(transaction=False)
+        for task_id in ids:
+            pipe.hmget(self.broker.keys(queue).task(task_id), ["state", "msg", "metadata"])
+        found = []
+        for state, msg, metadata in pipe.execute():
+            if state and state != "dead":
+                found += markers(msg or "", metadata or "")
+        return found
 
     def cancel(self, workflow_id: str, who: str) -> str:
         before = str(self._run("wf_cancel", workflow_id, [who, self.broker._ms(self.broker.options.result_ttl)]))

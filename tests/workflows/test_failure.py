@@ -55,6 +55,8 @@ def test_replay_from_the_dead_letters_resumes_the_workflow(r, make_worker):
     r.set("wf:fix:k", 1)
     assert ops().act("replay", "default", [failed.id]) == (1, 0)
     assert wf.refresh().status == TaskResultStatus.RUNNING  # read from the replayed step: no longer dead
+    meta = WorkflowKeys(wf.id).meta
+    assert r.hget(meta, "status") == "running" and r.ttl(meta) == -1  # the replay put it back: kept until it ends
     finish(make_worker, wf)
     assert wf.status == TaskResultStatus.SUCCESSFUL and wf.return_value == (2 + 5 + 4) * 2
     assert names().count("total") == 1 and names().count("on_failure") == 1
@@ -69,8 +71,31 @@ def test_edit_then_replay_resumes_with_the_new_arguments(r, make_worker):
     msg = r.hget(keys().task(dead.id), "msg")
     edited = json.dumps({**json.loads(msg), "args": ["e", 21]})
     ops().edit_replay("default", dead.id, sha1(msg.encode()).hexdigest(), edited)
+    assert r.hget(WorkflowKeys(wf.id).meta, "status") == "running"
     finish(make_worker, wf)
     assert wf.status == TaskResultStatus.SUCCESSFUL and wf.return_value == 42
+
+
+def test_replay_into_another_queue_resumes_too(r, make_worker):
+    wf = chain(wt.fails_unless.s("q", 3), wt.double.s()).enqueue()
+    finish(make_worker, wf)
+    r.set("wf:fix:q", 1)
+    assert ops().act("replay", "default", [wf.results[0].id], to="low") == (1, 0)
+    assert r.hget(WorkflowKeys(wf.id).meta, "status") == "running"
+    finish(make_worker, wf)
+    assert wf.status == TaskResultStatus.SUCCESSFUL and wf.return_value == 6 and wf.results[0].task.queue_name == "low"
+
+
+def test_a_crash_between_the_replay_and_its_resume_is_repaired_by_the_step(r, make_worker, broker):
+    """The replay landed, the resume did not (broker.replay alone): the workflow reads RUNNING, and the step's
+    success un-fails it (wf_done.lua)."""
+    wf = chain(wt.fails_unless.s("c2", 2), wt.double.s()).enqueue()
+    finish(make_worker, wf)
+    r.set("wf:fix:c2", 1)
+    assert broker.replay("default", [wf.results[0].id]) == 1
+    assert r.hget(WorkflowKeys(wf.id).meta, "status") == "failed" and wf.refresh().status == TaskResultStatus.RUNNING
+    finish(make_worker, wf)
+    assert wf.status == TaskResultStatus.SUCCESSFUL and wf.return_value == 4
 
 
 def test_cancel_never_runs_waiting_steps(r, make_worker):

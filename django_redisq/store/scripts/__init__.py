@@ -44,6 +44,7 @@ NAMES = (
     "wf_fail",
     "wf_cancel",
     "wf_adopt",
+    "wf_resume",
 )
 
 INCLUDE = re.compile(r"^--! include ([A-Za-z0-9_]+\.lua)[ \t]*$", re.MULTILINE)

@@ -152,7 +152,9 @@ def test_fail_then_replayed_step_unfails_and_cancel_and_adopt(r) -> None:  # typ
     assert (status, first) == ("failed", True) and on_error["t"] == wt.on_failure.module_path
     assert store.fail(wf, 0, "again")[2] is False  # failed once; on_error given again (queued by id: once)
     assert 0 < r.pttl(WorkflowKeys(wf).meta)
-    reply = store.done(wf, 0, "1")  # the replayed step succeeded: the workflow carries on
+    assert store.resume(wf, 0) == "resumed" and r.ttl(WorkflowKeys(wf).meta) == -1  # replayed: runs again
+    assert store.fail(wf, 0, "failed again")[2] is True
+    reply = store.done(wf, 0, "1")  # the replayed step succeeded (no resume ran this time): the workflow carries on
     assert reply.status == "running" and [x.step for x in reply.released] == [1] and r.ttl(WorkflowKeys(wf).meta) == -1
     assert store.cancel(wf, "t") == "running" and store.done(wf, 1, "3").status == "cancelled"
 
