@@ -361,6 +361,10 @@ class RedisQueueBackend(BaseTaskBackend):
         outcome = self.broker.cancel(found[0], [result_id], who)[0] if found else "missing"
         if outcome == "missing":
             raise TaskNotFound(f"no task {result_id!r} in the queues of backend {self.alias!r}")
+        if outcome == "cancelled" and found and "_workflow" in str(found[1].get("msg", "")) + str(found[1].get("metadata", "")):
+            from django_redisq.workflows import fail_cancelled  # a workflow step: its workflow fails (workflows.py)
+
+            fail_cancelled(self, found[0], result_id, who)
         return outcome
 
     # -- results ---------------------------------------------------------

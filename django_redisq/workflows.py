@@ -110,7 +110,14 @@ def enqueue_workflow(backend: Any, node: Node, on_error: Signature | None = None
     for queue, items in by_queue.items():
         backend.broker.enqueue(queue, items)
     store.start(workflow_id)
-    return WorkflowResult(backend.alias, workflow_id)
+    wf = WorkflowResult(backend.alias, workflow_id)
+    # as enqueued, without a read: every step READY (refresh() reads them)
+    wf.results = [backend.result_class(task=s.sig.task, id=step_id(workflow_id, s.index), status=TaskResultStatus.READY,
+                                       enqueued_at=None, started_at=None, last_attempted_at=None, finished_at=None,
+                                       args=list(specs[s.index]["a"]), kwargs=dict(specs[s.index]["k"]), backend=backend.alias,
+                                       errors=[], worker_ids=[]) for s in steps]
+    wf.states = ["waiting" if s.parents else "pending" for s in steps]
+    return wf
 
 
 class _Plain(Signature):
@@ -155,6 +162,11 @@ def _settle_parent(store: WorkflowStore, workflow_id: str, step: int, task_id: s
         store.release(workflow_id, reply.released)
     elif state in ("dead", "missing"):
         store.fail(workflow_id, step, f"step {step} (task {task_id}) {'failed' if state == 'dead' else 'expired'} before its dependents ran")
+
+
+def fail_cancelled(backend: Any, queue: str, task_id: str, who: str) -> None:
+    """A workflow step cancelled by itself (``cancel(step id)``) fails its workflow, as a dead-lettered step does."""
+    _store(backend).fail_steps(queue, [task_id], f"cancelled by {who}")
 
 
 def waiting_result(backend: Any, task_id: str) -> TaskResult | None:
@@ -221,6 +233,12 @@ class WorkflowResult:
         self.states = [s for _, s in found]
         dead = {i for i, s in enumerate(self.states) if s == "dead" and i not in state.done}
         status = meta.get("status", "running")
+        if dead and status == "running" and not _repairing:  # dead-lettered where no hook saw it: fail it now
+            for i in sorted(dead):
+                where = hashes[i]
+                if where is not None:
+                    _store(backend).fail_steps(where[0], [ids[i][0]], "was dead-lettered")
+            return self.refresh(_repairing=True)
         if status == "succeeded":
             self.status = TaskResultStatus.SUCCESSFUL
         elif status == "cancelled" or (status == "failed" and (dead or not state.failed)):

@@ -88,7 +88,7 @@ def resume_replayed(broker: Broker, queue: str, ids: Sequence[str]) -> int:
     """After a replay (or an edit-then-replay) of ``ids`` into ``queue``: put the workflow steps among them back in
     their workflows (store ``resume``): a failed workflow runs again once none of its steps is dead. How many resumed."""
     store = WorkflowStore(broker)
-    return sum(store.resume(wf, step) == "resumed" for wf, step in store.replayed_steps(queue, ids))
+    return sum(store.resume(wf, step) == "resumed" for wf, step, _ in store.replayed_steps(queue, ids))
 
 
 def totals(alias: str = "default") -> dict[str, int]:

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from django_redisq.flow import MARKER, markers, release_call, step_id
+from django_redisq.flow import MARKER, error_id, markers, release_call, step_id
 from django_redisq.message import dumps, encode
 from django_redisq.store.broker import Broker
 from django_redisq.store.keys import WorkflowKeys
@@ -149,16 +149,25 @@ class WorkflowStore:
             self.count("resumed")
         return status
 
-    def replayed_steps(self, queue: str, ids: Sequence[str]) -> list[tuple[str, int]]:
-        """The ``(workflow, step)`` of those ``ids`` of ``queue`` that are workflow steps and no longer dead (one round trip)."""
+    def replayed_steps(self, queue: str, ids: Sequence[str], dead: bool = False) -> list[tuple[str, int, str]]:
+        """The ``(workflow, step, task id)`` of those ``ids`` of ``queue`` that are workflow steps and no longer dead
+        (``dead``: that are dead), in one round trip."""
         pipe = self.broker.client.pipeline(transaction=False)
         for task_id in ids:
             pipe.hmget(self.broker.keys(queue).task(task_id), ["state", "msg", "metadata"])
         found = []
-        for state, msg, metadata in pipe.execute():
-            if state and state != "dead":
-                found += markers(msg or "", metadata or "")
+        for task_id, (state, msg, metadata) in zip(ids, pipe.execute(), strict=True):
+            if state and (state == "dead") == dead:
+                found += [(wf, step, task_id) for wf, step in markers(msg or "", metadata or "")]
         return found
+
+    def fail_steps(self, queue: str, ids: Sequence[str], why: str) -> None:
+        """Fail the workflows of those ``ids`` that are dead workflow steps (dead-lettered outside a worker's settle:
+        a cancel of the step itself), and queue their ``on_error`` callbacks (once, by id)."""
+        for wf, step, task_id in self.replayed_steps(queue, ids, dead=True):
+            _, on_error, _ = self.fail(wf, step, f"step {step} (task {task_id}) {why}")
+            if on_error:
+                self.enqueue_step(error_id(wf), on_error, [*(on_error.get("a") or []), wf, task_id], dict(on_error.get("k") or {}), 0)
 
     def cancel(self, workflow_id: str, who: str) -> str:
         before = str(self._run("wf_cancel", workflow_id, [who, self.broker._ms(self.broker.options.result_ttl)]))

@@ -102,3 +102,11 @@ def test_keys_expire_with_result_ttl_once_ended(r, make_worker):
     for key in k.all():
         assert r.ttl(key) in (-2,) or 0 < r.ttl(key) <= 86400, key
     assert r.ttl(k.meta) > 0 and r.ttl(k.done) > 0
+
+
+def test_enqueue_returns_every_step_ready_with_its_fixed_id(r):
+    wf = chord([wt.add.s(1, 2), wt.add.s(3)], wt.total.s()).enqueue()
+    assert [x.id for x in wf.results] == [f"{wf.id}.{i}" for i in range(3)]
+    assert [x.status for x in wf.results] == [TaskResultStatus.READY] * 3 and wf.states == ["pending", "pending", "waiting"]
+    assert wf.results[0].args == [1, 2] and wf.results[2].task is wt.total
+    assert [x.id for x in wf.refresh().results] == [f"{wf.id}.{i}" for i in range(3)]

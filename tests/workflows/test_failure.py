@@ -156,3 +156,22 @@ def test_cancel_stops_a_running_step_and_nothing_after_it_runs(r, make_worker):
     finally:
         worker.request_stop()
         thread.join(15)
+
+
+def test_cancelling_one_step_fails_its_workflow_and_runs_on_error_once(r, make_worker):
+    from django_redisq import cancel
+
+    wf = chain(wt.add.s(1, 1), wt.double.s()).enqueue(on_error=wt.on_failure.s("one"))
+    assert cancel(wf.refresh().results[0].id) == "cancelled"
+    assert r.hget(WorkflowKeys(wf.id).meta, "status") == "failed" and r.ttl(WorkflowKeys(wf.id).meta) > 0
+    run_in_thread(make_worker("default", "emails"))
+    assert wf.refresh().status == TaskResultStatus.FAILED and "cancelled by api" in wf.error
+    assert names() == ["on_failure"]
+
+
+def test_a_step_dead_lettered_where_no_hook_saw_it_is_failed_by_the_next_read(r, make_worker, broker):
+    wf = chain(wt.add.s(1, 1), wt.double.s()).enqueue()
+    broker.cancel("default", [wf.refresh().results[0].id], "elsewhere")  # the store's step alone: no workflow hook ran
+    assert r.hget(WorkflowKeys(wf.id).meta, "status") == "running"
+    assert wf.refresh().status == TaskResultStatus.FAILED and "dead-lettered" in wf.error
+    assert r.hget(WorkflowKeys(wf.id).meta, "status") == "failed" and r.ttl(WorkflowKeys(wf.id).meta) > 0
