@@ -12,7 +12,11 @@ recorded again too (a late duplicate). After every step it checks that
 * every step whose parents have all been acked is released (no release is lost);
 * the inputs a step is released with are its parents' results (a chord's callback:
   the members' results in member order);
-* the workflow is ``succeeded`` exactly when every step is recorded.
+* the workflow is ``succeeded`` exactly when every step is recorded;
+* steps also fail for good (``wf_fail.lua``) and are replayed, with or without the
+  resume that follows a replay (``wf_resume.lua``; without it, the step's success
+  un-fails the workflow): the workflow is ``failed`` exactly while a failed step is
+  not back, and its keys expire only once it has failed or succeeded.
 """
 
 from __future__ import annotations
@@ -63,6 +67,8 @@ class WorkflowMachine(RuleBasedStateMachine):
         r.flushall()
         self.recorded: set[int] = set()
         self.acked: set[int] = set()
+        self.failed: set[int] = set()  # failed for good, and neither resumed after a replay nor recorded since
+        self.buried: set[int] = set()  # failed for good and not replayed: no worker delivers them
         self.steps: list = []
         self.wf = ""
 
@@ -88,6 +94,7 @@ class WorkflowMachine(RuleBasedStateMachine):
         before = set(self.recorded)
         reply = self.store.done(self.wf, i, json.dumps(result_of(i)))
         self.recorded.add(i)
+        self.failed.discard(i)
         for rel in reply.released:
             assert set(self.steps[rel.step].parents) <= before | {i}, "released before all its parents were recorded"
         if crash == "after_record":
@@ -107,9 +114,29 @@ class WorkflowMachine(RuleBasedStateMachine):
     @rule(data=st.data(), crash=st.sampled_from(["none", "none", "after_record", "after_release"]))
     def deliver(self, data, crash: str) -> None:  # type: ignore[no-untyped-def]
         """A released step runs (again, after a crash) and is settled, or its worker dies part-way."""
-        todo = sorted(self._released() - self.acked)
+        todo = sorted(self._released() - self.acked - self.buried)
         if todo:
             self._run(data.draw(st.sampled_from(todo)), crash)
+
+    @rule(data=st.data())
+    def fail_for_good(self, data) -> None:  # type: ignore[no-untyped-def]
+        """A released step that never succeeded runs out of retries: it fails its workflow (before its burial)."""
+        todo = sorted(self._released() - self.recorded - self.buried)
+        if todo:
+            i = data.draw(st.sampled_from(todo))
+            self.store.fail(self.wf, i, f"step {i} failed")
+            self.failed.add(i)
+            self.buried.add(i)
+
+    @rule(data=st.data(), resumed=st.booleans())
+    def replay(self, data, resumed: bool) -> None:  # type: ignore[no-untyped-def]
+        """A dead step is replayed; the resume after it may be lost (a crash): the step's success then un-fails."""
+        if self.buried:
+            i = data.draw(st.sampled_from(sorted(self.buried)))
+            self.buried.discard(i)
+            if resumed:
+                self.store.resume(self.wf, i)
+                self.failed.discard(i)
 
     @rule(data=st.data())
     def late_duplicate(self, data) -> None:  # type: ignore[no-untyped-def]
@@ -135,6 +162,13 @@ class WorkflowMachine(RuleBasedStateMachine):
     def succeeded_when_all_done(self) -> None:
         status = self.r.hget(WorkflowKeys(self.wf).meta, "status")
         assert (status == "succeeded") == (self.recorded == {s.index for s in self.steps}), status
+
+    @invariant()
+    def failed_while_a_failed_step_is_not_back(self) -> None:
+        status = self.r.hget(WorkflowKeys(self.wf).meta, "status")
+        assert (status == "failed") == bool(self.failed), (status, self.failed)
+        kept = self.r.ttl(WorkflowKeys(self.wf).meta)
+        assert (kept > 0) == (status in ("failed", "succeeded")), (status, kept)  # running: kept until it ends
 
 
 def test_workflow_completion_state_machine(r) -> None:  # type: ignore[no-untyped-def]
