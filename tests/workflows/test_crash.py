@@ -84,3 +84,14 @@ def test_three_sigkills_across_mixed_workflows(r, run_worker_process):
     for wp in workers:
         wp.proc.send_signal(signal.SIGTERM)
         wp.proc.wait(30)
+
+
+def test_a_chord_on_the_process_pool(r, run_worker_process):
+    wf = chain(chord([wt.add.s(i, 1) for i in range(4)], wt.total.s()), wt.double.s()).enqueue()
+    wp = run_worker_process("default", "emails", "--pool", "processes", "-c", "2")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and wf.refresh().status != TaskResultStatus.SUCCESSFUL:
+        time.sleep(0.1)
+    assert wf.status == TaskResultStatus.SUCCESSFUL and wf.return_value == 2 * (1 + 2 + 3 + 4)
+    wp.proc.send_signal(signal.SIGTERM)
+    wp.proc.wait(30)
