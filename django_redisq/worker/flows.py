@@ -64,9 +64,11 @@ class WorkflowHooks:
             return True
         if retrying(partial(self.store.release, wf, reply.released), f"releasing the next steps of workflow {wf}") is None:
             return False
-        if self.store.status(wf) == "cancelled":  # cancelled while we released: wf_cancel.lua's caller may have missed them
+        # cancelled while we released: wf_cancel.lua's caller may have read the steps before these were queued
+        if retrying(partial(self.store.status, wf), f"reading the status of workflow {wf}") == "cancelled":
             for r in reply.released:
-                self.broker.cancel(r.spec.get("q", "default"), [step_id(wf, r.step)], "workflow cancelled")
+                retrying(partial(self.broker.cancel, r.spec.get("q", "default"), [step_id(wf, r.step)], "workflow cancelled"),
+                         f"cancelling step {r.step} of cancelled workflow {wf}")
         return True
 
     def before_bury(self, d: Delivery, o: Outcome, retrying: Retrying) -> None:
