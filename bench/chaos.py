@@ -125,6 +125,9 @@ design, and the figure would measure that wait instead of the reaper's."""
 PREFIX = "redisq"
 KINDS = {"quick": 0.50, "slow": 0.06, "flaky": 0.12, "fail": 0.05, "delayed": 0.12, "order": 0.10, "limited": 0.05}
 FAIL_RUNS = 3  # chaos_fail: max_retries=2
+REAP_LIMIT = 4.0
+"""Seconds from a SIGKILL to its worker's reap, at most, when no Redis fault or freeze fell in that time: the
+detection alone, whatever the free slots (five times the 0.76 s median of a 20,000-task run with 60 faults)."""
 RECOVERY_LIMIT = 5.0
 """Seconds from a SIGKILL to the first of its tasks running elsewhere, at most, when no Redis fault or freeze fell in
 that time (a generous bound for a loaded machine: the figure is the distribution printed). Each of its tasks after
@@ -181,6 +184,7 @@ class Config:
     kinds: dict[str, float] = field(default_factory=lambda: dict(KINDS))  # the task mix
     priorities: tuple[int, ...] = PRIORITIES  # drawn for the quick, flaky and limited tasks
     recovery_limit: float = RECOVERY_LIMIT  # the checks' bound on a default-priority orphan's recovery (no fault in the window)
+    reap_limit: float = REAP_LIMIT  # the checks' bound on a SIGKILLed worker's reap (no fault in the window)
     workdir: str = ""
     keep: bool = False  # keep the run directory (logs, AOF) after a passing run
 
@@ -1188,9 +1192,11 @@ def account(main: RedisServer, effects: RedisServer, faults: list[Fault], procs:
     # per kill: from the death to the reap of the killed worker (by its connection, or by the timeout), whatever
     # the free slots: the detection alone, where the rows above also count the wait for a free slot
     reaps = read_reaps(procs, workdir)
-    reaped = [min(t for t, wid, *_ in reaps if wid in f.worker_ids and t >= f.t) - f.t
+    reaped = [(f, min(t for t, wid, *_ in reaps if wid in f.worker_ids and t >= f.t) - f.t)
               for f in kills if f.worker_ids and any(wid in f.worker_ids and t >= f.t for t, wid, *_ in reaps)]
-    r["recovery_reaped"] = _spread(reaped)
+    r["recovery_reaped"] = _spread([d for _, d in reaped])
+    r["recovery_reaped_clean"] = _spread([d for f, d in reaped if not any(f.t - 1 <= g.end and g.t <= f.t + d for g in slowing)])
+    r["reap_limit"] = cfg.reap_limit
     r["sigkills_with_tasks"] = sum(bool(f.ids) for f in kills)
     r["tasks_held_by_killed_workers"] = sum(len(f.ids) for f in kills)
     r["killed_tasks_not_rerun"] = never
@@ -1312,6 +1318,9 @@ def checks(r: dict[str, Any]) -> list[str]:
     limit, first = r.get("recovery_limit", RECOVERY_LIMIT), r["recovery_first_clean"]["max"]
     if first is not None and first > limit:
         bad.append(f"recovery (death -> its first task running elsewhere) {first} s > {limit} s")
+    reap_limit, reaped = r.get("reap_limit", REAP_LIMIT), r.get("recovery_reaped_clean", {}).get("max")
+    if reaped is not None and reaped > reap_limit:
+        bad.append(f"detection (death -> the killed worker reaped) {reaped} s > {reap_limit} s")
     if r["worker_logs"].get("thread_crashes"):
         bad.append(f"worker threads crashed: {r['worker_logs']['thread_crashes']}")
     return bad
@@ -1383,6 +1392,8 @@ def table(r: dict[str, Any]) -> str:
         (f"  kills with no Redis fault or freeze in the window (max <= {r.get('recovery_limit', RECOVERY_LIMIT):g} s)",
          _spread_text(r["recovery_first_clean"])),
         ("death -> the killed worker reaped (every kill)", _spread_text(r.get("recovery_reaped", {"n": 0}))),
+        (f"  kills with no Redis fault or freeze in the window (max <= {r.get('reap_limit', REAP_LIMIT):g} s)",
+         _spread_text(r.get("recovery_reaped_clean", {"n": 0}))),
         ("death -> each default-priority task running elsewhere", _spread_text(r["recovery_tasks"])),
         ("  max, no Redis fault or freeze in the window", f"{r['recovery_max_without_redis_fault_s']} s"),
         ("  samples (tasks)", r["recovery_samples"]),

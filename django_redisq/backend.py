@@ -100,6 +100,10 @@ class RedisQueueBackend(BaseTaskBackend):
         self._valid: dict[int, Task] = {}  # id -> the task objects validate_task passed (Tasks are immutable)
         self._enqueueing: set[int] = set()  # ids of tasks validate_task checks for an enqueue (none lenient)
         self._signatures: dict[Any, tuple[inspect.Signature, int, int]] = {}  # task function -> _arity(its signature)
+        if isinstance(params.get("OPTIONS"), dict) and params["OPTIONS"].get("LIFECYCLE_EVENTS") is True:
+            from django_redisq import lifecycle  # task transitions published as events (off by default)
+
+            lifecycle.connect()
 
     def _validated(self, task: Task) -> None:
         """``validate_task`` once per task object: ``.delay()`` on a module-level task pays for it once, not per call.
@@ -168,10 +172,11 @@ class RedisQueueBackend(BaseTaskBackend):
     def check(self, **kwargs: Any) -> list[Any]:
         from django.core.checks import Error
 
-        from django_redisq import schedules
+        from django_redisq import schedules, subscriptions
 
         where = f"TASKS[{self.alias!r}]"
         errors = check_errors(self.alias, self.params, obj=where) + schedules.check_errors(self.alias, self.params, obj=where)
+        errors += subscriptions.check_errors(self.alias, self.params, obj=where)  # events (E100-E107)
         if not apps.is_installed("django_redisq"):
             errors.append(Error(NOT_INSTALLED.format(where=where), hint='Add "django_redisq" to INSTALLED_APPS.',
                                 obj=where, id="django_redisq." + "E082"))

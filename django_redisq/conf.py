@@ -41,6 +41,7 @@ KNOWN = set(TUNABLES) | set(GLOBALS) | set(CONNECTION_KEYS) | set(QUEUE_LIMITS) 
 KNOWN |= {"WORKERS"}  # named worker profiles (profiles.py)
 KNOWN |= {"DURABLE_REPLICAS", "DURABLE_TIMEOUT"}  # durable mode (store/durable.py)
 KNOWN |= {"IMPORTS"}  # modules a worker imports besides the apps' tasks modules (discovery.py)
+KNOWN |= {"SUBSCRIPTIONS", "TOPICS", "LIFECYCLE_EVENTS"}  # events (subscriptions.py, lifecycle.py)
 TOP_LEVEL = ("BACKEND", "QUEUES", "OPTIONS")
 """The keys of ``TASKS[alias]`` Django reads; any other is a misspelling (``QUEUE``) or an option put one level too high."""
 SETTINGS_HINT = "See the settings reference: https://django-redisq.readthedocs.io/en/latest/reference/settings/"
@@ -248,6 +249,9 @@ def build_options(alias: str, params: dict[str, Any]) -> Options:
         queue_overrides=dict(opts.get("QUEUE_OPTIONS", {})),
         schedules=opts.get("SCHEDULES"),
         workers=opts.get("WORKERS"),
+        subscriptions=opts.get("SUBSCRIPTIONS"),
+        topics=opts.get("TOPICS"),
+        lifecycle_events=opts.get("LIFECYCLE_EVENTS") is True,
         durable_replicas=opts.get("DURABLE_REPLICAS", 0),
         durable_timeout=float(opts.get("DURABLE_TIMEOUT", durable.DEFAULT_TIMEOUT)),
         **values,

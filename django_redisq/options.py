@@ -91,6 +91,10 @@ class Options:
     schedules: Any = field(default=None, hash=False)
     # named worker profiles as given (runworker --profile); checked by profiles.py
     workers: Any = field(default=None, hash=False)
+    # events (subscriptions.py): SUBSCRIPTIONS and TOPICS as given, checked there
+    subscriptions: Any = field(default=None, hash=False)
+    topics: Any = field(default=None, hash=False)
+    lifecycle_events: bool = False  # LIFECYCLE_EVENTS: publish every task's transitions to the topic redisq.tasks (lifecycle.py)
     durable_replicas: int = 0  # DURABLE_REPLICAS: replicas that must have an enqueue/ack/retry/bury (WAIT); 0 = off
     durable_timeout: float = 0.5  # DURABLE_TIMEOUT: seconds they may take (durable.DEFAULT_TIMEOUT)
 

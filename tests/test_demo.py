@@ -16,7 +16,8 @@ pytestmark = pytest.mark.slow
 
 
 def test_the_demo_tells_its_story_without_log_noise(r, redis_url, tmp_path):
-    env = {**os.environ, "REDIS_URL": redis_url, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "example_project")])}
+    env = {**os.environ, "REDIS_URL": redis_url, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "example_project")]),
+           "SQLITE_PATH": str(tmp_path / "db.sqlite3")}
     env.pop("DJANGO_SETTINGS_MODULE", None)
     done = subprocess.run([sys.executable, "manage.py", "demo"], cwd=ROOT / "example_project", env=env,
                           capture_output=True, text=True, timeout=120)
@@ -37,7 +38,7 @@ def _alive(pid: int) -> bool:
 
 
 def _embedded_env(tmp_path) -> dict[str, str]:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "DEMO_FROM": str(ROOT),
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "DEMO_FROM": str(ROOT), "SQLITE_PATH": str(tmp_path / "db.sqlite3"),
            "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "example_project")])}
     for name in ("DJANGO_SETTINGS_MODULE", "REDIS_URL"):  # the project's own settings: the embedded Redis
         env.pop(name, None)

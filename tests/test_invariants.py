@@ -43,12 +43,13 @@ def test_sigkill_mid_run_loses_nothing_and_recovers_within_15s(r, run_worker_pro
     orphan_keys = {tasks.work.get_result(i).args[0] for i in orphaned}
     assert set(twice) <= orphan_keys
     # recovery: the orphaned tasks ran again within seconds of the kill, by the killed worker's closed connection
-    # (store/presence.py), not after WORKER_TIMEOUT (10 s, heartbeat 2 s); 1.3-1.5 s in four runs
+    # (store/presence.py), not after WORKER_TIMEOUT (10 s, heartbeat 2 s); 1.3-1.5 s in four runs: 8 s is five
+    # times that and still short of the timeout
     restarts = [int(r.hget("test:last_start", tasks.work.get_result(i).args[0])) for i in orphaned]
     recovery_ms = max(restarts) - killed_at
     print(f"\nSIGKILL: {len(orphaned)} task(s) held by the killed worker ({done_before} of {n} done before the kill), "
           f"recovered in {recovery_ms / 1000:.1f} s; {len(twice)} ran twice")
-    assert recovery_ms <= 6_000
+    assert recovery_ms <= 8_000
 
 
 def test_due_times_do_not_depend_on_the_client_clock(r, monkeypatch):

@@ -28,3 +28,10 @@ if os.environ.get("REDISQ_SCHEDULES"):
     TASKS["default"]["OPTIONS"]["SCHEDULES"] = json.loads(os.environ["REDISQ_SCHEDULES"])
 if os.environ.get("REDISQ_TEST_DURABLE_REPLICAS"):  # an int, which REDISQ_OPT_ (floats) cannot give (tests/test_cluster_failover.py)
     TASKS["default"]["OPTIONS"]["DURABLE_REPLICAS"] = int(os.environ["REDISQ_TEST_DURABLE_REPLICAS"])
+if os.environ.get("REDISQ_SUBSCRIPTIONS"):  # events (tests/events)
+    import json
+
+    TASKS["default"]["OPTIONS"]["SUBSCRIPTIONS"] = json.loads(os.environ["REDISQ_SUBSCRIPTIONS"])
+    TASKS["default"]["OPTIONS"]["TOPICS"] = json.loads(os.environ.get("REDISQ_TOPICS", "{}"))
+if os.environ.get("REDISQ_LIFECYCLE_EVENTS"):  # task transitions as events (bench/events.py)
+    TASKS["default"]["OPTIONS"]["LIFECYCLE_EVENTS"] = True

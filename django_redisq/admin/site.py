@@ -33,6 +33,7 @@ from django_redisq.admin.common import LIST_STATES, MAX_SELECTED, SAMPLE, change
 from django_redisq.admin.display import chart, duration, run_time
 from django_redisq.admin.edit import edit_form, edit_view
 from django_redisq.admin.pause import queue_action_view
+from django_redisq.admin.topics import topic_rewind_view, topics_view
 from django_redisq.admin.workflow import workflow_view
 from django_redisq.conf import get_options
 from django_redisq.exceptions import RedisError, RedisUnavailable
@@ -97,6 +98,8 @@ class DeadLetterAdmin(admin.ModelAdmin):
             path("schedules/", wrap(self.schedules_view), name=f"{name}_schedules"),
             path("schedules/action/", wrap(self.schedule_action_view), name=f"{name}_schedule_action"),
             path("workflow/<str:alias>/<str:workflow_id>/", wrap(self.workflow_view), name=f"{name}_workflow"),
+            path("topics/", wrap(self.topics_view), name=f"{name}_topics"),  # events (admin/topics.py)
+            path("topics/rewind/", wrap(self.topic_rewind_view), name=f"{name}_topic_rewind"),
             path("<path:object_id>/change/", wrap(self.log_link_view), name=f"{name}_change"),
         ]
 
@@ -251,6 +254,13 @@ class DeadLetterAdmin(admin.ModelAdmin):
     def cancel_view(self, request: HttpRequest) -> HttpResponse:
         """Cancel tasks selected on a pending, scheduled or running list (admin/cancel.py)."""
         return cancel_view(self, request)
+
+    def topics_view(self, request: HttpRequest) -> TemplateResponse:
+        """Events: every subscription's lag and drops (admin/topics.py)."""
+        return topics_view(self, request, self.has_view_permission(request))
+
+    def topic_rewind_view(self, request: HttpRequest) -> HttpResponse:
+        return topic_rewind_view(self, request)
 
     def queue_action_view(self, request: HttpRequest) -> HttpResponse:
         """Pause or resume a queue from the Queues page (admin/pause.py)."""

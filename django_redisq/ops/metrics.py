@@ -112,6 +112,9 @@ class FleetCollector:
                 up[alias] = False
         yield from families(figures, up)
         yield from workflows.families(flows)
+        from django_redisq.ops.topics import subscription_families  # events
+
+        yield from subscription_families([alias for alias, ok in up.items() if ok])
 
 
 def exposition(aliases: Iterable[str] | None = None) -> tuple[bytes, str]:

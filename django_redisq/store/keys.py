@@ -58,6 +58,18 @@ key                                type    meaning
                                            the dead-letter retention, and goes with its dead letter)
 =================================  ======  =================================================
 
+Events (store/topics.py): a topic's keys share the hash tag ``{topic:<name>}``, apart from every queue's:
+
+=================================  ======  =================================================
+``T:stream``                       STREAM  the topic's events (field ``p``: the payload JSON); one consumer
+                                           group per subscription
+``T:gen``                          HASH    subscription -> its generation: bumped by a rewind, part of the task ids
+``T:meta``                         HASH    ``dropped`` / ``dropped:<subscription>``: entries the hard cap
+                                           trimmed before (every / that) subscription turned them into tasks
+=================================  ======  =================================================
+
+``T`` is ``<KEY_PREFIX>:{topic:<name>}``.
+
 ``P`` is ``<KEY_PREFIX>:{<queue>}`` (``redisq:{default}`` by default). A partitioned queue
 (``QUEUE_OPTIONS[q]["PARTITIONS"] = N``, partitions.py) has every key above once per partition:
 partition 0 under ``{<queue>}`` (today's keys), partition ``i`` under ``{<queue>~i}``, e.g.
@@ -102,7 +114,7 @@ from __future__ import annotations
 
 from django_redisq.options import DEFAULT_PREFIX, NAME_RE, WORKER_NAME_MAX
 
-__all__ = ["DEFAULT_PREFIX", "NAME_RE", "STATES", "WORKER_NAME_MAX", "QueueKeys", "WorkflowKeys"]
+__all__ = ["DEFAULT_PREFIX", "NAME_RE", "STATES", "WORKER_NAME_MAX", "QueueKeys", "TopicKeys", "WorkflowKeys"]
 
 STATES = ("pending", "scheduled", "running", "finished", "dead", "moving")
 """``moving``: a dead letter being replayed into another queue (store/scripts/move_out.lua)."""
@@ -205,3 +217,14 @@ class WorkflowKeys:
     def all(self) -> list[str]:
         """Every key, in the order the wf_*.lua scripts take them as KEYS."""
         return [self.meta, self.spec, self.deps, self.done, self.res, self.gate, self.failed]
+class TopicKeys:
+    """Key names of one topic (events), in the topic's own slot: ``<prefix>:{topic:<name>}:...``."""
+
+    __slots__ = ("gen", "meta", "prefix", "stream", "topic")
+
+    def __init__(self, topic: str, key_prefix: str = DEFAULT_PREFIX) -> None:
+        self.topic = topic
+        self.prefix = f"{key_prefix}:{{topic:{topic}}}:"
+        self.stream = self.prefix + "stream"
+        self.gen = self.prefix + "gen"
+        self.meta = self.prefix + "meta"

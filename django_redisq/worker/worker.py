@@ -20,6 +20,8 @@
   fences it after it was reaped.
 - ``worker/scheduler.py``: claims the due ticks of periodic schedules (its own thread;
   off with ``scheduler=False``, and by default in burst mode).
+- ``worker/pump.py``: turns the events of the subscriptions of our queues into tasks,
+  reclaims what dead workers left pending, trims the topics (its own threads).
 - ``worker/upkeep.py`` (on the main thread): promote due tasks, reap dead workers,
   tell the pool of cancelled tasks it runs.
 
@@ -59,6 +61,7 @@ from django_redisq.worker.observer import Observer
 from django_redisq.worker.outcome import DEAD, Outcome, error_dict
 from django_redisq.worker.pausing import Pauses
 from django_redisq.worker.pools import Pool, make_pool
+from django_redisq.worker.pump import EventPump
 from django_redisq.worker.queue_order import QueueOrder
 from django_redisq.worker.runner import Runner
 from django_redisq.worker.scheduler import Scheduler
@@ -116,6 +119,7 @@ class Worker:
         pool: str = "threads",
         max_tasks_per_child: int | None = None,
         max_memory_per_child: int | None = None,
+        events: bool | None = None,
     ) -> None:
         from django_redisq.backend import RedisQueueBackend
         from django_redisq.compat import task_backends
@@ -188,6 +192,9 @@ class Worker:
                              by_connection=True)
         # periodic schedules: on unless burst (a draining worker would keep enqueuing); bad ones are logged and skipped
         self.scheduler = Scheduler(self.options, self.broker, self._stop) if (not burst if scheduler is None else scheduler) else None
+        # events: subscriptions of our queues become tasks (worker/pump.py); off in burst mode unless asked for
+        self.pump = EventPump(self.options, self.broker, self._stop, self.id, self.logical_queues) \
+            if (not burst if events is None else events) else None
 
     # -- the server ------------------------------------------------------
 
@@ -249,6 +256,8 @@ class Worker:
         extra = [threading.Thread(target=self.pauses.loop, name="redisq-pauses", daemon=True),
                  threading.Thread(target=self.handback.loop, name="redisq-handback", daemon=True)]
         marks = threading.Thread(target=self.marks.loop, name="redisq-marks", daemon=True)
+        if self.pump is not None:
+            extra += self.pump.threads()
         if self.scheduler is not None and self.scheduler.schedules:
             extra.append(threading.Thread(target=self.scheduler.loop, name="redisq-scheduler", daemon=True))
         for t in [heartbeat, flusher, marks, *fetchers, *executors, *extra]:

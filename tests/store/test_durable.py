@@ -112,7 +112,7 @@ def test_stopped_replica_makes_enqueue_raise_within_the_timeout(durable):
         with pytest.raises(NotDurable):
             mark.enqueue_many([(("nd2",), {}), (("nd3",), {})])
     exc = info.value
-    assert 0.3 <= took < 1.5, took
+    assert 0.3 <= took < 2.0, took  # WAIT's 0.3 s, then the error: about 0.31 s measured, a hang would not end
     assert isinstance(exc, RedisUnavailable) and isinstance(exc, redis.RedisError)
     assert (exc.acked, exc.wanted, exc.timeout) == (0, 1, 0.3)
     text = str(exc)
@@ -138,7 +138,7 @@ def test_stopped_replica_makes_aenqueue_raise(durable):
 
     ok, exc, took, group = asyncio.run(go())
     assert _client(durable.replica.port).exists(QueueKeys("default").task(ok.id))
-    assert 0.3 <= took < 1.5 and "0 of 1 replica(s)" in str(exc)
+    assert 0.3 <= took < 2.0 and "0 of 1 replica(s)" in str(exc)
     assert all(isinstance(g, NotDurable) for g in group), group
     assert _client(durable.master.port).exists(QueueKeys("default").task(exc.task_ids[0]))
 

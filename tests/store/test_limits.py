@@ -106,7 +106,9 @@ def test_a_rate_limit_of_20_a_second_runs_200_in_10_seconds(r):
     in_window = sum(1 for t in starts if t < first + 10)
     assert 180 <= in_window <= 220, in_window
     gaps = sorted(b - a for a, b in itertools.pairwise(starts))
-    assert gaps[len(gaps) // 10] > 0.02, "starts are spaced (50 ms apart), not bunched"
+    # bunched starts (a second's 20 at its beginning) make 19 of 20 gaps about 0; spaced ones have a median near
+    # 50 ms (the tenth percentile fell to 2.5 ms on a machine loaded 6-fold, a thread starved then caught up)
+    assert gaps[len(gaps) // 2] > 0.02, "starts are spaced (50 ms apart), not bunched"
 
 
 @pytest.mark.django_db

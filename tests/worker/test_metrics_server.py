@@ -69,11 +69,11 @@ def test_other_requests_get_an_error_and_no_metrics(server, request_bytes, statu
 
 
 def test_a_half_request_is_closed_after_the_timeout(server):
-    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as s:
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
         s.sendall(HALF)
         start = time.monotonic()
-        assert s.recv(100) == b""  # closed, unanswered
-        assert 0.8 < time.monotonic() - start < 3.0
+        assert s.recv(100) == b""  # closed, unanswered (never closed: the recv times out after 10 s and fails)
+        assert 0.8 < time.monotonic() - start < 5.0  # at the 1 s timeout, not before
 
 
 def test_a_new_connection_takes_the_place_of_the_oldest_still_waiting(server):

@@ -90,7 +90,7 @@ def test_a_task_past_its_limit_is_stopped_at_the_limit_retried_then_dead_with_re
     assert [e.exception_class_path for e in res.errors] == [TIMEOUT_PATH, TIMEOUT_PATH]
     # the soft limit: TaskTimeout inside the task, whose finally block ran, in every pool
     assert effect(r, "late:started") == 2 and effect(r, "late:finally") == 2
-    assert took < 6, took
+    assert took < 15, took  # two attempts of 0.4 s and the pool's start: about 2 s, 8.4 s on a machine loaded 6-fold
 
 
 def test_an_async_task_past_its_limit_is_cancelled_on_the_event_loop(r):

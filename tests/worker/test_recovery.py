@@ -53,7 +53,9 @@ def test_a_killed_workers_task_starts_on_another_worker_within_seconds(r, run_wo
     a.proc.send_signal(signal.SIGKILL)
     assert wait_for(lambda: len(starts(r, "long")) == 2, timeout=15)
     took = starts(r, "long")[1] - killed
-    assert took < 5.0, f"the task started elsewhere {took:.2f}s after the kill (the timeout would take 10 s)"
+    # 1.3-1.5 s measured (reaped by the connection, then a free slot): 8 s is five times that, and still short
+    # of the 10 s WORKER_TIMEOUT a reap by the timeout would need; the log line below names the way it was reaped
+    assert took < 8.0, f"the task started elsewhere {took:.2f}s after the kill (the timeout would take 10 s)"
     assert "their connection closed" in log_of(b) or "their connection closed" in log_of(a)
     b.proc.send_signal(signal.SIGTERM)
 

@@ -256,6 +256,54 @@ def test_three_in_process_schedulers_fire_each_second_once(r):
     assert int(marker(r, "s")["fired"]) == len(s_ticks) and "missed" not in marker(r, "s")
 
 
+def test_after_redis_failed_the_scheduler_looks_again_within_a_quarter_second_and_claims_once_it_is_back():
+    """A one-second schedule must not lose a tick to a short outage (a restart, a failover): a scheduler that
+    waited its full second after a failure found the tick past its on-time window, and ``skip`` and ``latest``
+    gave it up. Every look at a stopped server is counted: within 2 s it looks again at least 3 times (each
+    look is the client's own retries, ~0.35 s, plus at most 0.25 s of wait; a one-second wait allows 2)."""
+    import redis as redis_py
+
+    from django_redisq.testing import RedisServer
+    from django_redisq.worker.scheduler import FAILED_MAX
+
+    class Counting(Scheduler):
+        looks = 0
+
+        def run_once(self) -> float:
+            self.looks += 1
+            return super().run_once()
+
+    assert FAILED_MAX <= 0.25
+    server = RedisServer().start()
+    try:
+        tasks = copy.deepcopy(settings_tasks())
+        tasks["default"]["OPTIONS"].update(REDIS_URL=server.url, SCHEDULES={"s": every(1, catch_up="skip")})
+        with override_settings(TASKS=tasks):
+            opts = get_options("default")
+            x = Counting(opts, Broker(opts), threading.Event())
+        server.stop()
+        thread = threading.Thread(target=x.loop, daemon=True)
+        thread.start()
+        time.sleep(2.0)
+        looks_while_down = x.looks
+        server.start()
+        c = redis_py.Redis.from_url(server.url, decode_responses=True)
+        assert wait_for(lambda: c.hget(keys().schedule("s"), "last"), timeout=10), "never claimed after the restart"
+        x.stop.set()
+        thread.join(5)
+        assert looks_while_down >= 3, looks_while_down
+        assert c.llen(keys().pending) >= 1
+    finally:
+        server.stop()
+        server.cleanup()
+
+
+def settings_tasks() -> dict[str, Any]:
+    from django.conf import settings
+
+    return settings.TASKS
+
+
 # -- the command ---------------------------------------------------------------
 
 

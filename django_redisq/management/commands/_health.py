@@ -20,6 +20,7 @@ from django_redisq.health import Thresholds, breaches, configured
 from django_redisq.management.commands._args import non_negative
 from django_redisq.management.commands._text import printable
 from django_redisq.ops.inspector import Inspector
+from django_redisq.ops.topics import TopicOps
 
 OK, BREACHED, UNREACHABLE = 0, 1, 2
 
@@ -57,11 +58,18 @@ def run(command: BaseCommand, ins: Inspector, opts: dict[str, Any]) -> None:
         data[f.queue] = {"pending": f.pending, "running": f.running, "held": f.held, "oldest_pending_age": f.oldest_pending_age,
                          "dead": f.dead, "workers": f.workers,
                          "paused": f.paused, "thresholds": {k: v for k, v in asdict(t).items() if v is not None}, "breaches": found}
+    try:  # events: a subscription lagging past its topic's HEALTH_MAX_LAG, or one that lost events (ops/topics.py)
+        subs = TopicOps(ins.options).rows() if not opts.get("health_queues") else []
+    except (RedisError, OSError):
+        subs = []
+    lines += [b for s in subs for b in s.breaches]
+    subscriptions = {s.name: {"topic": s.topic, "lag": s.lag, "pending": s.pending, "dropped": s.dropped,
+                              "health_max_lag": s.health_max_lag, "breaches": s.breaches} for s in subs}
     # a paused queue is an operator's choice, not a failure: said, never breached by itself
     notes = [f"note: queue {f.queue} ({f.alias}) is paused" + (f" since {f.paused_at:%Y-%m-%dT%H:%M:%SZ}" if f.paused_at else "")
              + (f" by {f.paused_by}" if f.paused_by else "") + ": its tasks wait until it is resumed" for f in figures if f.paused]
     status = "breached" if lines else "ok"
-    emit(command, opts, {"status": status, "breaches": lines, "notes": notes, "queues": data},
+    emit(command, opts, {"status": status, "breaches": lines, "notes": notes, "queues": data, "subscriptions": subscriptions},
          (lines or [f"ok: {len(figures)} queue(s) within their thresholds"]) + notes)
     if lines:
         raise SystemExit(BREACHED)

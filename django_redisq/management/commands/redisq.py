@@ -32,7 +32,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_redisq.exceptions import InvalidArguments
-from django_redisq.management.commands import _health, _workflow
+from django_redisq.management.commands import _health, _topics, _workflow
 from django_redisq.management.commands._args import non_negative, positive
 from django_redisq.management.commands._text import printable
 from django_redisq.ops.inspector import DeadFilter, Inspector, UnknownQueue, UnknownSchedule, schedule_rows
@@ -82,6 +82,7 @@ class Command(BaseCommand):
         stats.add_argument("--json", action="store_true", help="print JSON")
         _health.add_parser(sub)
         _workflow.add_parser(sub)
+        _topics.add_parser(sub)  # events (ops/topics.py)
         dead = sub.add_parser("dead", help="dead letters").add_subparsers(dest="dead_command", required=True,
                                                                            metavar="{list,show,replay,purge}")
         listing = dead.add_parser("list", help="newest first")
@@ -132,6 +133,8 @@ class Command(BaseCommand):
                 _health.run(self, ins, opts)
             elif opts["command"] == "workflow":
                 _workflow.run(self, ins, opts)
+            elif opts["command"] == "topics":
+                _topics.run(self, ins, opts)
             elif opts["command"] == "schedules":
                 self.schedules(opts)
             elif opts["command"] == "queue":

@@ -45,6 +45,15 @@ NAMES = (
     "wf_cancel",
     "wf_adopt",
     "wf_resume",
+    # events (store/topics.py)
+    "topic_publish",
+    "topic_groups",
+    "topic_read",
+    "topic_claim",
+    "topic_trim",
+    "topic_rewind",
+    "topic_prune",
+    "bury_event",
 )
 
 INCLUDE = re.compile(r"^--! include ([A-Za-z0-9_]+\.lua)[ \t]*$", re.MULTILINE)

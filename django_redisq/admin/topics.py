@@ -1,0 +1,67 @@
+"""The Topics page: each subscription's lag, pending entries and drops; rewinding one (events).
+
+Reads through ``ops.topics.TopicOps``. A rewind is a POST with a confirmation
+page first, allowed with the "change dead letter" permission (as every change
+in this admin), and written to the admin log; it is one script call
+(topic_rewind.lua: XGROUP SETID and the generation bump).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from django.contrib import messages
+from django.contrib.admin.models import CHANGE
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, QueryDict
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils.http import urlencode
+
+from django_redisq.admin.common import AdminPage, change_post
+from django_redisq.ops.inspector import backend_aliases
+from django_redisq.ops.topics import BadRewindTarget, TopicOps, UnknownSubscription, at
+
+if TYPE_CHECKING:
+    from django_redisq.ops.inspector import Inspector
+
+
+def topics_view(model_admin: AdminPage, request: HttpRequest, may_view: bool) -> TemplateResponse:
+    """Every backend's subscriptions, by topic, with a rewind form each."""
+    if not may_view:
+        raise PermissionDenied
+    backends = []
+    for alias in backend_aliases():
+        ops = TopicOps.for_alias(alias)
+        rows = [(r, at(r.last_delivered)) for r in ops.rows()]
+        backends.append((alias, rows))
+    return model_admin.render_page(request, "topics.html", model_admin.page_context(request, "Topics", backends=backends))
+
+
+@change_post
+def topic_rewind_view(model_admin: AdminPage, request: HttpRequest, post: QueryDict, ins: Inspector) -> HttpResponse:
+    """Rewind one subscription: confirm (showing where to), then rewind, log and report."""
+    alias, name, to = ins.options.alias, post.get("subscription", ""), post.get("to", "").strip() or "earliest"
+    back = reverse("admin:django_redisq_deadletter_topics") + "?" + urlencode({"backend": alias})
+    ops = TopicOps(ins.options)
+    try:
+        sub = ops.find(name)
+        target = ops.target(sub, to)
+    except (UnknownSubscription, BadRewindTarget) as exc:
+        messages.error(request, str(exc)[:300])
+        return HttpResponseRedirect(back)
+    if post.get("confirm") != "yes":
+        row = next((r for r in ops.rows() if r.name == name), None)
+        context = model_admin.page_context(request, f"Rewind subscription {name}?", alias=alias, sub=sub, row=row, to=to,
+                                           target=target, back=back,
+                                           fields=[("backend", alias), ("subscription", name), ("to", to)])
+        return model_admin.render_page(request, "topic_confirm.html", context)
+    try:
+        generation, target = ops.rewind(name, to)
+    except (UnknownSubscription, BadRewindTarget) as exc:
+        messages.error(request, str(exc)[:300])
+        return HttpResponseRedirect(back)
+    model_admin.log_ids(request, [f"{alias}/subscription:{name}"], CHANGE, f"Rewound subscription {name} to {to}")
+    messages.success(request, f"Rewound subscription {name}: the events of topic {sub.topic} after {target} are delivered "
+                              f"again and become new tasks (generation {generation}).")
+    return HttpResponseRedirect(back)

@@ -1,0 +1,84 @@
+"""Publishing events: ``publish`` appends one to a topic, ``publish_on_commit`` once the transaction commits.
+
+An event is a JSON object on a topic (a Redis stream, store/topics.py). Every
+subscription of the topic (``OPTIONS["SUBSCRIPTIONS"]``, subscriptions.py) turns
+each event into one ordinary task of its own (worker/pump.py), so retries, time
+limits, dead letters and the admin apply to event handlers unchanged.
+
+``publish`` is one round trip: one script that makes sure the topic's
+subscription groups exist (so a ``latest`` subscription configured before the
+first worker started still gets this event) and XADDs the event.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.db import transaction
+
+from django_redisq.exceptions import InvalidArguments, RedisQError
+from django_redisq.message import encode_arguments
+from django_redisq.options import NAME_RE, Options
+from django_redisq.subscriptions import publish_plan
+
+__all__ = ["InvalidEvent", "publish", "publish_on_commit"]
+
+
+class InvalidEvent(RedisQError, ValueError):
+    """An event that cannot be published: a bad or unconfigured topic, or a payload that is not a JSON object."""
+
+
+def _backend(alias: str) -> Any:
+    from django_redisq.backend import RedisQueueBackend
+    from django_redisq.compat import task_backends
+
+    be = task_backends[alias]
+    if not isinstance(be, RedisQueueBackend):
+        raise InvalidEvent(f"TASKS[{alias!r}] is not a django_redisq RedisQueueBackend; events need one.")
+    return be
+
+
+def _checked(options: Options, topic: Any, payload: Any) -> tuple[str, list[tuple[str, str]]]:
+    if not isinstance(topic, str) or not NAME_RE.match(topic):
+        raise InvalidEvent(f"topic {topic!r} is not a valid topic name: use 1-100 letters, digits, '_', '-' or '.'.")
+    groups = publish_plan(options).groups.get(topic)
+    if groups is None:
+        raise InvalidEvent(f"topic {topic!r} is not configured: name it in OPTIONS['TOPICS'] or subscribe to it in "
+                           "OPTIONS['SUBSCRIPTIONS'] (a topic nobody configured would never be trimmed).")
+    if not isinstance(payload, dict):
+        raise InvalidEvent(f"an event's payload must be a JSON object (a dict), got {type(payload).__name__}.")
+    try:
+        (arrives,), _, _ = encode_arguments([payload], {}, options.max_message_bytes)
+    except InvalidArguments as exc:
+        raise InvalidEvent(f"the payload of an event on {topic!r} cannot be published: {exc}") from None
+    return json.dumps(arrives, separators=(",", ":"), ensure_ascii=False), groups
+
+
+def publish(topic: str, payload: dict[str, Any], *, backend: str = "default") -> str:
+    """Append an event to ``topic``; its id (``<Redis ms>-<seq>``). Each subscription of the topic gets it once.
+
+    Raises ``InvalidEvent`` (a ``ValueError``) for a bad or unconfigured topic or a
+    payload that is not a JSON object, before anything is written.
+    """
+    be = _backend(backend)
+    text, groups = _checked(be.conf, topic, payload)
+    return _send(be, topic, text, groups)
+
+
+def _send(be: Any, topic: str, text: str, groups: list[tuple[str, str]]) -> str:
+    from django_redisq.store.topics import Topics
+
+    return Topics(be.broker).publish(topic, text, groups)
+
+
+def publish_on_commit(topic: str, payload: dict[str, Any], *, backend: str = "default", using: str | None = None) -> None:
+    """Publish once the current transaction of database ``using`` commits; nothing if it rolls back.
+
+    The topic and payload are checked and encoded now, so a bad event raises here, inside the
+    transaction, and never fails silently after the commit. Outside a transaction
+    (autocommit) it publishes at once, as ``transaction.on_commit`` does.
+    """
+    be = _backend(backend)
+    text, groups = _checked(be.conf, topic, payload)  # the payload as it is now, not as it may be at the commit
+    transaction.on_commit(lambda: _send(be, topic, text, groups), using=using)

@@ -1,0 +1,78 @@
+"""``manage.py redisq topics``: each subscription's lag, pending and drops; ``topics rewind`` replays one.
+
+    redisq topics [--json]
+    redisq topics rewind SUBSCRIPTION --to ID|TIME|earliest [--json]
+
+Exit codes: 0 ok; 1 a failure the command reports (an unknown subscription, a
+group not created yet); 2 a usage error (argparse, a bad ``--to``) or Redis
+unreachable. Errors are one line (CommandError), never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+
+from django_redisq.exceptions import RedisError
+from django_redisq.management.commands._text import printable
+from django_redisq.ops.inspector import Inspector
+from django_redisq.ops.topics import BadRewindTarget, TopicOps, UnknownSubscription, at
+
+USAGE, UNREACHABLE = 2, 2
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("topics", help="events: each subscription's lag, pending, oldest pending age, last delivered; rewind one")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    control = p.add_subparsers(dest="topics_command")
+    rw = control.add_parser("rewind", help="deliver a subscription's events again from an entry id or a time (new tasks)")
+    rw.add_argument("subscription", help="the subscription's name (OPTIONS['SUBSCRIPTIONS'])")
+    rw.add_argument("--to", required=True, metavar="ID|TIME", help="an entry id (<ms>-<seq>), an ISO 8601 time, or 'earliest'")
+    rw.add_argument("--json", action="store_true", dest="rewind_json", help="print JSON")  # its own dest: a subparser's
+    # default would otherwise overwrite `topics --json rewind ...`
+
+
+def run(command: BaseCommand, ins: Inspector, opts: dict[str, Any]) -> None:
+    ops = TopicOps(ins.options)
+    try:
+        if opts.get("topics_command") == "rewind":
+            rewind(command, ops, opts)
+        else:
+            listing(command, ops, opts)
+    except (RedisError, OSError) as exc:
+        raise CommandError(f"Redis unreachable at {ins.where}: {type(exc).__name__}", returncode=UNREACHABLE) from None
+    except BadRewindTarget as exc:
+        raise CommandError(str(exc), returncode=USAGE) from None
+    except UnknownSubscription as exc:
+        raise CommandError(str(exc)) from None
+
+
+def listing(command: BaseCommand, ops: TopicOps, opts: dict[str, Any]) -> None:
+    rows = ops.rows()
+    if opts.get("json"):
+        command.stdout.write(json.dumps([asdict(r) for r in rows], indent=2))
+        return
+    if not rows:
+        command.stdout.write(f"no subscriptions in TASKS[{ops.options.alias!r}]['OPTIONS']['SUBSCRIPTIONS']")
+        return
+    lines = [f"{'subscription':<24}{'topic':<20}{'queue':<12}{'lag':>9}{'pending':>9}{'oldest':>9}{'gen':>5}{'dropped':>9}"
+             "  last delivered"]
+    for r in rows:
+        oldest = f"{r.oldest_pending_age:.1f}s" if r.oldest_pending_age is not None else "-"
+        last = at(r.last_delivered)
+        delivered = f"{r.last_delivered} ({last:%Y-%m-%dT%H:%M:%SZ})" if last else "-"
+        lag = f"{r.lag}{'' if r.lag_exact else '+'}" if r.exists else "no group"
+        lines.append(printable(f"{r.name:<24}{r.topic:<20}{r.queue:<12}{lag:>9}{r.pending:>9}{oldest:>9}{r.generation:>5}"
+                               f"{r.dropped:>9}  {delivered}"))
+    command.stdout.write("\n".join(lines))
+
+
+def rewind(command: BaseCommand, ops: TopicOps, opts: dict[str, Any]) -> None:
+    generation, target = ops.rewind(opts["subscription"], opts["to"])
+    data = {"subscription": opts["subscription"], "set_to": target, "generation": generation}
+    command.stdout.write(json.dumps(data) if opts.get("json") or opts.get("rewind_json") else printable(
+        f"subscription {opts['subscription']} rewound: entries after {target} are delivered again, as new tasks "
+        f"(generation {generation})"))
