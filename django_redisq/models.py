@@ -30,3 +30,51 @@ class DeadLetter(models.Model):
 
     def __str__(self) -> str:
         return self.id
+
+
+class _Page:
+    """Meta of the admin index entries below: proxies of ``DeadLetter`` with no table and no permissions of their own."""
+
+    proxy = True
+    default_permissions: tuple[str, ...] = ()
+    permissions: list[tuple[str, str]] = []
+
+
+# The admin's other pages as entries of the app on the admin index (admin/index.py): each a proxy of DeadLetter,
+# so none has a table or permissions of its own; "view" and "change" of DeadLetter decide what a user sees and does.
+
+
+class Queue(DeadLetter):
+    class Meta(_Page):
+        verbose_name = "queue"
+        verbose_name_plural = "queues"
+
+
+class PendingTask(DeadLetter):
+    class Meta(_Page):
+        verbose_name = "pending task"
+        verbose_name_plural = "pending tasks"
+
+
+class ScheduledTask(DeadLetter):
+    class Meta(_Page):
+        verbose_name = "scheduled task"
+        verbose_name_plural = "scheduled tasks"
+
+
+class RunningTask(DeadLetter):
+    class Meta(_Page):
+        verbose_name = "running task"
+        verbose_name_plural = "running tasks"
+
+
+class Schedule(DeadLetter):
+    class Meta(_Page):
+        verbose_name = "schedule"
+        verbose_name_plural = "schedules"
+
+
+class Topic(DeadLetter):
+    class Meta(_Page):
+        verbose_name = "topic"
+        verbose_name_plural = "topics"

@@ -538,10 +538,10 @@ def test_runworker_refuses_bad_settings(redis_url):
     assert "Traceback" not in out
 
 
-def test_runworker_against_unreachable_redis_is_one_line_and_exit_1():
+def test_runworker_against_unreachable_redis_is_one_line_and_exit_3():
     url = f"redis://:not-a-real-secret@127.0.0.1:{free_port()}/0"  # nothing listens there
     code, out, seconds = _runworker(url, "--burst")
-    assert code == 1
+    assert code == 3
     lines = [line for line in out.splitlines() if line.strip()]
     assert len(lines) == 1, out
     assert lines[0].startswith("CommandError: cannot reach Redis at redis://127.0.0.1:")
@@ -621,7 +621,7 @@ def test_redis_older_than_6_2_is_refused_by_check_server(old_redis):
 
 def test_runworker_refuses_redis_older_than_6_2(old_redis):
     code, out, _ = _runworker(old_redis, "--burst")
-    assert code == 1
+    assert code == 3  # Redis it cannot use: nothing started (management/commands/_out.py)
     assert "CommandError:" in out and "needs 6.2 or newer" in out and "Traceback" not in out
 
 

@@ -293,13 +293,20 @@ BASE_OPTIONS = {"-h", "--help", "--version", "-v", "--verbosity", "--settings", 
                 "--force-color", "--skip-checks"}
 
 
+def is_global(action: argparse.Action) -> bool:
+    """A global option of ``redisq`` repeated on a subcommand (documented once, under ``redisq``)."""
+    from django_redisq.management.commands._args import GLOBAL_OPTIONS
+
+    return action.default is argparse.SUPPRESS and set(action.option_strings) <= GLOBAL_OPTIONS
+
+
 def parser_options(parser: argparse.ArgumentParser, path: str, out: dict[str, set[str]]) -> dict[str, set[str]]:
     out[path] = set()
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for name, sub in action.choices.items():
                 parser_options(sub, f"{path} {name}", out)
-        elif action.option_strings and not set(action.option_strings) & BASE_OPTIONS:
+        elif action.option_strings and not set(action.option_strings) & BASE_OPTIONS and not is_global(action):
             out[path] |= set(action.option_strings)
     return out
 

@@ -162,9 +162,9 @@ def _runworker(url: str, *args: str, stop_after: float | None = None, during=Non
     return wp.proc.returncode, wp.output()
 
 
-def test_runworker_with_a_wrong_password_exits_1_with_one_line_and_no_password(auth_server):
+def test_runworker_with_a_wrong_password_exits_3_with_one_line_and_no_password(auth_server):
     code, out = _runworker(url_for(auth_server, ":wrong-Secret-pw-0000"), "--burst", "-v", "3")
-    assert code == 1
+    assert code == 3
     lines = [line for line in out.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("CommandError: Redis at redis://127.0.0.1:"), out
     assert "refused our credentials" in out

@@ -30,7 +30,7 @@ def cancel_view(model_admin: AdminPage, request: HttpRequest, post: QueryDict, i
     alias, queue, state = ins.options.alias, post.get("queue", ""), post.get("state", "")
     if queue not in ins.queues or state not in LIST_STATES:
         messages.error(request, f"Cannot cancel tasks of queue {queue[:100]!r} from the {state[:40]!r} list: no such list.")
-        return HttpResponseRedirect(reverse("admin:django_redisq_deadletter_queues"))
+        return HttpResponseRedirect(reverse("admin:django_redisq_queue_changelist"))
     back = tasks_url(alias, queue, state)
     ids = list(dict.fromkeys(i for i in post.getlist("ids") if TASK_ID_RE.match(i)))[:MAX_SELECTED]
     if not ids:

@@ -56,7 +56,7 @@ SAMPLE = 10
 
 
 def tasks_url(alias: str, queue: str, state: str) -> str:
-    return reverse("admin:django_redisq_deadletter_tasks", args=[state]) + "?" + urlencode({"backend": alias, "queue": queue})
+    return reverse(f"admin:django_redisq_{state}task_changelist") + "?" + urlencode({"backend": alias, "queue": queue})
 
 
 def plural(n: int, one: str, many: str) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 
-def chart(series: list[tuple[Any, int, int, int]], width: int = 180, height: int = 36) -> dict[str, Any]:
+def chart(series: list[tuple[Any, int, int, int]], width: int = 100, height: int = 36) -> dict[str, Any]:
     """Polyline points for processed and failed-or-dead per minute: a server-side SVG, no script."""
     peak = max([max(p, f + d) for _, p, f, d in series] + [1])
     step = width / max(1, len(series) - 1)

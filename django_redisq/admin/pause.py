@@ -28,7 +28,7 @@ QUEUE_ACTIONS = (PAUSE, RESUME)
 def queue_action_view(model_admin: AdminPage, request: HttpRequest, post: QueryDict, ins: Inspector) -> HttpResponse:
     """Pause or resume one queue: confirm, then change, log and report."""
     alias, queue, action = ins.options.alias, post.get("queue", ""), post.get("action", "")
-    back = reverse("admin:django_redisq_deadletter_queues")
+    back = reverse("admin:django_redisq_queue_changelist")
     if queue not in ins.queues or action not in QUEUE_ACTIONS:
         messages.error(request, f"Cannot {action[:40]!r} queue {queue[:100]!r}: expected pause or resume of a configured queue.")
         return HttpResponseRedirect(back)

@@ -275,7 +275,7 @@ class DeadLetterAdmin(admin.ModelAdmin):
         if len(parts) == 2 and parts[1].startswith("schedule:"):
             return HttpResponseRedirect(self._schedules_url(parts[0]))
         if len(parts) == 2 and parts[1].startswith("queue:"):
-            return HttpResponseRedirect(reverse("admin:django_redisq_deadletter_queues"))
+            return HttpResponseRedirect(reverse("admin:django_redisq_queue_changelist"))
         if len(parts) == 3:
             return HttpResponseRedirect(reverse("admin:django_redisq_deadletter_detail", args=parts))
         return HttpResponseRedirect(self._list_url(*parts))
@@ -366,7 +366,7 @@ class DeadLetterAdmin(admin.ModelAdmin):
     # -- periodic schedules ----------------------------------------------
 
     def _schedules_url(self, alias: str) -> str:
-        return reverse("admin:django_redisq_deadletter_schedules") + "?" + urlencode({"backend": alias})
+        return reverse("admin:django_redisq_schedule_changelist") + "?" + urlencode({"backend": alias})
 
     def schedules_view(self, request: HttpRequest) -> TemplateResponse:
         self._require_view(request)

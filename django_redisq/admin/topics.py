@@ -42,7 +42,7 @@ def topics_view(model_admin: AdminPage, request: HttpRequest, may_view: bool) ->
 def topic_rewind_view(model_admin: AdminPage, request: HttpRequest, post: QueryDict, ins: Inspector) -> HttpResponse:
     """Rewind one subscription: confirm (showing where to), then rewind, log and report."""
     alias, name, to = ins.options.alias, post.get("subscription", ""), post.get("to", "").strip() or "earliest"
-    back = reverse("admin:django_redisq_deadletter_topics") + "?" + urlencode({"backend": alias})
+    back = reverse("admin:django_redisq_topic_changelist") + "?" + urlencode({"backend": alias})
     ops = TopicOps(ins.options)
     try:
         sub = ops.find(name)

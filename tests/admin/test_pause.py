@@ -12,7 +12,7 @@ from tests.helpers import keys
 
 pytestmark = pytest.mark.django_db
 
-QUEUES = reverse("admin:django_redisq_deadletter_queues")
+QUEUES = reverse("admin:django_redisq_queue_changelist")
 ACTION = reverse("admin:django_redisq_deadletter_queue_action")
 PAUSE = {"backend": "default", "queue": "emails", "action": "pause"}
 

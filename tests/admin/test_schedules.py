@@ -13,7 +13,7 @@ from tests.worker.test_scheduler import TASK, every, marker, with_schedules
 
 pytestmark = pytest.mark.django_db
 
-PAGE = reverse("admin:django_redisq_deadletter_schedules")
+PAGE = reverse("admin:django_redisq_schedule_changelist")
 ACTION = reverse("admin:django_redisq_deadletter_schedule_action")
 ENTRIES = {
     "nightly": {"task": TASK, "cron": "0 3 * * *", "timezone": "Europe/Berlin", "kwargs": {"key": "n"}},
@@ -80,7 +80,7 @@ def test_the_last_run_links_to_its_task_with_its_status(r, admin_client, make_wo
 
 
 def test_every_task_queue_page_links_to_the_schedules(r, admin_client):
-    for url in (reverse("admin:django_redisq_deadletter_queues"), reverse("admin:django_redisq_deadletter_changelist"), PAGE):
+    for url in (reverse("admin:django_redisq_queue_changelist"), reverse("admin:django_redisq_deadletter_changelist"), PAGE):
         assert f'<a href="{PAGE}">Schedules</a>' in admin_client.get(url).content.decode()
 
 

@@ -23,7 +23,7 @@ from tests.testapp import tasks
 pytestmark = pytest.mark.django_db
 
 LIST = reverse("admin:django_redisq_deadletter_changelist")
-QUEUES = reverse("admin:django_redisq_deadletter_queues")
+QUEUES = reverse("admin:django_redisq_queue_changelist")
 ACTION = reverse("admin:django_redisq_deadletter_action")
 
 
@@ -37,7 +37,7 @@ def detail_url(task_id: str, queue: str = "default") -> str:
 
 
 def tasks_url(state: str) -> str:
-    return reverse("admin:django_redisq_deadletter_tasks", args=[state])
+    return reverse(f"admin:django_redisq_{state}task_changelist")
 
 
 def staff(username: str, *perms: str) -> User:
@@ -415,7 +415,7 @@ def test_scheduled_pending_and_running_lists(r, admin_client):
         response = admin_client.get(tasks_url(state))
         assert response.status_code == 200 and task_id in response.content.decode()
         assert detail_url(task_id) in response.content.decode()
-    assert admin_client.get(tasks_url("finished")).status_code == 404
+    assert admin_client.get(reverse("admin:django_redisq_deadletter_tasks", args=["finished"])).status_code == 404
 
 
 def test_the_pending_list_is_in_running_order_with_priorities(r, admin_client):

@@ -15,7 +15,7 @@ from tests.events.test_topics_ops import _half_consumed
 
 pytestmark = pytest.mark.django_db
 
-TOPICS = reverse("admin:django_redisq_deadletter_topics")
+TOPICS = reverse("admin:django_redisq_topic_changelist")
 REWIND = reverse("admin:django_redisq_deadletter_topic_rewind")
 
 

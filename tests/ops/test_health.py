@@ -11,7 +11,7 @@ import sys
 
 import pytest
 from django.conf import settings
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.test import override_settings
 
 from django_redisq.conf import validate
@@ -21,11 +21,14 @@ from tests.helpers import seed_dead, seed_pending
 
 
 def health(*args: str) -> tuple[int, str]:
+    """The exit code and stdout; a CommandError's one line (Redis unreachable: exit 3) comes after a tab."""
     out = io.StringIO()
     try:
         call_command("redisq", "health", *args, stdout=out)
     except SystemExit as exc:
         return int(exc.code or 0), out.getvalue()
+    except CommandError as exc:
+        return exc.returncode, f"{out.getvalue()}\t{exc}"
     return 0, out.getvalue()
 
 
@@ -99,7 +102,7 @@ def test_bad_thresholds_are_system_check_errors():
     assert ids({"default": {"MIN_WORKERS": True}}) == ["E032"]
 
 
-def test_redis_down_exits_2(r):
+def test_redis_down_exits_3(r):
     binary = find_redis_server(os.environ.get("REDISQ_TEST_REDIS") or None)
     if not binary:
         pytest.skip("no redis-server")
@@ -112,9 +115,10 @@ def test_redis_down_exits_2(r):
             assert health("--max-pending", "10") == (0, "ok: 3 queue(s) within their thresholds\n")
             server.stop()
             code, out = health("--max-pending", "10")
-            assert code == 2 and out.startswith("Redis unreachable at redis://127.0.0.1:"), out
+            assert code == 3 and out.startswith("\tcannot reach Redis at redis://127.0.0.1:"), out
             code, out = health("--json")
-            assert code == 2 and json.loads(out)["status"] == "unreachable"
+            assert code == 3 and json.loads(out.split("\t")[0]) == {"status": "unreachable", "error": out.split("\t")[1],
+                                                                     "exit_code": 3}
     finally:
         server.cleanup()
         from django_redisq import connection
@@ -136,4 +140,4 @@ def test_real_exit_codes_of_the_command(r, redis_url, backlog):
     assert breached.returncode == 1 and breached.stdout.strip() == "queue default (default): 2 dead letter(s), more than 0"
     down = subprocess.run([sys.executable, "-m", "django", "redisq", "health"], cwd=ROOT, timeout=60, capture_output=True,
                           text=True, env={**env, "REDISQ_TEST_REDIS_URL": "redis://:hunter2@127.0.0.1:1/0"})
-    assert down.returncode == 2 and "Traceback" not in down.stderr and "hunter2" not in down.stdout + down.stderr
+    assert down.returncode == 3 and "Traceback" not in down.stderr and "hunter2" not in down.stdout + down.stderr

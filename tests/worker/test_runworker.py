@@ -35,7 +35,7 @@ def test_unreachable_redis_is_one_clear_line(r, run_worker_process, redis_url):
 
     wp = WorkerProcess("redis://:hunter2@127.0.0.1:1/0", "--burst")
     out = wp.output()
-    assert wp.proc.returncode == 1
+    assert wp.proc.returncode == 3  # Redis unreachable (management/commands/_out.py)
     assert "cannot reach Redis at redis://127.0.0.1:1/0" in out
     assert "Traceback" not in out and "hunter2" not in out
 
@@ -54,7 +54,8 @@ def test_unreachable_redis_is_one_clear_line(r, run_worker_process, redis_url):
 def test_bad_options(r, run_worker_process, args, message):
     wp = run_worker_process("--burst", *args)
     out = wp.output()
-    assert wp.proc.returncode != 0 and message in out and "Traceback" not in out
+    assert wp.proc.returncode == 2 and message in out and "Traceback" not in out  # a wrong command line: one line, exit 2
+    assert len([line for line in out.splitlines() if line.strip()]) == 1, out
 
 
 def test_sigterm_finishes_the_running_task_then_exits_zero(r, run_worker_process):

@@ -1,14 +1,20 @@
-"""The option types the two commands share (``runworker``, ``redisq``): each refuses a bad value with one line.
+"""What the two commands' parsers share (``runworker``, ``redisq``): option types and one-line usage errors.
 
-argparse turns an ``ArgumentTypeError`` into ``error: argument --x: <the message>``
-and exit status 2, before anything touches Redis.
+Each option type refuses a bad value with one line: argparse turns an
+``ArgumentTypeError`` into ``error: argument --x: <the message>`` and, through
+``CliParser``, exit status 2 with that line alone, before anything touches Redis.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
+
+from django.core.management.base import CommandError, CommandParser
+
+from django_redisq.management.commands._out import USAGE
 
 
 def positive(value: str) -> int:
@@ -59,3 +65,60 @@ def memory(value: str) -> int:
     if not 2**20 <= n < float("inf"):
         raise argparse.ArgumentTypeError(f"must be at least 1M (a child's own interpreter takes more), got {value!r}")
     return int(n)
+
+
+# -- one voice: usage errors in one line, global options anywhere ------------
+
+class CliParser(CommandParser):
+    """Django's parser, with a usage error as one line (exit 2) and the global options after a subcommand too.
+
+    ``manage.py redisq dead list --limit 0`` prints
+    ``manage.py redisq dead list: error: argument --limit: must be at least 1 (see --help)``
+    where argparse prints the whole usage first; from ``call_command`` it is a
+    ``CommandError`` with exit code 2, as Django's parser raises one.
+    Subcommands added through ``add_subparsers`` are ``CliParser`` too, each
+    with the global options (``GLOBAL_OPTIONS``), so ``redisq dead list --settings=x --json``
+    works as ``redisq --settings=x --json dead list`` does.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        if self.called_from_command_line:
+            sys.stderr.write(f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+            sys.exit(USAGE)
+        raise CommandError(f"Error: {message}", returncode=USAGE)
+
+    def add_subparsers(self, **kwargs: Any) -> Any:
+        kwargs.setdefault("action", GlobalOptionsSubParsers)
+        return super().add_subparsers(**kwargs)
+
+
+GLOBAL_OPTIONS = frozenset({"--backend", "--json", "-v", "--verbosity", "--settings", "--pythonpath", "--traceback", "--no-color",
+                            "--force-color", "--skip-checks"})
+
+
+def global_options(parser: argparse.ArgumentParser) -> None:
+    """The options every subcommand takes after its name as well: unset ones leave the value given before it."""
+    s = argparse.SUPPRESS
+    parser.add_argument("--backend", default=s, help="the TASKS alias (default: default)")
+    parser.add_argument("--json", action="store_true", default=s, help="print JSON")
+    parser.add_argument("-v", "--verbosity", type=int, choices=[0, 1, 2, 3], default=s, help=s)
+    for name in ("--settings", "--pythonpath"):
+        parser.add_argument(name, default=s, help=s)
+    for name in ("--traceback", "--no-color", "--force-color", "--skip-checks"):
+        parser.add_argument(name, action="store_true", default=s, help=s)
+
+
+class GlobalOptionsSubParsers(argparse._SubParsersAction):  # type: ignore[type-arg]
+    """Every subcommand (and sub-subcommand) gets the global options; a module's own ``--json`` replaces ours."""
+
+    def add_parser(self, name: str, **kwargs: Any) -> Any:
+        kwargs.setdefault("conflict_handler", "resolve")
+        parser = super().add_parser(name, **kwargs)
+        global_options(parser)
+        return parser
+
+
+def one_voice(parser: CommandParser) -> CliParser:
+    """Django's parser of a command, made a ``CliParser`` (Django builds it; it has no state of its own to add)."""
+    parser.__class__ = CliParser
+    return parser  # type: ignore[return-value]

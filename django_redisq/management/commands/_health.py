@@ -1,9 +1,12 @@
-"""``manage.py redisq health``: exit 0 when every threshold holds, 1 naming each breach, 2 when Redis is unreachable.
+"""``manage.py redisq health``: exit 0 when every threshold holds, 1 naming each breach, 3 when Redis is unreachable.
 
     redisq health [--max-pending N] [--max-age SECONDS] [--max-dead N] [--min-workers N] [--queue Q ...] [--json]
 
 Kept out of redisq.py (a module per subcommand family). Thresholds on the
 command line apply to every queue checked and override ``OPTIONS["HEALTH"]``.
+A usage error exits 2 and Redis unreachable 3 (one line on stderr; with
+``--json`` also ``{"status": "unreachable", ...}`` on stdout), as for every
+subcommand (_out.py): a probe tells "breached" from "could not look".
 """
 
 from __future__ import annotations
@@ -17,22 +20,22 @@ from django.core.management.base import BaseCommand
 
 from django_redisq.exceptions import RedisError
 from django_redisq.health import Thresholds, breaches, configured
+from django_redisq.management.commands import _out
 from django_redisq.management.commands._args import non_negative
 from django_redisq.management.commands._text import printable
 from django_redisq.ops.inspector import Inspector
 from django_redisq.ops.topics import TopicOps
 
-OK, BREACHED, UNREACHABLE = 0, 1, 2
+OK, BREACHED, UNREACHABLE = _out.OK, _out.FAILED, _out.UNREACHABLE
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("health", help="check thresholds: exit 0 if all hold, 1 naming each breach, 2 if Redis is unreachable")
+    p = sub.add_parser("health", help="check thresholds: exit 0 if all hold, 1 naming each breach, 3 if Redis is unreachable")
     p.add_argument("--max-pending", type=non_negative(int), metavar="N", help="at most N tasks pending per queue")
     p.add_argument("--max-age", type=non_negative(float), metavar="SECONDS", help="the oldest pending task waited at most this long")
     p.add_argument("--max-dead", type=non_negative(int), metavar="N", help="at most N dead letters per queue")
     p.add_argument("--min-workers", type=non_negative(int), metavar="N", help="at least N live workers per queue")
     p.add_argument("--queue", action="append", dest="health_queues", metavar="Q", help="check only this queue (repeatable)")
-    p.add_argument("--json", action="store_true", help="print JSON")
 
 
 def run(command: BaseCommand, ins: Inspector, opts: dict[str, Any]) -> None:
@@ -43,12 +46,7 @@ def run(command: BaseCommand, ins: Inspector, opts: dict[str, Any]) -> None:
     over = {name: opts.get(name) for name in ("max_pending", "max_age", "max_dead", "min_workers")}
     params: dict[str, Any] = settings.TASKS[ins.options.alias]
     health = params.get("OPTIONS", {}).get("HEALTH")
-    try:
-        figures = [f for f in ins.figures() if f.queue in queues]
-    except (RedisError, OSError) as exc:
-        line = f"Redis unreachable at {ins.where}: {type(exc).__name__}"
-        emit(command, opts, {"status": "unreachable", "breaches": [line], "queues": {}}, [line])
-        raise SystemExit(UNREACHABLE) from None
+    figures = [f for f in ins.figures() if f.queue in queues]  # Redis unreachable: exit 3 (redisq.py)
     lines: list[str] = []
     data: dict[str, Any] = {}
     for f in figures:

@@ -3,9 +3,10 @@
     redisq topics [--json]
     redisq topics rewind SUBSCRIPTION --to ID|TIME|earliest [--json]
 
-Exit codes: 0 ok; 1 a failure the command reports (an unknown subscription, a
-group not created yet); 2 a usage error (argparse, a bad ``--to``) or Redis
-unreachable. Errors are one line (CommandError), never a traceback.
+Exit codes (_out.py): 0 ok; 1 a failure the command reports (an unknown
+subscription, a group not created yet); 2 a usage error (argparse, a bad
+``--to``); 3 Redis unreachable (redisq.py says so for every subcommand).
+Errors are one line (CommandError), never a traceback.
 """
 
 from __future__ import annotations
@@ -16,12 +17,10 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from django_redisq.exceptions import RedisError
+from django_redisq.management.commands._out import FAILED, table, usage
 from django_redisq.management.commands._text import printable
 from django_redisq.ops.inspector import Inspector
 from django_redisq.ops.topics import BadRewindTarget, TopicOps, UnknownSubscription, at
-
-USAGE, UNREACHABLE = 2, 2
 
 
 def add_parser(sub: Any) -> None:
@@ -42,12 +41,10 @@ def run(command: BaseCommand, ins: Inspector, opts: dict[str, Any]) -> None:
             rewind(command, ops, opts)
         else:
             listing(command, ops, opts)
-    except (RedisError, OSError) as exc:
-        raise CommandError(f"Redis unreachable at {ins.where}: {type(exc).__name__}", returncode=UNREACHABLE) from None
     except BadRewindTarget as exc:
-        raise CommandError(str(exc), returncode=USAGE) from None
+        raise usage(str(exc)) from None
     except UnknownSubscription as exc:
-        raise CommandError(str(exc)) from None
+        raise CommandError(str(exc), returncode=FAILED) from None
 
 
 def listing(command: BaseCommand, ops: TopicOps, opts: dict[str, Any]) -> None:
@@ -58,15 +55,15 @@ def listing(command: BaseCommand, ops: TopicOps, opts: dict[str, Any]) -> None:
     if not rows:
         command.stdout.write(f"no subscriptions in TASKS[{ops.options.alias!r}]['OPTIONS']['SUBSCRIPTIONS']")
         return
-    lines = [f"{'subscription':<24}{'topic':<20}{'queue':<12}{'lag':>9}{'pending':>9}{'oldest':>9}{'gen':>5}{'dropped':>9}"
-             "  last delivered"]
-    for r in rows:
-        oldest = f"{r.oldest_pending_age:.1f}s" if r.oldest_pending_age is not None else "-"
+
+    def delivered(r: Any) -> str:
         last = at(r.last_delivered)
-        delivered = f"{r.last_delivered} ({last:%Y-%m-%dT%H:%M:%SZ})" if last else "-"
-        lag = f"{r.lag}{'' if r.lag_exact else '+'}" if r.exists else "no group"
-        lines.append(printable(f"{r.name:<24}{r.topic:<20}{r.queue:<12}{lag:>9}{r.pending:>9}{oldest:>9}{r.generation:>5}"
-                               f"{r.dropped:>9}  {delivered}"))
+        return f"{r.last_delivered} ({last:%Y-%m-%dT%H:%M:%SZ})" if last else "-"
+
+    lines = table(["subscription", "topic", "queue", "lag", "pending", "oldest", "gen", "dropped", "last delivered"],
+                  [[r.name, r.topic, r.queue, f"{r.lag}{'' if r.lag_exact else '+'}" if r.exists else "no group", r.pending,
+                    f"{r.oldest_pending_age:.1f}s" if r.oldest_pending_age is not None else "-", r.generation, r.dropped,
+                    delivered(r)] for r in rows], right=range(3, 8))
     command.stdout.write("\n".join(lines))
 
 

@@ -17,7 +17,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django_redisq.apps import SUCCESS_LOGGER
 from django_redisq.compat import LOGGER_NAME
 from django_redisq.exceptions import RedisUnavailable
-from django_redisq.management.commands._args import memory, port, positive
+from django_redisq.management.commands import _out
+from django_redisq.management.commands._args import memory, one_voice, port, positive
 from django_redisq.worker.pools import POOLS
 
 LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
@@ -106,6 +107,7 @@ class Command(BaseCommand):
     requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: CommandParser) -> None:
+        one_voice(parser)  # a usage error is one line, exit 2 (_out.py has the exit codes)
         parser.add_argument("queues", nargs="*", metavar="QUEUE[:WEIGHT]",
                             help="queues to serve, most important first (strict order); with weights (emails:6 default:3 "
                                  "low:1), each queue with work is picked in proportion to its weight (default: all configured)")
@@ -153,6 +155,7 @@ class Command(BaseCommand):
 
         try:
             queues, concurrency, pool, prefetch = self._served(opts)
+            self._known(opts["backend"], list(queues))
             worker = Worker(
                 queues, backend=opts["backend"], concurrency=concurrency, name=opts["name"],
                 burst=opts["burst"], max_tasks=opts["max_tasks"], prefetch=prefetch,
@@ -160,11 +163,15 @@ class Command(BaseCommand):
                 max_tasks_per_child=opts["max_tasks_per_child"], max_memory_per_child=opts["max_memory_per_child"],
             )
             worker.check_server()
-        except (ImproperlyConfigured, ValueError, RedisUnavailable) as exc:
+        except RedisUnavailable as exc:
+            raise _out.unreachable(opts["backend"], "", exc) from None
+        except ValueError as exc:  # queues the settings do not name, a bad weight
+            raise _out.usage(str(exc)) from None
+        except ImproperlyConfigured as exc:
             raise CommandError(str(exc)) from None
         except Exception as exc:
             if "InvalidTaskBackend" in type(exc).__name__:
-                raise CommandError(f"no task backend {opts['backend']!r} in TASKS") from None
+                raise _out.usage(f"no task backend {opts['backend']!r} in TASKS") from None
             raise
         if opts["health_file"]:  # a path another user controls: refused before anything starts
             try:
@@ -176,7 +183,7 @@ class Command(BaseCommand):
         for warning in worker.durability_warnings():
             log.warning(warning)
         if opts["metrics_token_file"] and opts["metrics_port"] is None:
-            raise CommandError("--metrics-token-file needs --metrics-port")
+            raise _out.usage("--metrics-token-file needs --metrics-port")
         if opts["metrics_port"] is not None:
             try:
                 token = _token(opts["metrics_token_file"])
@@ -203,16 +210,30 @@ class Command(BaseCommand):
             try:
                 names, weights = parse_queue_args(opts["queues"])
             except ValueError as exc:
-                raise CommandError(str(exc)) from None
+                raise _out.usage(str(exc)) from None
             return weights or names, opts["concurrency"] or 1, opts["pool"] or "threads", opts["prefetch"]
         if opts["queues"]:
-            raise CommandError(f"give queues or --profile, not both (profile {opts['profile']!r} names its queues)")
+            raise _out.usage(f"give queues or --profile, not both (profile {opts['profile']!r} names its queues)")
         try:
             profile = get_profile(get_options(opts["backend"]).workers, opts["profile"])
         except LookupError as exc:
-            raise CommandError(str(exc)) from None
+            raise _out.usage(str(exc)) from None
         return (profile.queue_arg(), opts["concurrency"] or profile.concurrency or 1, opts["pool"] or profile.pool or "threads",
                 opts["prefetch"] or profile.prefetch)
+
+    @staticmethod
+    def _known(alias: str, queues: list[str]) -> None:
+        """A backend or queue the settings do not name is a wrong command line (exit 2), said before anything starts."""
+        from django.conf import settings
+
+        from django_redisq.conf import get_options
+
+        if alias not in getattr(settings, "TASKS", {}):
+            raise _out.usage(f"TASKS has no backend {alias!r}; configured: {', '.join(getattr(settings, 'TASKS', {})) or 'none'}.")
+        configured = get_options(alias).queues
+        unknown = [q for q in queues if q not in configured]
+        if unknown:
+            raise _out.usage(f"queue {unknown[0]!r} is not in TASKS[{alias!r}]['QUEUES'] {list(configured)}.")
 
     handler: BatchedStderrHandler | None = None
 
