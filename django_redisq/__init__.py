@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django_redisq.exceptions import InvalidArguments, LeaseLost, RedisQError, Retry, TaskCancelled, TaskTimeout
+from django_redisq.flow import chain, chord, group
 from django_redisq.progress import Progress, report_progress
 from django_redisq.task import RedisTask, task
 
@@ -39,5 +40,12 @@ async def aget_progress(task_id_or_result: str | TaskResult, *, backend: str = "
     return await aread(task_id_or_result, backend=backend)
 
 
+def get_workflow(workflow_id: str, *, backend: str = "default") -> Any:
+    """The workflow (``WorkflowResult``) with this id, read now; ``WorkflowNotFound`` if there is none (workflows.py)."""
+    from django_redisq.workflows import get_workflow as find
+
+    return find(workflow_id, backend=backend)
+
+
 __all__ = ["InvalidArguments", "LeaseLost", "Progress", "RedisQError", "RedisTask", "Retry", "TaskCancelled", "TaskTimeout",
-           "aget_progress", "cancel", "get_progress", "report_progress", "task"]
+           "aget_progress", "cancel", "chain", "chord", "get_progress", "get_workflow", "group", "report_progress", "task"]

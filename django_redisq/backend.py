@@ -264,6 +264,10 @@ class RedisQueueBackend(BaseTaskBackend):
     def _enqueue_many(self, task: Task, arg_sets: Iterable[tuple[Sequence[Any], dict[str, Any]]],
                       span: tracing.Sending | tracing._Noop) -> list[TaskResult]:
         self._validated(task)
+        if getattr(task, "depends_on", ()):  # runs once those tasks succeeded: a small workflow (workflows.py)
+            from django_redisq.workflows import enqueue_dependent
+
+            return [enqueue_dependent(self, task, list(a), dict(k)) for a, k in arg_sets]
         prepared = [self._prepare(task, a, k, span.carrier) for a, k in arg_sets]
         if not prepared:
             return []
@@ -296,6 +300,8 @@ class RedisQueueBackend(BaseTaskBackend):
     async def _aenqueue_many(self, task: Task, arg_sets: Iterable[tuple[Sequence[Any], dict[str, Any]]],
                              span: tracing.Sending | tracing._Noop) -> list[TaskResult]:
         self._validated(task)
+        if getattr(task, "depends_on", ()):  # a small workflow (workflows.py), stored from a thread
+            return await asyncio.to_thread(self.enqueue_many, task, list(arg_sets))
         prepared = [self._prepare(task, a, k, span.carrier) for a, k in arg_sets]
         if not prepared:
             return []
@@ -356,6 +362,12 @@ class RedisQueueBackend(BaseTaskBackend):
         status = TaskResultStatus.SUCCESSFUL if found is None else TaskResultStatus.FAILED
         return dataclasses.replace(result, id=holder, status=status, enqueued_at=None)
 
+    def enqueue_workflow(self, node: Any, on_error: Any = None) -> Any:
+        """Enqueue a ``chain``, ``group`` or ``chord`` (flow.py); returns a ``WorkflowResult`` (workflows.py)."""
+        from django_redisq.workflows import enqueue_workflow
+
+        return enqueue_workflow(self, node, on_error)
+
     # -- cancelling ------------------------------------------------------
 
     def cancel(self, result_id: str, who: str = "api") -> str:
@@ -370,6 +382,10 @@ class RedisQueueBackend(BaseTaskBackend):
         outcome = self.broker.cancel(found[0], [result_id], who)[0] if found else "missing"
         if outcome == "missing":
             raise TaskNotFound(f"no task {result_id!r} in the queues of backend {self.alias!r}")
+        if outcome == "cancelled" and found and "_workflow" in str(found[1].get("msg", "")) + str(found[1].get("metadata", "")):
+            from django_redisq.workflows import fail_cancelled  # a workflow step: its workflow fails (workflows.py)
+
+            fail_cancelled(self, found[0], result_id, who)
         return outcome
 
     # -- results ---------------------------------------------------------
@@ -412,6 +428,10 @@ class RedisQueueBackend(BaseTaskBackend):
 
     def _found_result(self, result_id: str, found: tuple[str, dict[str, str]] | None) -> TaskResult:
         if found is None or "msg" not in found[1]:
+            from django_redisq.workflows import waiting_result  # a workflow step not queued yet?
+
+            if (waiting := waiting_result(self, result_id)) is not None:
+                return waiting
             raise TaskResultDoesNotExist(result_id)
         return self.build_result(result_id, found[0], found[1])
 

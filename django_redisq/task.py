@@ -27,6 +27,7 @@ from django_redisq.compat import (
     TaskContext,
     TaskResult,
 )
+from django_redisq.flow import Signature
 from django_redisq.limits import check_max_running, check_rate
 
 T = TypeVar("T")
@@ -42,7 +43,7 @@ else:
         __slots__ = ()
 
 USING_OPTIONS = frozenset({"max_retries", "max_attempts", "backoff", "backoff_base", "backoff_max", "retry_on", "no_retry_on",
-                           "idempotency_key", "timeout"})
+                           "idempotency_key", "timeout", "depends_on"})
 """This class's options that ``using()`` changes; any other goes to Django's ``Task.using()``."""
 
 _registry: dict[str, RedisTask[Any, Any]] = {}
@@ -91,6 +92,7 @@ class RedisTask(_TaskOf[P, R]):
     timeout: float | None = None  # seconds a run may take on a worker; 0 = no limit
     max_running: int | None = None  # at most this many run at once, fleet-wide (limits.py)
     rate_limit: str | None = None  # at most this many starts per period, fleet-wide: "10/s", "100/m"
+    depends_on: tuple[str, ...] = ()  # ids of tasks that must succeed first (``using(depends_on=[result, ...])``, workflows.py)
 
     def __post_init__(self) -> None:
         try:
@@ -153,11 +155,21 @@ class RedisTask(_TaskOf[P, R]):
         Django's own ``TypeError``.
         """
         ours = {k: options.pop(k) for k in list(options) if k in USING_OPTIONS}
+        if "depends_on" in ours:
+            ours["depends_on"] = _task_ids(ours["depends_on"])
         if ("max_retries" in ours) != ("max_attempts" in ours):  # one given: the other follows from it
             ours.setdefault("max_attempts", None)
             ours.setdefault("max_retries", None)
         changed = cast("RedisTask[P, R]", Task.using(self, priority=priority, queue_name=queue_name, run_after=run_after, backend=backend, **options))
         return replace(changed, **ours) if ours else changed
+
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """A workflow step of this call that gets its parent's result first (flow.py: ``chain``, ``group``, ``chord``)."""
+        return Signature(self, args, kwargs)
+
+    def si(self, *args: Any, **kwargs: Any) -> Signature:
+        """A workflow step of this call that ignores its parents' results (it only waits for them)."""
+        return Signature(self, args, kwargs, immutable=True)
 
     def delay(self, *args: P.args, **kwargs: P.kwargs) -> TaskResult[P, R]:
         """Enqueue now; the Celery spelling of ``enqueue``."""
@@ -185,6 +197,20 @@ class RedisTask(_TaskOf[P, R]):
             if not isinstance(key, str) or not 0 < len(key) <= 200:
                 raise InvalidTask(f"idempotency_key() must return a string of 1-200 characters, got {key!r}.")
         return key
+
+
+def _task_ids(results: Any) -> tuple[str, ...]:
+    """``depends_on=[TaskResult | task id, ...]`` as ids; ``InvalidTask`` for anything else."""
+    if isinstance(results, (str, TaskResult)):
+        results = [results]
+    try:
+        items = list(results)
+    except TypeError:
+        raise InvalidTask(f"depends_on must be a list of TaskResults or task ids, got {results!r}.") from None
+    ids = tuple(r.id if isinstance(r, TaskResult) else r for r in items)
+    if not all(isinstance(i, str) and 0 < len(i) <= 64 for i in ids):
+        raise InvalidTask(f"depends_on must be a list of TaskResults or task ids, got {results!r}.")
+    return ids
 
 
 def plain_signature(sig: inspect.Signature) -> str:

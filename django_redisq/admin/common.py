@@ -27,6 +27,8 @@ class AdminPage(Protocol):
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool: ...
 
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool: ...
+
     def has_edit_permission(self, request: HttpRequest) -> bool:
         """Whether the user may edit a dead letter's arguments before its replay (``edit_deadletter``)."""
 

@@ -34,6 +34,7 @@ from django_redisq.admin.display import chart, duration, run_time
 from django_redisq.admin.edit import edit_form, edit_view
 from django_redisq.admin.pause import queue_action_view
 from django_redisq.admin.topics import topic_rewind_view, topics_view
+from django_redisq.admin.workflow import workflow_view
 from django_redisq.conf import get_options
 from django_redisq.exceptions import RedisError, RedisUnavailable
 from django_redisq.models import DeadLetter
@@ -50,6 +51,7 @@ from django_redisq.ops.operations import (
     Progress,
     ScheduleOperations,
 )
+from django_redisq.ops.workflows import workflow_of
 
 ID_RE = TASK_ID_RE
 TOP_RE = re.compile(r"^\d{1,17}$")
@@ -95,6 +97,7 @@ class DeadLetterAdmin(admin.ModelAdmin):
             path("cancel/", wrap(self.cancel_view), name=f"{name}_cancel"),
             path("schedules/", wrap(self.schedules_view), name=f"{name}_schedules"),
             path("schedules/action/", wrap(self.schedule_action_view), name=f"{name}_schedule_action"),
+            path("workflow/<str:alias>/<str:workflow_id>/", wrap(self.workflow_view), name=f"{name}_workflow"),
             path("topics/", wrap(self.topics_view), name=f"{name}_topics"),  # events (admin/topics.py)
             path("topics/rewind/", wrap(self.topic_rewind_view), name=f"{name}_topic_rewind"),
             path("<path:object_id>/change/", wrap(self.log_link_view), name=f"{name}_change"),
@@ -230,6 +233,7 @@ class DeadLetterAdmin(admin.ModelAdmin):
             kwargs_json=json.dumps(detail.kwargs, indent=2, ensure_ascii=False, sort_keys=True),
             targets=[q for q in ins.queues if q != queue],
             workers=list(Counter(detail.workers).items()),  # one per delivery: shown once each, with a count
+            workflow=workflow_of(detail.row.id),  # a workflow step links to its workflow's page (admin/workflow.py)
         )
         if detail.dead_score and not detail.message_error and self.has_edit_permission(request):
             context["edit_form"] = form or edit_form(detail, ins.options.max_message_bytes)
@@ -242,6 +246,10 @@ class DeadLetterAdmin(admin.ModelAdmin):
     def edit_view(self, request: HttpRequest, alias: str, queue: str, task_id: str) -> HttpResponse:
         """Edit a dead letter's arguments, then replay it (admin/edit.py)."""
         return edit_view(self, request, alias, queue, task_id)
+
+    def workflow_view(self, request: HttpRequest, alias: str, workflow_id: str) -> TemplateResponse:
+        """One workflow's steps (admin/workflow.py)."""
+        return workflow_view(self, request, alias, workflow_id)
 
     def cancel_view(self, request: HttpRequest) -> HttpResponse:
         """Cancel tasks selected on a pending, scheduled or running list (admin/cancel.py)."""

@@ -19,6 +19,7 @@ from typing import Any
 
 from django_redisq.compat import prometheus
 from django_redisq.exceptions import RedisError
+from django_redisq.ops import workflows
 from django_redisq.ops.inspector import Inspector, backend_aliases
 from django_redisq.redact import redact
 from django_redisq.store.records import QueueFigures
@@ -100,14 +101,17 @@ class FleetCollector:
     def collect(self) -> Iterator[Any]:
         figures: list[QueueFigures] = []
         up: dict[str, bool] = {}
+        flows: dict[str, dict[str, int]] = {}
         for alias in self.aliases if self.aliases is not None else backend_aliases():
             try:
                 figures += Inspector.for_alias(alias).figures()
+                flows[alias] = workflows.totals(alias)
                 up[alias] = True
             except RedisError as exc:  # a scrape says Redis is down rather than failing
                 logger.warning("metrics: Redis of backend %s did not answer (%s: %s)", alias, type(exc).__name__, redact(str(exc)))
                 up[alias] = False
         yield from families(figures, up)
+        yield from workflows.families(flows)
         from django_redisq.ops.topics import subscription_families  # events
 
         yield from subscription_families([alias for alias, ok in up.items() if ok])

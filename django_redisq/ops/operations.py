@@ -23,9 +23,11 @@ from datetime import datetime
 
 from django_redisq.clock import ms_to_datetime
 from django_redisq.message import encode_arguments
+from django_redisq.ops import workflows
 from django_redisq.ops.inspector import DeadFilter, Inspector, find_schedule
 from django_redisq.store.broker import Broker
 from django_redisq.store.records import pause_state
+from django_redisq.store.workflows import WorkflowStore
 
 logger = logging.getLogger("django_redisq")
 
@@ -133,6 +135,7 @@ class Operations:
         for q in dict.fromkeys(w for w in where.values() if w is not None):
             chosen = [i for i in ids if where.get(i) == q]
             out.update(zip(chosen, self.broker.cancel(q, chosen, who), strict=True))
+            WorkflowStore(self.broker).fail_steps(q, [i for i in chosen if out[i] == "cancelled"], f"cancelled by {who}")
         counts = Counter(out.values())
         logger.info("cancel by %s: %s", who, ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items())))
         return out
@@ -144,13 +147,18 @@ class Operations:
         """
         self.inspector.keys(queue)  # UnknownQueue
         self.broker.edit_replay(queue, task_id, sha, message)
+        workflows.resume_replayed(self.broker, queue, [task_id])  # a workflow step: its workflow runs again
 
     def _act(self, action: str, queue: str, ids: list[str], to: str | None) -> tuple[int, int]:
         if action == DELETE:
             return self.broker.purge(queue, ids), 0
         if to is None or to == queue:
-            return self.broker.replay(queue, ids), 0
-        return self._replay_to(queue, to, ids)
+            done = self.broker.replay(queue, ids), 0
+        else:
+            done = self._replay_to(queue, to, ids)
+        if done[0]:
+            workflows.resume_replayed(self.broker, to or queue, ids)  # workflow steps: their workflows run again
+        return done
 
     def _replay_to(self, queue: str, to: str, ids: list[str]) -> tuple[int, int]:
         """Three atomic steps (see move_out.lua): mark moving here, store pending in ``to``, delete here.

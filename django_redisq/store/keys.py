@@ -86,13 +86,35 @@ not 0), ``maxr`` / ``rate`` (its own fleet-wide limits, when it has them), ``slo
 ``failed``, ``timeout``, ``cancelled``, ``bad_message``, ...),
 ``errors_len`` / ``errors_dropped`` (see store/scripts/lib/errors.lua), ``replayed``,
 ``edited`` (replays with arguments edited in the admin), ``replayed_from``, ``moving_to`` (a dead letter being replayed into that queue).
+
+A workflow (flow.py, workflows.py) keeps its bookkeeping in a hash-tag slot of its own,
+``W`` = ``<KEY_PREFIX>:{wf:<id>}``; its steps are ordinary tasks in their queues' slots:
+
+=================================  ======  =================================================
+``W:meta``                         HASH    status (running, succeeded, failed, cancelled), total steps,
+                                           created_at / finished_at (Redis ms), failed_step, error,
+                                           on_error (the callback's spec), steps (JSON: each step's task and queue)
+``W:spec``                         HASH    step -> JSON spec of a step released by the worker (store/scripts/wf_done.lua)
+``W:deps``                         HASH    step -> JSON list of the steps that wait for it
+``W:done``                         SET     steps that succeeded (a set: a redelivered step counts once)
+``W:res``                          HASH    step -> its result (JSON), kept for the steps that wait for it
+``W:gate``                         HASH    ``<child>|<parent>`` -> 1 per done parent of a waiting step, and
+                                           ``<child>#`` -> how many: readiness in O(1), whatever the fan-in
+``W:failed``                       SET     steps dead-lettered and not since succeeded
+``<KEY_PREFIX>:{workflows}:totals``  HASH  fleet-wide counts of workflow transitions: created, succeeded,
+                                           failed, resumed (un-failed by a replay), cancelled, cancelled_failed
+                                           (cancelled while failed); bumped after each transition (metrics)
+=================================  ======  =================================================
+
+They expire RESULT_TTL after the workflow succeeds or is cancelled, and with the dead letters
+(DEAD_LETTER_TTL, at least RESULT_TTL) after it fails, so a replayed step still finds its workflow.
 """
 
 from __future__ import annotations
 
 from django_redisq.options import DEFAULT_PREFIX, NAME_RE, WORKER_NAME_MAX
 
-__all__ = ["DEFAULT_PREFIX", "NAME_RE", "STATES", "WORKER_NAME_MAX", "QueueKeys", "TopicKeys"]
+__all__ = ["DEFAULT_PREFIX", "NAME_RE", "STATES", "WORKER_NAME_MAX", "QueueKeys", "TopicKeys", "WorkflowKeys"]
 
 STATES = ("pending", "scheduled", "running", "finished", "dead", "moving")
 """``moving``: a dead letter being replayed into another queue (store/scripts/move_out.lua)."""
@@ -171,6 +193,30 @@ class QueueKeys:
         return f"{self.prefix}{name}:{minute}"
 
 
+class WorkflowKeys:
+    """Key names of one workflow, all in its own hash-tag slot ``{wf:<id>}``."""
+
+    __slots__ = ("deps", "done", "failed", "gate", "meta", "res", "spec", "workflow_id")
+
+    def __init__(self, workflow_id: str, key_prefix: str = DEFAULT_PREFIX) -> None:
+        self.workflow_id = workflow_id
+        base = f"{key_prefix}:{{wf:{workflow_id}}}"
+        self.meta = base + ":meta"
+        self.spec = base + ":spec"
+        self.deps = base + ":deps"
+        self.done = base + ":done"
+        self.res = base + ":res"
+        self.gate = base + ":gate"
+        self.failed = base + ":failed"
+
+    @staticmethod
+    def totals(key_prefix: str = DEFAULT_PREFIX) -> str:
+        """The fleet-wide counts of workflow transitions (one HASH in its own slot)."""
+        return f"{key_prefix}:{{workflows}}:totals"
+
+    def all(self) -> list[str]:
+        """Every key, in the order the wf_*.lua scripts take them as KEYS."""
+        return [self.meta, self.spec, self.deps, self.done, self.res, self.gate, self.failed]
 class TopicKeys:
     """Key names of one topic (events), in the topic's own slot: ``<prefix>:{topic:<name>}:...``."""
 

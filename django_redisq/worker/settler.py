@@ -27,6 +27,7 @@ from django_redisq.exceptions import LeaseLost, RedisError
 from django_redisq.store.broker import Broker
 from django_redisq.store.replies import Delivery
 from django_redisq.store.server import is_transient
+from django_redisq.worker.flows import WorkflowHooks
 from django_redisq.worker.outcome import DEAD, RETRY, SUCCESS, Outcome
 
 logger = logging.getLogger("django_redisq")
@@ -80,8 +81,9 @@ class Settler:
     """Acks, retries and buries batches of run tasks for one worker id."""
 
     def __init__(self, broker: Broker, worker_id: str, force: threading.Event, on_settled: Callable[[Batch], None],
-                 on_event: Callable[[str, Delivery, Outcome], None] | None = None) -> None:
+                 on_event: Callable[[str, Delivery, Outcome], None] | None = None, flows: WorkflowHooks | None = None) -> None:
         self.broker = broker
+        self.flows = flows  # workflow steps: recorded and their dependents released before the ack (worker/flows.py)
         self.worker_id = worker_id
         self.force = force
         self.on_settled = on_settled
@@ -96,8 +98,9 @@ class Settler:
             self._save_metadata(batch)
             acks: dict[str, list[tuple[str, str]]] = {}
             runs: dict[str, list[tuple[str, float]]] = {}  # run times, written by the same call (store/durations.py)
+            hold = self.flows.before_ack(batch, self.with_retries) if self.flows else set()
             for d, o in batch:
-                if o.kind == SUCCESS:
+                if o.kind == SUCCESS and (d.queue, d.id) not in hold:
                     acks.setdefault(d.queue, []).append((d.id, o.result_json))
                     runs.setdefault(d.queue, []).append((o.task_name or d.task, o.duration))
             for q, results in acks.items():
@@ -111,6 +114,8 @@ class Settler:
                     # False: dead-lettered instead (a cancel request came while it ran)
                     self._tell(LEASE_LOST if done is _LOST else RETRIED if done else DEAD_LETTERED, (d, o), done is None)
                 elif o.kind == DEAD:
+                    if self.flows:
+                        self.flows.before_bury(d, o, self.with_retries)
                     done = self.with_retries(partial(self.broker.bury, d.queue, self.worker_id, d.id, o.error, o.reason, o.failed), f"burying {d.id}")
                     self._tell(LEASE_LOST if done is _LOST else DEAD_LETTERED, (d, o), done is None)
         finally:  # whatever happened above, the worker forgets these tasks (what Redis still holds, the sweep hands back)

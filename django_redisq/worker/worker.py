@@ -50,7 +50,9 @@ from django_redisq.store import server
 from django_redisq.store.broker import Broker
 from django_redisq.store.replies import CORRUPT, NOMSG, Delivery
 from django_redisq.store.server import BLOCK_TIMEOUT
+from django_redisq.store.workflows import WorkflowStore
 from django_redisq.worker.fetcher import Fetcher
+from django_redisq.worker.flows import WorkflowHooks
 from django_redisq.worker.handback import HandBack
 from django_redisq.worker.heartbeat import Heartbeat
 from django_redisq.worker.held import Held
@@ -182,7 +184,8 @@ class Worker:
         # stops with the settler, once nothing runs: the marks say so until then
         self.marks = Marks(self.broker, self.id, self.queues, held, self._flush_stop, self.options.worker_timeout,
                            self.options.heartbeat_interval)
-        self.settler = Settler(self.broker, self.id, self._force, self._settled, on_event=self.observer.settle_event)
+        self.settler = Settler(self.broker, self.id, self._force, self._settled, on_event=self.observer.settle_event,
+                               flows=WorkflowHooks(WorkflowStore(self.broker)))
         self.tasklog = TaskLog()
         self.upkeep = Upkeep(self.broker, self.id, self.queues, held, self.pool, self._stop, self.options.heartbeat_interval,
                              burst, self.observer.recovered, paused=self.fetcher.paused, tick=self.tasklog.tick,

@@ -4,6 +4,7 @@
     redisq queue [list | pause NAME | resume NAME]     _queue.py
     redisq health [--max-pending N] [...]              _health.py
     redisq topics [rewind SUBSCRIPTION --to ...]       _topics.py (events)
+    redisq workflow ID                                 _workflow.py (workflows)
     redisq schedules [pause | resume | run NAME]       _schedules.py
     redisq dead (list | show | replay | purge) ...     _dead.py
     redisq cancel ID [ID ...]                          _cancel.py
@@ -47,11 +48,11 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_redisq.exceptions import RedisError, RedisUnavailable
-from django_redisq.management.commands import _cancel, _dead, _health, _out, _queue, _schedules, _stats, _task, _topics
+from django_redisq.management.commands import _cancel, _dead, _health, _out, _queue, _schedules, _stats, _task, _topics, _workflow
 from django_redisq.management.commands._args import one_voice
 from django_redisq.ops.inspector import Inspector, UnknownQueue
 
-FAMILIES: tuple[ModuleType, ...] = (_stats, _queue, _health, _topics, _schedules, _dead, _cancel, _task)
+FAMILIES: tuple[ModuleType, ...] = (_stats, _queue, _health, _topics, _workflow, _schedules, _dead, _cancel, _task)
 
 
 class Command(BaseCommand):
@@ -63,7 +64,8 @@ class Command(BaseCommand):
         parser = one_voice(parser)  # one-line usage errors; its subcommands take the global options too
         parser.add_argument("--backend", default="default", help="the TASKS alias (default: %(default)s)")
         parser.add_argument("--json", action="store_true", help="print JSON (every subcommand; errors too)")
-        sub = parser.add_subparsers(dest="command", required=True, metavar="{stats,queue,health,topics,schedules,dead,cancel,task}")
+        sub = parser.add_subparsers(dest="command", required=True,
+                                    metavar="{stats,queue,health,topics,workflow,schedules,dead,cancel,task}")
         self.families: dict[str, ModuleType] = {}
         for family in FAMILIES:
             before = set(sub.choices)

@@ -39,6 +39,13 @@ NAMES = (
     "pause",
     "resume",
     "progress",
+    "wf_create",
+    "wf_start",
+    "wf_done",
+    "wf_fail",
+    "wf_cancel",
+    "wf_adopt",
+    "wf_resume",
     # events (store/topics.py)
     "topic_publish",
     "topic_groups",

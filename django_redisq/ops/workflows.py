@@ -1,0 +1,121 @@
+"""What operators read of one workflow: each step's state, timing, attempts and where to find it.
+
+The admin's workflow page and ``manage.py redisq workflow`` show the same
+``WorkflowView``; both go through here, never to the store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django_redisq.clock import ms_to_datetime
+from django_redisq.conf import get_options
+from django_redisq.flow import parse_step_id
+from django_redisq.store.broker import Broker
+from django_redisq.store.workflows import WorkflowStore
+from django_redisq.workflows import WorkflowNotFound, WorkflowResult
+
+__all__ = ["StepView", "WorkflowNotFound", "WorkflowView", "describe", "families", "resume_replayed", "totals", "workflow_of"]
+
+
+@dataclass(frozen=True, slots=True)
+class StepView:
+    index: int
+    task_id: str
+    task: str
+    queue: str
+    state: str  # the task's stored state; "waiting" until its parents are done (or for good, once the workflow failed)
+    status: str  # Django's status of the step's result
+    parents: list[int]
+    enqueued_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    attempts: int
+    error: str
+
+    @property
+    def dead(self) -> bool:
+        return self.state == "dead"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowView:
+    id: str
+    alias: str
+    status: str
+    stored_status: str  # running, succeeded, failed, cancelled (the workflow's own record)
+    error: str
+    created_at: datetime | None
+    finished_at: datetime | None
+    steps: list[StepView] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        def when(d: datetime | None) -> str | None:
+            return d.isoformat() if d else None
+
+        return {"id": self.id, "backend": self.alias, "status": self.status, "stored_status": self.stored_status, "error": self.error,
+                "created_at": when(self.created_at), "finished_at": when(self.finished_at),
+                "steps": [{"index": s.index, "task_id": s.task_id, "task": s.task, "queue": s.queue, "state": s.state,
+                           "status": s.status, "parents": s.parents, "enqueued_at": when(s.enqueued_at),
+                           "started_at": when(s.started_at), "finished_at": when(s.finished_at), "attempts": s.attempts,
+                           "error": s.error} for s in self.steps]}
+
+
+def describe(workflow_id: str, alias: str = "default") -> WorkflowView:
+    """The workflow read now; ``WorkflowNotFound`` if there is none."""
+    if not isinstance(workflow_id, str) or not 0 < len(workflow_id) <= 48:
+        raise WorkflowNotFound(f"no workflow {workflow_id!r}")
+    wf = WorkflowResult(alias, workflow_id).refresh()
+    state = wf.state
+    meta = state.meta if state else {}
+    steps = []
+    for i, (res, st) in enumerate(zip(wf.results, wf.states, strict=True)):
+        info = state.steps[i] if state else {}
+        error = ""
+        if res.errors:
+            last = res.errors[-1]
+            error = (last.traceback or "").strip().splitlines()[-1] if last.traceback else last.exception_class_path
+        steps.append(StepView(i, res.id, info.get("t", ""), info.get("q", ""), st, str(res.status), list(info.get("p", [])),
+                              res.enqueued_at, res.started_at, res.finished_at, len(res.worker_ids), error))
+    return WorkflowView(wf.id, alias, str(wf.status), meta.get("status", ""), wf.error,
+                        ms_to_datetime(meta.get("created_at")), ms_to_datetime(meta.get("finished_at")), steps)
+
+
+def resume_replayed(broker: Broker, queue: str, ids: Sequence[str]) -> int:
+    """After a replay (or an edit-then-replay) of ``ids`` into ``queue``: put the workflow steps among them back in
+    their workflows (store ``resume``): a failed workflow runs again once none of its steps is dead. How many resumed."""
+    store = WorkflowStore(broker)
+    return sum(store.resume(wf, step) == "resumed" for wf, step, _ in store.replayed_steps(queue, ids))
+
+
+def totals(alias: str = "default") -> dict[str, int]:
+    """The fleet-wide workflow counts of a backend (store/workflows.py ``totals``): one HGETALL."""
+    return WorkflowStore(Broker(get_options(alias))).totals()
+
+
+def families(by_alias: dict[str, dict[str, int]]) -> Iterator[Any]:
+    """Prometheus families: workflows running now, and the totals that succeeded, failed, were cancelled."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    running = GaugeMetricFamily("redisq_workflows_running", "Workflows started and not ended (failed ones replayed count again).",
+                                labels=["backend"])
+    names = {"enqueued": "created", "succeeded": "succeeded", "failed": "failed", "cancelled": "cancelled"}
+    ended = {name: CounterMetricFamily(f"redisq_workflows_{name}", f"Workflows {name}.", labels=["backend"]) for name in names}
+    for alias, t in by_alias.items():
+        running.add_metric([alias], float(t["running"]))
+        for name, family in ended.items():
+            family.add_metric([alias], float(t[names[name]]))
+    yield running
+    yield from ended.values()
+
+
+def workflow_of(task_id: str, metadata: dict[str, Any] | None = None) -> str:
+    """The workflow a task belongs to, from its id (``<workflow>.<n>``) or its metadata's marker; '' for none."""
+    found = (metadata or {}).get("_workflow")
+    if isinstance(found, list) and found and isinstance(found[0], list) and found[0] and isinstance(found[0][0], str):
+        return found[0][0]
+    parsed = parse_step_id(task_id)
+    return parsed[0] if parsed and len(parsed[0]) == 22 else ""

@@ -1,0 +1,229 @@
+"""A workflow's Redis steps: create, start, a step done, a step failed, cancel, and reads.
+
+Each step is one script on the workflow's own slot (``{wf:<id>}``, keys.py's
+``WorkflowKeys``); the workflow's steps are ordinary tasks queued through the
+``Broker`` in their own queues' slots, so a workflow may span queues and
+Cluster nodes. Nothing here touches two slots in one script: releasing a step
+into its queue is a separate, idempotent enqueue by its deterministic task id
+(enqueue.lua answers ``'!'`` for an id that exists), done by the caller after
+``done`` answered.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from django_redisq.flow import MARKER, error_id, markers, release_call, step_id
+from django_redisq.message import dumps, encode
+from django_redisq.store.broker import Broker
+from django_redisq.store.keys import WorkflowKeys
+
+FAILED_KEPT = 30 * 86400.0
+"""Seconds a failed workflow's keys are kept when DEAD_LETTER_TTL is 0 (its dead letters are then kept until
+trimmed by DEAD_LETTER_MAX): a replay within this time still finds the workflow; after it, the replayed step runs alone."""
+PROVISIONAL_MS = 3_600_000
+"""TTL of a new workflow's keys until its first steps are queued (wf_start.lua makes them last)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Released:
+    """A step whose parents are all done: its index, stored spec and the parents' results (in parent order)."""
+
+    step: int
+    spec: dict[str, Any]
+    inputs: list[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class DoneReply:
+    status: str  # gone, cancelled, running, failed, succeeded, or ended (this call completed the workflow)
+    released: list[Released] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowState:
+    """What a read of one workflow's keys found (``None`` from ``read`` when it is gone)."""
+
+    id: str
+    meta: dict[str, str]
+    done: set[int]
+    failed: set[int]
+    steps: list[dict[str, Any]]
+
+
+class WorkflowStore:
+    """The workflow steps of one backend, on its broker's client and scripts."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    def keys(self, workflow_id: str) -> WorkflowKeys:
+        return WorkflowKeys(workflow_id, self.broker.options.key_prefix)
+
+    def _run(self, script: str, workflow_id: str, args: Sequence[Any]) -> Any:
+        return self.broker._script(script)(keys=self.keys(workflow_id).all(), args=list(args))
+
+    def create(self, workflow_id: str, steps: list[dict[str, Any]], specs: dict[int, dict[str, Any]],
+               children: dict[int, list[int]], on_error: dict[str, Any] | None) -> bool:
+        """Store a new workflow (provisional TTL: ``start`` follows once its first steps are queued)."""
+        argv: list[Any] = [len(steps), json.dumps(steps, separators=(",", ":")),
+                           json.dumps(on_error, separators=(",", ":")) if on_error else "", PROVISIONAL_MS, len(specs)]
+        for index, spec in specs.items():
+            argv += [index, json.dumps(spec, separators=(",", ":"))]
+        for index, spec in specs.items():
+            argv += [index, len(spec["p"])]
+        for index, kids in children.items():
+            if kids:
+                argv += [index, json.dumps(kids)]
+        created = bool(self._run("wf_create", workflow_id, argv))
+        if created:
+            self.count("created")
+        return created
+
+    def start(self, workflow_id: str) -> str:
+        return str(self._run("wf_start", workflow_id, []))
+
+    def done(self, workflow_id: str, step: int, result_json: str) -> DoneReply:
+        """Record ``step`` as done; every waiting step whose parents are now all done (see wf_done.lua)."""
+        reply = self._run("wf_done", workflow_id, [step, result_json, self.broker._ms(self.broker.options.result_ttl)])
+        released = [Released(int(reply[i]), json.loads(reply[i + 1]), json.loads(reply[i + 2]))
+                    for i in range(1, len(reply) - 2, 3)]
+        status = str(reply[0])
+        if status in ("ended", "resumed", "ended_resumed"):
+            self.count("succeeded" if status != "resumed" else "", "resumed" if status != "ended" else "")
+        return DoneReply({"resumed": "running", "ended_resumed": "ended"}.get(status, status), released)
+
+    def release(self, workflow_id: str, released: Sequence[Released]) -> int:
+        """Queue each released step by its fixed id, in its own queue (an id already stored is left alone); how many were new."""
+        new = 0
+        for r in released:
+            args, kwargs, delay = release_call(r.spec, r.inputs)
+            new += self.enqueue_step(step_id(workflow_id, r.step), r.spec, args, kwargs, delay)
+        return new
+
+    def enqueue_step(self, task_id: str, spec: dict[str, Any], args: list[Any], kwargs: dict[str, Any], delay: int) -> bool:
+        """Queue one step (or an on_error callback) from its spec; False: the id was stored already (idempotent)."""
+        msg = encode(args, kwargs, spec.get("o") or None, spec.get("m") or None)
+        item = (task_id, msg, spec["t"], delay, spec.get("i") or "", int(spec.get("pr") or 0), spec.get("l") or "")
+        return not self.broker.enqueue(spec.get("q", "default"), [item])[0].duplicate_of
+
+    def adopt(self, queue: str, task_id: str, workflow_id: str, step: int) -> tuple[str, str]:
+        """Mark task ``task_id`` of ``queue`` (enqueued earlier) as step ``step`` of the workflow (wf_adopt.lua).
+
+        Returns (what it found, its result JSON if it has finished already): ``missing``, ``finished``,
+        ``dead``, or the state it was marked in. The metadata is read, extended here (JSON in Python, so
+        the user's values keep their exact form) and written only if unchanged meanwhile.
+        """
+        tkey = self.broker.keys(queue).task(task_id)
+        for _ in range(20):
+            saved, msg = self.broker.client.hmget(tkey, ["metadata", "msg"])
+            meta: Any = None
+            try:
+                meta = json.loads(saved) if saved else (json.loads(msg).get("m") if msg else None)
+            except (ValueError, AttributeError):
+                meta = None
+            meta = dict(meta) if isinstance(meta, dict) else {}
+            pairs = meta.get(MARKER) if isinstance(meta.get(MARKER), list) else []
+            meta[MARKER] = [*pairs, [workflow_id, step]]
+            reply = self.broker._script("wf_adopt")(keys=[tkey], args=[saved or "", dumps(meta)])
+            if reply[0] != "changed":
+                return str(reply[0]), str(reply[1]) if len(reply) > 1 else "null"
+        return "changed", "null"
+
+    def fail(self, workflow_id: str, step: int, error: str) -> tuple[str, dict[str, Any] | None, bool]:
+        """Fail the workflow for ``step``: (status, the on_error spec to queue (idempotently), whether this call failed it)."""
+        o = self.broker.options
+        ttl = max(o.result_ttl, o.dead_letter_ttl) if o.dead_letter_ttl else FAILED_KEPT
+        status, on_error, first = self._run("wf_fail", workflow_id, [step, error[:2000], self.broker._ms(ttl)])
+        if int(first):
+            self.count("failed")
+        return str(status), (json.loads(on_error) if on_error else None), bool(int(first))
+
+    def resume(self, workflow_id: str, step: int) -> str:
+        """A failed step was replayed: the workflow runs again once no failed step is left (wf_resume.lua)."""
+        status = str(self._run("wf_resume", workflow_id, [step]))
+        if status == "resumed":
+            self.count("resumed")
+        return status
+
+    def replayed_steps(self, queue: str, ids: Sequence[str], dead: bool = False) -> list[tuple[str, int, str]]:
+        """The ``(workflow, step, task id)`` of those ``ids`` of ``queue`` that are workflow steps and no longer dead
+        (``dead``: that are dead), in one round trip."""
+        pipe = self.broker.client.pipeline(transaction=False)
+        for task_id in ids:
+            pipe.hmget(self.broker.keys(queue).task(task_id), ["state", "msg", "metadata"])
+        found = []
+        for task_id, (state, msg, metadata) in zip(ids, pipe.execute(), strict=True):
+            if state and (state == "dead") == dead:
+                found += [(wf, step, task_id) for wf, step in markers(msg or "", metadata or "")]
+        return found
+
+    def fail_steps(self, queue: str, ids: Sequence[str], why: str) -> None:
+        """Fail the workflows of those ``ids`` that are dead workflow steps (dead-lettered outside a worker's settle:
+        a cancel of the step itself), and queue their ``on_error`` callbacks (once, by id)."""
+        for wf, step, task_id in self.replayed_steps(queue, ids, dead=True):
+            _, on_error, _ = self.fail(wf, step, f"step {step} (task {task_id}) {why}")
+            if on_error:
+                self.enqueue_step(error_id(wf), on_error, [*(on_error.get("a") or []), wf, task_id], dict(on_error.get("k") or {}), 0)
+
+    def cancel(self, workflow_id: str, who: str) -> str:
+        before = str(self._run("wf_cancel", workflow_id, [who, self.broker._ms(self.broker.options.result_ttl)]))
+        if before in ("running", "failed"):
+            self.count("cancelled", "cancelled_failed" if before == "failed" else "")
+        return before
+
+    def count(self, *fields: str) -> None:
+        """Bump the fleet-wide transition counts (after the transition: a crash in between loses a count, never a step)."""
+        key = WorkflowKeys.totals(self.broker.options.key_prefix)
+        for name in fields:
+            if name:
+                self.broker.client.hincrby(key, name, 1)
+
+    def totals(self) -> dict[str, int]:
+        """created, succeeded, failed, resumed, cancelled, cancelled_failed, and ``running`` derived from them."""
+        raw = self.broker.client.hgetall(WorkflowKeys.totals(self.broker.options.key_prefix))
+        t = {name: int(raw.get(name, 0)) for name in ("created", "succeeded", "failed", "resumed", "cancelled", "cancelled_failed")}
+        t["running"] = max(0, t["created"] - t["succeeded"] - t["failed"] + t["resumed"] - (t["cancelled"] - t["cancelled_failed"]))
+        return t
+
+    def status(self, workflow_id: str) -> str | None:
+        found = self.broker.client.hget(self.keys(workflow_id).meta, "status")
+        return None if found is None else str(found)
+
+    def read(self, workflow_id: str) -> WorkflowState | None:
+        """The workflow's meta, done and failed steps (one round trip; bounded by the workflow's size)."""
+        k = self.keys(workflow_id)
+        pipe = self.broker.client.pipeline(transaction=False)
+        pipe.hgetall(k.meta)
+        pipe.smembers(k.done)
+        pipe.smembers(k.failed)
+        meta, done, failed = pipe.execute()
+        if not meta:
+            return None
+        try:
+            steps = json.loads(meta.get("steps") or "[]")
+        except ValueError:
+            steps = []
+        return WorkflowState(workflow_id, dict(meta), {int(s) for s in done}, {int(s) for s in failed}, steps)
+
+    def task_hashes(self, wanted: Sequence[tuple[str, str]], queues: Sequence[str]) -> list[tuple[str, dict[str, str]] | None]:
+        """``Broker.get_task`` of many ``(task id, queue)`` in one round trip: each looked up in its queue first, then
+        in ``queues`` (a step replayed into another queue), in every partition."""
+        order = [self.broker.options.physical_all([q, *(x for x in queues if x != q)]) for _, q in wanted]
+        pipe = self.broker.client.pipeline(transaction=False)
+        for (task_id, _), qs in zip(wanted, order, strict=True):
+            for key in self.broker.task_hashes(task_id, qs):
+                pipe.hgetall(key)
+        replies = pipe.execute()
+        out, at = [], 0
+        for qs in order:
+            out.append(self.broker.found_task(qs, replies[at:at + len(qs)]))
+            at += len(qs)
+        return out
+
+    def spec(self, workflow_id: str, step: int) -> dict[str, Any] | None:
+        found = self.broker.client.hget(self.keys(workflow_id).spec, str(step))
+        return json.loads(found) if found else None

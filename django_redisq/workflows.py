@@ -1,0 +1,336 @@
+"""Enqueueing workflows (``chain``, ``group``, ``chord``, ``depends_on``) and reading them back: ``WorkflowResult``.
+
+Design, and why:
+
+- Every step is an ordinary task (its own retries, time limit, priority,
+  idempotency key and dead letter) with a task id fixed when the workflow is
+  created (``<workflow>.<n>``, flow.py), so ``.results`` can name every step
+  before it runs and releasing a step twice is a no-op (enqueue.lua refuses an
+  id that exists).
+- The bookkeeping (which steps are done, their results for the steps waiting
+  for them, which failed) lives in the workflow's own hash-tag slot
+  (keys.py's ``WorkflowKeys``), one script per transition
+  (store/scripts/wf_*.lua); steps may be on any queues, in any Cluster slots.
+- The first steps are queued here; every other step is queued by the worker
+  that settles its last parent (worker/flows.py), before that parent's ack.
+- A replay from the dead letters puts a failed step back in its workflow:
+  after the replay, ops/operations.py runs wf_resume.lua (the workflow runs
+  again, its keys stop expiring). Status is read, not only stored, so a
+  crash between the replay and that step changes nothing a reader sees: a
+  failed workflow whose failed steps are no longer dead reads RUNNING, and
+  wf_done.lua un-fails it when the replayed step succeeds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import time
+from typing import Any
+
+from django_redisq.compat import Task, TaskError, TaskResult, TaskResultStatus, task_backends
+from django_redisq.exceptions import InvalidArguments, RedisQError
+from django_redisq.flow import MARKER, Node, Signature, compile_flow, parse_step_id, step_id
+from django_redisq.limits import task_limits
+from django_redisq.message import encode, encode_arguments
+from django_redisq.store.workflows import WorkflowState, WorkflowStore
+from django_redisq.task import RedisTask
+
+FINAL = (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED)
+FULL_EVERY = 1.0
+"""Seconds between full reads while waiting (a step dead-lettered outside a worker's settle shows only in those)."""
+
+
+class WorkflowNotFound(RedisQError, LookupError):
+    """No workflow with this id (never created, or its keys expired RESULT_TTL after it ended)."""
+
+
+def _store(backend: Any) -> WorkflowStore:
+    store = getattr(backend, "_workflow_store", None)
+    if store is None:
+        store = WorkflowStore(backend.broker)
+        backend._workflow_store = store
+    return store
+
+
+def _spec(backend: Any, sig: Signature, workflow_id: str, index: int, takes_input: bool, trailing: int = 0) -> dict[str, Any]:
+    """A step as stored: everything the worker needs to queue it later, checked now (with ``trailing`` arguments added later)."""
+    task = sig.task
+    if not isinstance(task, RedisTask):
+        raise InvalidArguments(f"{task!r} is not a django_redisq task: use @task from django_redisq (or this backend's).")
+    if task.depends_on and not isinstance(sig, _Plain):
+        raise InvalidArguments(f"{task.module_path}: depends_on applies to task.enqueue(); in a workflow, chain the steps instead.")
+    if task.backend != backend.alias:
+        raise InvalidArguments(f"all steps of a workflow must use one backend: {task.module_path} uses {task.backend!r}, "
+                               f"the workflow {backend.alias!r}.")
+    backend._validated(task)
+    backend._bind(task, [None] * takes_input + list(sig.args) + [None] * trailing, dict(sig.kwargs))  # ``trailing``: added later
+    args, kwargs, _ = encode_arguments(sig.args, sig.kwargs, backend.conf.max_message_bytes)
+    metadata = dict(getattr(task, "metadata", None) or {})
+    if index >= 0:
+        metadata[MARKER] = [[workflow_id, index]]
+    at = None
+    if task.run_after is not None:
+        at = int(task.run_after.timestamp() * 1000)
+    return {"t": task.module_path, "q": task.queue_name, "a": args, "k": kwargs, "o": backend._overrides(task),
+            "m": metadata, "pr": int(task.priority), "at": at, "i": task.key_for(args, kwargs), "l": task_limits(task)}
+
+
+def enqueue_workflow(backend: Any, node: Node, on_error: Signature | None = None) -> WorkflowResult:
+    """Store the workflow in its slot, queue its first steps, then let it run (see the module docstring).
+
+    A crash between the store and the queueing leaves keys with a provisional TTL
+    (store/workflows.py) and no step: nothing runs, nothing stays.
+    """
+    steps = compile_flow(node)
+    if not steps:
+        raise InvalidArguments("a workflow needs at least one task signature.")
+    workflow_id = _new_id()
+    specs = {s.index: _spec(backend, s.sig, workflow_id, s.index, s.mode != "none") for s in steps}
+    for s in steps:
+        specs[s.index].update(mode=s.mode, p=s.parents)
+    error_spec = None
+    if on_error is not None:
+        error_spec = _spec(backend, on_error, workflow_id, -1, False, trailing=2)  # gets (workflow id, failed task id) too
+        error_spec.update(mode="none", p=[])
+    summary = [{"t": specs[s.index]["t"], "q": specs[s.index]["q"], "p": s.parents} for s in steps]
+    waiting = {s.index: specs[s.index] for s in steps if s.parents}
+    store = _store(backend)
+    store.create(workflow_id, summary, waiting, {s.index: s.children for s in steps}, error_spec)
+    by_queue: dict[str, list[tuple[str, str, str, int, str, int, str]]] = {}
+    now_ms = time.time() * 1000
+    for s in steps:
+        if s.parents:
+            continue
+        spec = specs[s.index]
+        msg = encode(spec["a"], spec["k"], spec["o"] or None, spec["m"] or None)
+        delay = max(0, int(spec["at"] - now_ms)) if spec["at"] is not None else 0
+        by_queue.setdefault(spec["q"], []).append((step_id(workflow_id, s.index), msg, spec["t"], delay, spec["i"], spec["pr"], spec["l"]))
+    for queue, items in by_queue.items():
+        backend.broker.enqueue(queue, items)
+    store.start(workflow_id)
+    wf = WorkflowResult(backend.alias, workflow_id)
+    # as enqueued, without a read: every step READY (refresh() reads them)
+    wf.results = [backend.result_class(task=s.sig.task, id=step_id(workflow_id, s.index), status=TaskResultStatus.READY,
+                                       enqueued_at=None, started_at=None, last_attempted_at=None, finished_at=None,
+                                       args=list(specs[s.index]["a"]), kwargs=dict(specs[s.index]["k"]), backend=backend.alias,
+                                       errors=[], worker_ids=[]) for s in steps]
+    wf.states = ["waiting" if s.parents else "pending" for s in steps]
+    return wf
+
+
+class _Plain(Signature):
+    """The call of ``task.using(depends_on=[...]).enqueue(...)``: a step like any other."""
+
+
+def enqueue_dependent(backend: Any, task: Any, args: list[Any], kwargs: dict[str, Any]) -> TaskResult:
+    """``task.using(depends_on=[r1, r2]).enqueue(...)``: a workflow of the parents (tasks enqueued earlier) and this call.
+
+    Each parent gets the workflow's marker in its saved metadata (wf_adopt.lua, in its own
+    queue's slot), so the worker that settles it records it here; a parent that has finished
+    already is recorded now, one that failed fails the workflow. A parent fetched by a worker
+    before the marker was written cannot tell that worker; it is recorded by the next read of
+    the workflow or of this task's result (``refresh``). Returns this call's ``TaskResult``
+    (READY until the parents succeeded; FAILED, naming the parent, if one failed for good).
+    """
+    parents = []
+    for parent_id in task.depends_on:
+        found = backend.broker.get_task(parent_id, sorted(backend.queues))
+        if found is None or "msg" not in found[1]:
+            raise InvalidArguments(f"depends_on names {parent_id!r}, which is no task of backend {backend.alias!r}.")
+        parents.append((parent_id, found[0], found[1].get("task", "")))
+    workflow_id = _new_id()
+    k = len(parents)
+    spec = _spec(backend, _Plain(task, tuple(args), dict(kwargs)), workflow_id, k, False)
+    spec.update(mode="none", p=list(range(k)))
+    summary = [{"t": path, "q": queue, "p": [], "id": pid} for pid, queue, path in parents]
+    summary.append({"t": spec["t"], "q": spec["q"], "p": list(range(k))})
+    store = _store(backend)
+    store.create(workflow_id, summary, {k: spec}, {i: [k] for i in range(k)}, None)
+    for i, (pid, queue, _) in enumerate(parents):
+        found_state, result = store.adopt(queue, pid, workflow_id, i)
+        _settle_parent(store, workflow_id, i, pid, found_state, result)
+    store.start(workflow_id)
+    return WorkflowResult(backend.alias, workflow_id).refresh().results[-1]
+
+
+def _settle_parent(store: WorkflowStore, workflow_id: str, step: int, task_id: str, state: str, result: str) -> None:
+    """Record a parent found finished (and release what waits), or fail the workflow for one found dead or gone."""
+    if state == "finished":
+        reply = store.done(workflow_id, step, result)
+        store.release(workflow_id, reply.released)
+    elif state in ("dead", "missing"):
+        store.fail(workflow_id, step, f"step {step} (task {task_id}) {'failed' if state == 'dead' else 'expired'} before its dependents ran")
+
+
+def fail_cancelled(backend: Any, queue: str, task_id: str, who: str) -> None:
+    """A workflow step cancelled by itself (``cancel(step id)``) fails its workflow, as a dead-lettered step does."""
+    _store(backend).fail_steps(queue, [task_id], f"cancelled by {who}")
+
+
+def waiting_result(backend: Any, task_id: str) -> TaskResult | None:
+    """The result of a workflow step not queued yet (READY, or FAILED saying why), or None if ``task_id`` is none."""
+    parsed = parse_step_id(task_id)
+    if parsed is None or not 0 < len(parsed[0]) <= 48:
+        return None
+    try:
+        wf = WorkflowResult(backend.alias, parsed[0]).refresh()
+    except WorkflowNotFound:
+        return None
+    return wf.results[parsed[1]] if parsed[1] < len(wf.results) else None
+
+
+def _new_id() -> str:
+    return secrets.token_urlsafe(16).replace("-", "x")  # 22 characters; never starts with "-"
+
+
+class WorkflowResult:
+    """A workflow, as last read: ``status``, ``results`` (one ``TaskResult`` per step, as written), ``refresh()``."""
+
+    def __init__(self, backend: str, workflow_id: str) -> None:
+        self.backend = backend
+        self.id = workflow_id
+        self.status: TaskResultStatus = TaskResultStatus.READY
+        self.results: list[TaskResult] = []
+        self.error: str = ""
+        self.state: WorkflowState | None = None
+        self.states: list[str] = []  # each step's stored task state, as last read ("waiting": not queued)
+
+    def __repr__(self) -> str:
+        return f"<WorkflowResult {self.id} {self.status}>"
+
+    @property
+    def _backend(self) -> Any:
+        return task_backends[self.backend]
+
+    @property
+    def return_value(self) -> Any:
+        """The last step's return value (a chord's callback, a chain's last step), once SUCCESSFUL."""
+        return self.results[-1].return_value if self.results else None
+
+    def refresh(self, _repairing: bool = False) -> WorkflowResult:
+        """Read the workflow and each of its steps again (one read per step: for operators and waiters, not a hot path)."""
+        backend = self._backend
+        state = _store(backend).read(self.id)
+        if state is None:
+            raise WorkflowNotFound(f"no workflow {self.id!r} (never created, or expired RESULT_TTL after it ended)")
+        self.state = state
+        meta = state.meta
+        failed_task = step_id(self.id, int(meta["failed_step"])) if meta.get("failed_step") else ""
+        why = meta.get("error") or (f"workflow cancelled by {meta.get('cancelled_by')}" if meta.get("status") == "cancelled" else "")
+        ids = [(info.get("id") or step_id(self.id, i), info.get("q", "default")) for i, info in enumerate(state.steps)]
+        hashes = _store(backend).task_hashes(ids, sorted(backend.queues))
+        found = [self._step_result(backend, i, info, state, why, hashes[i]) for i, info in enumerate(state.steps)]
+        late = [(i, info["id"], st) for i, (info, (_, st)) in enumerate(zip(state.steps, found, strict=True))
+                if info.get("id") and i not in state.done and st in ("finished", "dead") and meta.get("status") == "running"]
+        if late and not _repairing:  # a depends_on parent settled by a worker that never saw the marker
+            store = _store(backend)
+            for i, task_id, st in late:
+                _settle_parent(store, self.id, i, task_id, st, json.dumps(found[i][0].return_value) if st == "finished" else "")
+            return self.refresh(_repairing=True)
+        self.results = results = [r for r, _ in found]
+        self.states = [s for _, s in found]
+        dead = {i for i, s in enumerate(self.states) if s == "dead" and i not in state.done}
+        status = meta.get("status", "running")
+        if dead and status == "running" and not _repairing:  # dead-lettered where no hook saw it: fail it now
+            for i in sorted(dead):
+                where = hashes[i]
+                if where is not None:
+                    _store(backend).fail_steps(where[0], [ids[i][0]], "was dead-lettered")
+            return self.refresh(_repairing=True)
+        if status == "succeeded":
+            self.status = TaskResultStatus.SUCCESSFUL
+        elif status == "cancelled" or (status == "failed" and (dead or not state.failed)):
+            self.status = TaskResultStatus.FAILED
+        elif dead:  # dead-lettered outside a worker's settle (a cancel of one step): failed all the same
+            self.status = TaskResultStatus.FAILED
+        elif state.done or any(r.status != TaskResultStatus.READY for r in results):
+            self.status = TaskResultStatus.RUNNING
+        else:
+            self.status = TaskResultStatus.READY
+        self.error = why if self.status == TaskResultStatus.FAILED else ""
+        if self.status == TaskResultStatus.FAILED and not self.error and failed_task:
+            self.error = f"step {meta.get('failed_step')} (task {failed_task}) failed"
+        return self
+
+    def _step_result(self, backend: Any, index: int, info: dict[str, Any], state: WorkflowState, why: str,
+                     found: tuple[str, dict[str, str]] | None) -> tuple[TaskResult, str]:
+        """A step's ``TaskResult`` and its task's stored state (``waiting``: not queued yet, or expired)."""
+        task_id = info.get("id") or step_id(self.id, index)  # "id": a depends_on parent, enqueued before
+        if found is not None and "msg" in found[1]:
+            return backend.build_result(task_id, found[0], found[1]), found[1].get("state", "")
+        task: Task = backend.resolve_task(info.get("t", ""), info.get("q", "default"))
+        status = TaskResultStatus.READY
+        errors: list[TaskError] = []
+        if index in state.done:  # done, and its task hash expired since
+            status = TaskResultStatus.SUCCESSFUL
+        elif why:
+            status = TaskResultStatus.FAILED
+            errors = [TaskError(exception_class_path="django_redisq.workflows.StepNotRun",
+                                traceback=f"not run: {why}")]
+        result = backend.result_class(task=task, id=task_id, status=status, enqueued_at=None, started_at=None,
+                                      last_attempted_at=None, finished_at=None, args=[], kwargs={}, backend=self.backend,
+                                      errors=errors, worker_ids=[])
+        return result, "waiting"
+
+    def _poll(self, full: bool) -> bool:
+        """Whether the workflow has ended. Between full reads (every ``FULL_EVERY`` seconds), one HGET of its
+        stored status: waiting on a 1,000-step chord costs a round trip per poll, not a read of every step."""
+        if not full:
+            stored = _store(self._backend).status(self.id)
+            if stored == "running":
+                return False
+        return self.refresh().status in FINAL
+
+    def wait(self, timeout: float | None = None, interval: float = 0.05) -> WorkflowResult:
+        """Refresh until SUCCESSFUL or FAILED; ``TimeoutError`` after ``timeout`` seconds (None: no limit)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        last_full = time.monotonic()
+        while not self._poll(full := time.monotonic() - last_full >= FULL_EVERY):
+            last_full = time.monotonic() if full else last_full
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"workflow {self.id} is still {self.refresh().status} after {timeout} s")
+            time.sleep(interval)
+        return self
+
+    async def await_(self, timeout: float | None = None, interval: float = 0.05) -> WorkflowResult:
+        """``wait`` on the running event loop: the reads run in a thread, the waits are ``asyncio.sleep``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        last_full = time.monotonic()
+        while not await asyncio.to_thread(self._poll, full := time.monotonic() - last_full >= FULL_EVERY):
+            last_full = time.monotonic() if full else last_full
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"workflow {self.id} is still {(await asyncio.to_thread(self.refresh)).status} after {timeout} s")
+            await asyncio.sleep(interval)
+        return self
+
+    def cancel(self, who: str = "api") -> str:
+        """Cancel: steps not yet queued never are, queued ones are cancelled, running ones stopped as single tasks are.
+
+        Returns the status before (``running``, ``failed``; ``succeeded`` / ``cancelled``: nothing changed).
+        """
+        backend = self._backend
+        store = _store(backend)
+        before = store.cancel(self.id, who)
+        if before == "":
+            raise WorkflowNotFound(f"no workflow {self.id!r}")
+        if before in ("succeeded", "cancelled"):
+            return before
+        state = store.read(self.id)
+        for i, info in enumerate(state.steps if state else []):
+            if state is not None and i in state.done:
+                continue
+            backend.broker.cancel(info.get("q", "default"), [step_id(self.id, i)], f"{who} (workflow {self.id})")
+        self.refresh()
+        return before
+
+
+def get_workflow(workflow_id: str, *, backend: str = "default") -> WorkflowResult:
+    """The workflow with this id, read now; ``WorkflowNotFound`` if there is none."""
+    if not isinstance(workflow_id, str) or not 0 < len(workflow_id) <= 48:
+        raise WorkflowNotFound(f"no workflow {workflow_id!r}")
+    return WorkflowResult(backend, workflow_id).refresh()
+
+
+__all__ = ["WorkflowNotFound", "WorkflowResult", "enqueue_workflow", "get_workflow"]
