@@ -101,12 +101,19 @@ def test_a_backend_that_is_not_ours_is_refused(r, settings):
 
 # -- manage.py redisq cancel --------------------------------------------------
 
+def rows(text: str) -> list[list[str]]:
+    """The table's rows under its header row (TASK ID, OUTCOME), each split into its cells."""
+    header, *lines = text.splitlines()
+    assert header.split() == ["TASK", "ID", "OUTCOME"], header
+    return [line.split() for line in lines]
+
+
 def test_the_command_prints_one_line_per_id(r):
     pending = tasks.add.enqueue(1, 2).id
     scheduled = tasks.add.using(run_after=timezone.now() + timedelta(hours=1)).enqueue(1, 2).id
     task_id = running(r)
-    lines = run("--", pending, scheduled, task_id).splitlines()
-    assert lines == [f"{pending}  cancelled", f"{scheduled}  cancelled", f"{task_id}  requested"]
+    lines = rows(run("--", pending, scheduled, task_id))
+    assert lines == [[pending, "cancelled"], [scheduled, "cancelled"], [task_id, "requested"]]
     assert r.hget(helpers.keys().task(pending), "error") == "cancelled by cli"
 
 
@@ -124,7 +131,7 @@ def test_a_missing_id_is_an_error_after_the_others_are_cancelled(r):
     out = io.StringIO()
     with pytest.raises(CommandError, match="no such task in any configured queue: nope"):
         call_command("redisq", "cancel", "--", waiting, "nope", stdout=out)
-    assert out.getvalue().splitlines() == [f"{waiting}  cancelled", "nope  missing"]
+    assert rows(out.getvalue()) == [[waiting, "cancelled"], ["nope", "missing"]]
     assert helpers.where_is(r, waiting) == ["dead"]
 
 
@@ -133,7 +140,7 @@ def test_the_command_with_a_queue(r):
     with pytest.raises(CommandError, match="no such task in queue default"):
         run("--queue", "default", "--", waiting)
     assert helpers.where_is(r, waiting, "emails") == ["pending"]
-    assert run("--queue", "emails", "--", waiting) == f"{waiting}  cancelled\n"
+    assert rows(run("--queue", "emails", "--", waiting)) == [[waiting, "cancelled"]]
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -149,7 +156,7 @@ def test_bad_input_is_a_clear_error(r, args, message):
 
 def test_an_id_starting_with_a_dash_after_a_double_dash(r):
     helpers.seed_pending(r, "-starts-with-a-dash")  # ids are URL-safe base64: one in 32 starts with '-'
-    assert run("--", "-starts-with-a-dash") == "-starts-with-a-dash  cancelled\n"
+    assert rows(run("--", "-starts-with-a-dash")) == [["-starts-with-a-dash", "cancelled"]]
 
 
 def test_ids_are_required(r):

@@ -29,7 +29,7 @@ import sys
 from typing import Any
 
 from django_redisq.exceptions import Retry, TaskCancelled
-from django_redisq.worker.outcome import DEAD, SUCCESS
+from django_redisq.worker.outcome import DEAD, SUCCESS, from_user_code
 
 logger = logging.getLogger("django_redisq")
 errors = logging.getLogger("django_redisq.errors")
@@ -64,7 +64,7 @@ class ErrorReporter:
             logger.exception("reading the Sentry client failed; the exception of task %s id=%s is logged only", task_name, task_id)
             sentry = None
         errors.error("task %s id=%s on %s failed (attempt %d, %s): %s: %s", task_name, task_id, queue, attempt,
-                     outcome_kind, type(exc).__name__, exc, exc_info=(type(exc), exc, exc.__traceback__),
+                     outcome_kind, type(exc).__name__, exc, exc_info=(type(exc), exc, from_user_code(exc.__traceback__)),  # from the task's code
                      extra={f"redisq_{name}": value for name, value in tags.items()})
         if sentry is None:
             return

@@ -63,8 +63,9 @@ def manage_command() -> str:
 
 @contextlib.contextmanager
 def quiet_logs(verbosity: int) -> Iterator[None]:
-    """Below ``-v 3``, keep the task and worker log lines out of the story (errors still show)."""
-    levels = {LOGGER_NAME: logging.CRITICAL, "django_redisq": logging.ERROR}
+    """Below ``-v 3``, keep the task and worker log lines out of the story: worker errors still show, and each
+    task's failure is told by the story itself (not by the error reports of ``django_redisq.errors`` too)."""
+    levels = {LOGGER_NAME: logging.CRITICAL, "django_redisq": logging.ERROR, "django_redisq.errors": logging.CRITICAL}
     saved = {name: logging.getLogger(name).level for name in levels}
     if verbosity < 3:
         for name, level in levels.items():
