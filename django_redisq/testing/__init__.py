@@ -191,12 +191,26 @@ class RedisClusterServer:
     """
 
     def __init__(self, binary: str | None = None, masters: int = 3, replicas: int = 1) -> None:
-        self.nodes: list[RedisServer] = []
-        for _ in range(masters * (1 + replicas)):
-            node = RedisServer(binary, None, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                               "--cluster-node-timeout", "2000", "--cluster-port", str(free_port()))
-            self.nodes.append(node)
+        self.binary = binary
+        self.nodes: list[RedisServer] = [self._node() for _ in range(masters * (1 + replicas))]
         self.replicas = replicas
+
+    def _node(self) -> RedisServer:
+        return RedisServer(self.binary, None, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                           "--cluster-node-timeout", "2000", "--cluster-port", str(free_port()))
+
+    def _start_node(self, i: int) -> None:
+        """Start node ``i``; its bus port, chosen before, may have been taken since (another suite running beside
+        this one): then it starts again, twice at most, as a new node on new ports."""
+        for attempt in range(3):
+            try:
+                self.nodes[i].start()
+                return
+            except (_AddressInUse, RuntimeError):
+                self.nodes[i].cleanup()
+                if attempt == 2:
+                    raise
+                self.nodes[i] = self._node()
 
     @property
     def url(self) -> str:
@@ -205,8 +219,8 @@ class RedisClusterServer:
 
     def start(self) -> RedisClusterServer:
         try:
-            for node in self.nodes:
-                node.start()
+            for i in range(len(self.nodes)):
+                self._start_node(i)
             cli = shutil.which("redis-cli") or "redis-cli"
             subprocess.run([cli, "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in self.nodes),
                             "--cluster-replicas", str(self.replicas), "--cluster-yes"],

@@ -19,6 +19,12 @@ Each report is:
   above and Django's own ``django.tasks`` ERROR line of a failed task (this
   reports it, tagged), so each failure is one event, not two or three.
 
+The logger ``django_redisq.errors`` does not propagate (and has a ``NullHandler``):
+the worker already logs each failed attempt once, at WARNING with its traceback,
+for people reading its log, and a second ERROR line of the same failure in that log
+would be noise. A ``LOGGING`` entry that names the logger routes its records to a
+reporter's handler (docs/howto/error-reporting.md).
+
 A report that fails is logged and dropped: reporting never changes what becomes of the task.
 """
 
@@ -33,6 +39,8 @@ from django_redisq.worker.outcome import DEAD, SUCCESS, from_user_code
 
 logger = logging.getLogger("django_redisq")
 errors = logging.getLogger("django_redisq.errors")
+errors.propagate = False  # for the handlers LOGGING gives it, not the worker's log (see above); a config naming it decides
+errors.addHandler(logging.NullHandler())  # no handler at all would make logging print ERROR records on stderr anyway
 """Where each reported exception goes, at ERROR with its traceback."""
 
 SENTRY_QUIET = ("django_redisq.errors", "django.tasks", "django_tasks")

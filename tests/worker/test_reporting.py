@@ -28,6 +28,15 @@ def run_until_finished(make_worker: Callable[..., Any], *results: Any) -> None:
     raise AssertionError("the tasks did not finish")
 
 
+@pytest.fixture(autouse=True)
+def _errors_captured(caplog: pytest.LogCaptureFixture) -> Any:
+    """The logger does not propagate to the root logger, where caplog listens: caplog listens on it too."""
+    errors = logging.getLogger("django_redisq.errors")
+    errors.addHandler(caplog.handler)
+    yield
+    errors.removeHandler(caplog.handler)
+
+
 def reported(caplog: pytest.LogCaptureFixture) -> list[tuple[str, str, int, str, str]]:
     return [(r.redisq_task.rsplit(".", 1)[-1], r.redisq_task_id, r.redisq_attempt, r.redisq_outcome, r.exc_info[0].__name__)  # type: ignore[attr-defined,index,union-attr]
             for r in caplog.records if r.name == "django_redisq.errors"]
