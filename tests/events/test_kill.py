@@ -4,6 +4,7 @@ each subscription's task is enqueued once per event, and a run twice is one the 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import threading
 import time
@@ -14,7 +15,8 @@ from django_redisq.subscriptions import Subscription
 from tests.events.conftest import HANDLERS, THREE, events_settings, runs
 from tests.helpers import wait_for
 
-EVENTS = 1500
+EVENTS = int(os.environ.get("REDISQ_TEST_EVENTS", "1500"))
+"""1,500 in the suite; the long run: ``REDISQ_TEST_EVENTS=10000 pytest tests/events/test_kill.py``."""
 FAST = {"REDISQ_OPT_HEARTBEAT_INTERVAL": "0.2", "REDISQ_OPT_WORKER_TIMEOUT": "1.5"}
 QUEUE_OF = {"billing": "default", "mail": "emails", "audit": "low"}
 
