@@ -1136,14 +1136,28 @@ def sm_broker(r: redis.Redis) -> Broker:
 
 
 def test_broker_state_machine(r: redis.Redis, sm_broker: Broker) -> None:
+    """The machine on a real Redis. Its rules draw from what Redis answered, so a run can draw differently where a
+    replayed prefix met another answer (Hypothesis's ``FlakyStrategyDefinition``: seen twice in a day of loaded
+    runs, never with an invariant broken). That is the harness, not the broker: such a run is started afresh, once;
+    an invariant that fails raises as always."""
+    from hypothesis.errors import FlakyStrategyDefinition
+
     try:
-        run_state_machine_as_test(
-            lambda: BrokerMachine(r, sm_broker),
-            settings=settings(
-                max_examples=EXAMPLES, stateful_step_count=60, deadline=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-            ),
-        )
+        for attempt in (1, 2):
+            try:
+                run_state_machine_as_test(
+                    lambda: BrokerMachine(r, sm_broker),
+                    settings=settings(
+                        max_examples=EXAMPLES, stateful_step_count=60, deadline=None, database=None,
+                        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+                    ),
+                )
+                return
+            except FlakyStrategyDefinition:
+                if attempt == 2:
+                    raise
+                r.config_set("maxmemory", 0)
+                print("\nthe state machine drew differently on a replayed prefix; run again afresh")
     finally:  # never leave the session's Redis refusing writes
         r.config_set("maxmemory", 0)
 
