@@ -21,15 +21,17 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+for path in (str(ROOT), str(ROOT / "bench")):
+    if path not in sys.path:
+        sys.path.insert(0, path)
+
+from common import Procs  # noqa: E402
 
 from django_redisq.testing import RedisServer  # noqa: E402
 
@@ -74,8 +76,8 @@ def lifecycle_cost(n: int, lifecycle: bool, url: str, c: Any) -> tuple[float, fl
         enqueue = n / (time.perf_counter() - t0)
     env = {**os.environ, "REDISQ_SUBSCRIPTIONS": json.dumps(SUBS[1]), "REDISQ_TEST_REDIS_URL": url,
            "REDISQ_LIFECYCLE_EVENTS": "1" if lifecycle else "", "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    proc = subprocess.Popen([sys.executable, "-m", "django", "runworker", "default", "-c", "4", "-v", "0"], cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    procs = Procs()
+    procs.start([sys.executable, "-m", "django", "runworker", "default", "-c", "4", "-v", "0"], cwd=ROOT, env=env)
     key = "redisq:{default}:processed"
     try:
         deadline = time.monotonic() + 300
@@ -86,12 +88,7 @@ def lifecycle_cost(n: int, lifecycle: bool, url: str, c: Any) -> tuple[float, fl
             time.sleep(0.01)
         drain = (int(c.get(key) or 0) - first) / (time.perf_counter() - start)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        procs.stop(grace=30)
     if lifecycle and c.xlen("redisq:{topic:redisq.tasks}:stream") < 3 * n:
         raise SystemExit("lifecycle events missing: fewer than 3 per task")
     return enqueue, drain
@@ -129,8 +126,8 @@ def end_to_end(n: int, n_subs: int, url: str, c: Any) -> float:
            "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     want = n * n_subs
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "django", "runworker", "default", "-c", "4", "-v", "0"], cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    procs = Procs()
+    procs.start([sys.executable, "-m", "django", "runworker", "default", "-c", "4", "-v", "0"], cwd=ROOT, env=env)
     try:
         deadline = time.monotonic() + 300
         while not c.get("events:tally") and time.monotonic() < deadline:
@@ -142,12 +139,7 @@ def end_to_end(n: int, n_subs: int, url: str, c: Any) -> float:
         log(f"{n_subs} subscription(s): worker start to first run {first - t0:.2f} s")
         done = int(c.get("events:tally") or 0)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        procs.stop(grace=30)
     if done < want:
         raise SystemExit(f"only {done} of {want} handler runs within 300 s")
     return want / elapsed
