@@ -88,3 +88,38 @@ def test_cost_per_task_does_not_scan_the_queue(r, broker):
     assert "cmdstat_lrem" in stats and stats["cmdstat_lrem"]["calls"] == 1  # on the 1-item processing list
     assert "cmdstat_lrange" not in stats and "cmdstat_keys" not in stats and "cmdstat_scan" not in stats
     assert r.llen(keys().pending) == 49_999
+
+
+def test_a_tasks_life_costs_a_bounded_number_of_redis_commands(r, broker):
+    """Invariant 5, per task: enqueue one by one, fetch and ack in batches, counted inside the scripts too.
+
+    The count is the server's (INFO commandstats counts the commands a script runs): 100 tasks
+    cost 15 commands each: enqueue 5 with its EVALSHA, plus a look for wake-up markers while the
+    LIST is short (lib/ready.lua); fetch 4; ack 5; each batch's own spread thin. A check by TYPE
+    per key per task, which the scripts replaced by their writes' replies, would add 6 each.
+    """
+    from tests.helpers import message, node_of
+
+    n = 100
+    broker.heartbeat(["default"], "w1", {})
+    node = node_of(r, keys().pending)
+    node.config_resetstat()
+    for i in range(n):
+        broker.enqueue("default", [(f"c{i}", message(), "tests.testapp.tasks.add", 0, "")])
+    enqueue_stats = node.info("commandstats")
+    got = broker.fetch("default", "w1", n)
+    assert len(got) == n
+    assert broker.ack_many("default", "w1", [(d.id, "3") for d in got], [("tests.testapp.tasks.add", 0.001)] * n) == []
+    stats = node.info("commandstats")
+
+    def calls(s: dict) -> int:
+        return sum(v["calls"] for k, v in s.items() if k not in ("cmdstat_config", "cmdstat_info"))
+
+    per_enqueue = calls(enqueue_stats) / n
+    per_task = calls(stats) / n
+    print(f"\nRedis commands per task: {per_enqueue:.2f} to enqueue, {per_task:.2f} in all; "
+          + ", ".join(f"{k[8:]} {v['calls'] / n:.2f}" for k, v in sorted(stats.items(), key=lambda kv: -kv[1]["calls"])[:8]))
+    assert per_enqueue <= 6
+    assert per_task <= 16
+    assert stats.get("cmdstat_type", {}).get("calls", 0) < 2 * n  # one TYPE per task: the new id's (was 5.2)
+    assert all(where == ["finished"] for where in (where_is(r, d.id, "default") for d in got))

@@ -15,7 +15,8 @@
 -- exists with a TTL (the holder succeeded: ack.lua started the countdown, even if
 -- the holder's result has expired since), or while the holder's task hash exists
 -- (pending, scheduled, running or dead). A key with neither is stale and is taken.
--- Keys of the wrong type are set aside (lib/types.lua) and treated as missing.
+-- Keys of the wrong type are set aside (lib/types.lua) and treated as missing; the pending LIST and
+-- the scheduled ZSET are checked by their write's reply, not a TYPE first (lib/ready.lua, lib/store.lua).
 --
 -- Returns: {now, code_1, ..., code_n}: the Redis time in ms stored as every task's
 -- enqueued_at, then one string per task:
@@ -26,8 +27,6 @@
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local prefix = ARGV[1]
-want(KEYS[1], 'list')
-want(KEYS[2], 'zset')
 local q = {pending = KEYS[1], scheduled = KEYS[2], prioritized = KEYS[3], seq = KEYS[4]}
 local out = {now}
 for i = 0, tonumber(ARGV[2]) - 1 do

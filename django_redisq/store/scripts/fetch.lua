@@ -131,9 +131,10 @@ for _, id in ipairs(ids) do
   local skey = prefix .. 'status:' .. id
   local f = redis.pcall('HMGET', tkey, 'msg', 'state', 'deliveries', 'failures', 'workers', 'enqueued_at', 'started_at', 'task', 'idem', 'metadata',
     'maxr', 'rate', 'rl')
-  local st = redis.call('TYPE', skey)['ok']
-  -- every key of this id is checked before any write to it, so a bad one cannot abort the script
-  if f.err or (st ~= 'string' and st ~= 'none') or (f[3] and not tonumber(f[3])) or (f[4] and not tonumber(f[4])) then
+  -- every key of this id is checked before any write to it, so a bad one cannot abort the script: the
+  -- hash by HMGET's reply here; the guard by SET NX's (it writes nothing to a key that exists, whatever
+  -- its type) and, when that key exists, by GET's reply (below), not by a TYPE first
+  if f.err or (f[3] and not tonumber(f[3])) or (f[4] and not tonumber(f[4])) then
     skip(id, 5)
   elseif not f[1] then
     skip(id, 4)
@@ -143,7 +144,10 @@ for _, id in ipairs(ids) do
     skip(id, 2)
   else
     local claimed = redis.call('SET', skey, 'running:' .. worker, 'NX', 'PX', lease)
-    if claimed and admit(prefix, q, now, id, tkey, f[8] or '', f[11], f[12], f[13], ARGV[8], ARGV[9]) then
+    local guard = not claimed and redis.pcall('GET', skey)
+    if guard and type(guard) == 'table' and guard.err then
+      skip(id, 5)  -- the guard is not a string: written by another program
+    elseif claimed and admit(prefix, q, now, id, tkey, f[8] or '', f[11], f[12], f[13], ARGV[8], ARGV[9]) then
       redis.call('DEL', skey)  -- over a limit: it waits in Redis, not in this worker
       redis.call('LREM', KEYS[2], 1, id)
       skip(id, 6)
@@ -151,13 +155,16 @@ for _, id in ipairs(ids) do
       local d = (tonumber(f[3]) or 0) + 1
       local workers = f[5]
       if workers and workers ~= '' then workers = workers .. ',' .. worker else workers = worker end
-      redis.call('HSET', tkey, 'deliveries', d, 'state', 'running', 'last_attempted_at', now, 'workers', workers)
       local started = f[7] or now
-      if not f[7] then redis.call('HSET', tkey, 'started_at', now) end
+      if f[7] then  -- one HSET either way
+        redis.call('HSET', tkey, 'deliveries', d, 'state', 'running', 'last_attempted_at', now, 'workers', workers)
+      else
+        redis.call('HSET', tkey, 'deliveries', d, 'state', 'running', 'last_attempted_at', now, 'workers', workers, 'started_at', now)
+      end
       out[#out + 1] = id; out[#out + 1] = 1; out[#out + 1] = f[1]; out[#out + 1] = d
       out[#out + 1] = tonumber(f[4]) or 0; out[#out + 1] = workers; out[#out + 1] = f[6] or ''; out[#out + 1] = started
       out[#out + 1] = f[8] or ''; out[#out + 1] = f[10] or ''
-    elseif redis.call('GET', skey) == 'success' then
+    elseif guard == 'success' then
       -- a copy that already ran (a late ack of a reaped worker): finish it without running
       redis.call('LREM', KEYS[2], 1, id)
       redis.call('HSET', tkey, 'state', 'finished')

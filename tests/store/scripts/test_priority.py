@@ -82,6 +82,20 @@ def test_markers_stay_bounded_under_a_steady_stream_of_priorities(r, broker):
     assert order(broker) == [] and r.llen(keys().pending) == 0
 
 
+def test_an_id_pushed_onto_the_most_markers_there_can_be_drops_them_all(r, broker):
+    """enqueue looks for markers only while the LIST, its id in, is at most MARKERS_MAX + 1 long: the boundary."""
+    from django_redisq.store.priority import MARKERS_MAX
+
+    for i in range(2 * MARKERS_MAX):
+        put(broker, (f"p{i}", 5))
+        assert order(broker, 1) == [f"p{i}"]
+    assert r.llen(keys().pending) == MARKERS_MAX
+    put(broker, ("d", 0))
+    assert r.lrange(keys().pending, 0, -1) == ["d"]
+    put(broker, ("e", 0))
+    assert r.lrange(keys().pending, 0, -1) == ["e", "d"]
+
+
 def test_a_moved_default_id_yields_to_a_higher_priority(r, broker):
     put(broker, ("d0", 0), ("d1", 0))
     assert broker.wait("default", "w1", 0.1) == "d0"

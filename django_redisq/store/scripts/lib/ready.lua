@@ -45,6 +45,21 @@ local function ready(pending, prioritized, seq, id, prio, front)
     end
     return
   end
-  while redis.call('LINDEX', pending, -1) == MARKER do redis.call('RPOP', pending) end
-  if front then redis.call('RPUSH', pending, id) else redis.call('LPUSH', pending, id) end
+  if front then  -- at the tail, the end taken next: behind any markers, so they go first
+    while redis.call('LINDEX', pending, -1) == MARKER do redis.call('RPOP', pending) end
+    redis.call('RPUSH', pending, id)
+    return
+  end
+  -- LPUSH first, its type checked by its reply (the common case pays no TYPE): a key of
+  -- another type is set aside (lib/types.lua) and the push made again
+  local len = redis.pcall('LPUSH', pending, id)
+  if type(len) ~= 'number' then
+    set_aside(pending)
+    len = redis.call('LPUSH', pending, id)
+  end
+  -- markers sit at the tail, the id now at the head; there are some only while the LIST held
+  -- no id, at most MARKERS_MAX: a LIST longer than that once the id is in has none to drop
+  if len > 1 and len <= MARKERS_MAX + 1 then
+    while redis.call('LINDEX', pending, -1) == MARKER do redis.call('RPOP', pending) end
+  end
 end

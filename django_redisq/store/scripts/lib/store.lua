@@ -1,6 +1,7 @@
 -- lib/store.lua: store one new task and queue it, shared by enqueue.lua and fire.lua
--- (`--! include store.lua`; brings idem.lua, types.lua and ready.lua along). The caller
--- has checked the types of its pending LIST, scheduled ZSET and prioritized ZSET keys.
+-- (`--! include store.lua`; brings idem.lua, types.lua and ready.lua along). The pending LIST
+-- and the scheduled ZSET need no check first: each write's reply says when the key is of
+-- another type, and it is then set aside and written again (lib/ready.lua).
 --! include idem.lua
 --! include ready.lua
 
@@ -37,7 +38,10 @@ local function store_task(prefix, q, now, id, msg, path, delay, idem, prio, limi
     if rate and rate ~= '' then redis.call('HSET', tkey, 'rate', rate) end
   end
   if delay > 0 then
-    redis.call('ZADD', q.scheduled, now + delay, id)
+    if type(redis.pcall('ZADD', q.scheduled, now + delay, id)) ~= 'number' then  -- not a zset: set aside, again
+      set_aside(q.scheduled)
+      redis.call('ZADD', q.scheduled, now + delay, id)
+    end
   else
     ready(q.pending, q.prioritized, q.seq, id, prio, false)
   end
