@@ -267,7 +267,10 @@ class RedisQueueBackend(BaseTaskBackend):
         if getattr(task, "depends_on", ()):  # runs once those tasks succeeded: a small workflow (workflows.py)
             from django_redisq.workflows import enqueue_dependent
 
-            return [enqueue_dependent(self, task, list(a), dict(k)) for a, k in arg_sets]
+            found = [enqueue_dependent(self, task, list(a), dict(k), span.carrier) for a, k in arg_sets]
+            if found:
+                span.identify([r.id for r in found])  # the steps' ids; their spec carries span.carrier (tracing.py)
+            return found
         prepared = [self._prepare(task, a, k, span.carrier) for a, k in arg_sets]
         if not prepared:
             return []
