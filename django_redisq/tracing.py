@@ -36,12 +36,13 @@ exception is recorded on its span (``record_exception``) and its status is ERROR
 
 Workflows and events carry the context through their steps:
 
-- **A workflow** (``chain``, ``group``, ``chord``; ``using(depends_on=...)``) is
-  created in one PRODUCER span, ``send <queue>`` (``send`` alone when its steps
-  are on several queues, as the conventions name a span without one destination),
-  with ``messaging.redisq.workflow.id`` and the number of steps as
+- **A workflow** (``chain``, ``group``, ``chord``) is created in one PRODUCER
+  span, ``send <queue>`` (``send`` alone when its steps are on several queues, as
+  the conventions name a span without one destination), with
+  ``messaging.redisq.workflow.id`` and the number of steps as
   ``messaging.batch.message_count``. One span, not one per step: a chord of
-  10,000 members is one act of the view, and one span is what it costs. Its
+  10,000 members is one act of the view, and one span is what it costs (a call
+  with ``using(depends_on=...)`` is in its enqueue's span, ``send``). Its
   context is stored in every step's spec (``_trace``), those queued now and those
   the worker queues later from their spec, so each step's CONSUMER span is its
   child: the view, the workflow and every step are one trace. A step queued by

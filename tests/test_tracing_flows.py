@@ -7,6 +7,7 @@ writes its spans to a file.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import threading
@@ -135,6 +136,17 @@ def test_depends_on_continues_its_enqueue_and_links_to_the_parent_that_released_
     assert link.context.span_id == theirs.context.span_id
 
 
+def test_aenqueue_with_depends_on_is_one_producer_span_whose_context_the_call_carries(r, spans, make_worker):
+    parent = wt.add.enqueue(1, 1)
+    spans.clear()
+    child = asyncio.run(wt.tag.using(depends_on=[parent]).aenqueue("after"))
+    [producer] = by_kind(spans, SpanKind.PRODUCER)  # the aenqueue's own span, not a second one from its thread
+    assert producer.attributes["messaging.message.id"] == child.id
+    run_in_thread(make_worker("default"))
+    [mine] = consumers_by_id(spans)[child.id]
+    assert mine.parent.span_id == producer.context.span_id
+
+
 def test_on_error_continues_the_workflows_trace_and_links_to_the_attempt_that_failed_for_good(r, spans, make_worker):
     with view() as request:
         wf = chain(wt.fails_unless.s("traced"), wt.double.s()).enqueue(on_error=wt.on_failure.s("note"))
@@ -241,7 +253,7 @@ def test_off_no_trace_field_in_an_entry_and_no_trace_in_a_workflows_steps(r, mak
     wf = chain(wt.add.s(1, 2), chord([wt.add.s(1), wt.add.s(2)], wt.total.s())).enqueue(on_error=wt.on_failure.s("x"))
     parent = wt.add.enqueue(1, 1)
     child = wt.tag.using(depends_on=[parent]).enqueue("after")
-    stored = list(r.hgetall(WorkflowKeys(wf.id).spec).values()) + [r.hget(WorkflowKeys(wf.id).meta, "on_error")]
+    stored = [*r.hgetall(WorkflowKeys(wf.id).spec).values(), r.hget(WorkflowKeys(wf.id).meta, "on_error")]
     assert stored and not any("_trace" in s for s in stored)
     finish(make_worker, wf)
     assert child.refresh() is None and child.status == TaskResultStatus.SUCCESSFUL
