@@ -271,13 +271,14 @@ def read_spans(path: Path) -> list[dict[str, Any]]:
 
 
 @pytest.mark.slow
-def test_a_chord_created_here_runs_in_a_runworker_in_this_trace(r, spans, tmp_path, run_worker_process):
+@pytest.mark.parametrize("pool", ["threads", "processes"])
+def test_a_chord_created_here_runs_in_a_runworker_in_this_trace(r, spans, tmp_path, run_worker_process, pool):
     with view() as request:
         wf = chain(wt.add.s(1, 2), chord([wt.add.s(i) for i in range(3)], wt.total.s())).enqueue()
     [producer] = by_kind(spans, SpanKind.PRODUCER)
     span_file = tmp_path / "worker-spans.jsonl"
     for _ in range(5):
-        worker = run_worker_process("default", "--burst", env={**OTEL_ENV, "REDISQ_TEST_SPANS": str(span_file)})
+        worker = run_worker_process("default", "--burst", "--pool", pool, env={**OTEL_ENV, "REDISQ_TEST_SPANS": str(span_file)})
         output = worker.output()
         assert worker.proc.returncode == 0, output
         if wf.refresh().status == TaskResultStatus.SUCCESSFUL:
