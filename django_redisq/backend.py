@@ -267,7 +267,10 @@ class RedisQueueBackend(BaseTaskBackend):
         if getattr(task, "depends_on", ()):  # runs once those tasks succeeded: a small workflow (workflows.py)
             from django_redisq.workflows import enqueue_dependent
 
-            return [enqueue_dependent(self, task, list(a), dict(k)) for a, k in arg_sets]
+            dependents = [enqueue_dependent(self, task, list(a), dict(k), span.carrier) for a, k in arg_sets]
+            if dependents:
+                span.identify([r.id for r in dependents])  # the steps' ids; their spec carries span.carrier (tracing.py)
+            return dependents
         prepared = [self._prepare(task, a, k, span.carrier) for a, k in arg_sets]
         if not prepared:
             return []
@@ -301,7 +304,7 @@ class RedisQueueBackend(BaseTaskBackend):
                              span: tracing.Sending | tracing._Noop) -> list[TaskResult]:
         self._validated(task)
         if getattr(task, "depends_on", ()):  # a small workflow (workflows.py), stored from a thread
-            return await asyncio.to_thread(self.enqueue_many, task, list(arg_sets))
+            return await asyncio.to_thread(self._enqueue_many, task, list(arg_sets), span)  # in this producer span
         prepared = [self._prepare(task, a, k, span.carrier) for a, k in arg_sets]
         if not prepared:
             return []

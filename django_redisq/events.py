@@ -8,6 +8,12 @@ limits, dead letters and the admin apply to event handlers unchanged.
 ``publish`` is one round trip: one script that makes sure the topic's
 subscription groups exist (so a ``latest`` subscription configured before the
 first worker started still gets this event) and XADDs the event.
+
+Traced (a tracer provider configured, tracing.py), the publish is a PRODUCER span
+``send <topic>`` whose context goes into the entry (field ``tc``) and from there
+into each subscriber task's metadata, so every handler's attempt continues the
+publisher's trace. ``publish_on_commit`` keeps the context of its call for the
+publish at the commit. Off, the entry is as it always was.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from typing import Any
 
 from django.db import transaction
 
+from django_redisq import tracing
 from django_redisq.exceptions import InvalidArguments, RedisQError
 from django_redisq.message import encode_arguments
 from django_redisq.options import NAME_RE, Options
@@ -66,10 +73,13 @@ def publish(topic: str, payload: dict[str, Any], *, backend: str = "default") ->
     return _send(be, topic, text, groups)
 
 
-def _send(be: Any, topic: str, text: str, groups: list[tuple[str, str]]) -> str:
+def _send(be: Any, topic: str, text: str, groups: list[tuple[str, str]], parent: Any = None) -> str:
     from django_redisq.store.topics import Topics
 
-    return Topics(be.broker).publish(topic, text, groups)
+    with tracing.publish(topic, parent) as span:  # NOOP unless a tracer provider is configured
+        entry_id = Topics(be.broker).publish(topic, text, groups, tracing.carrier_json(span.carrier))
+        span.identify([entry_id])
+        return entry_id
 
 
 def publish_on_commit(topic: str, payload: dict[str, Any], *, backend: str = "default", using: str | None = None) -> None:
@@ -81,4 +91,5 @@ def publish_on_commit(topic: str, payload: dict[str, Any], *, backend: str = "de
     """
     be = _backend(backend)
     text, groups = _checked(be.conf, topic, payload)  # the payload as it is now, not as it may be at the commit
-    transaction.on_commit(lambda: _send(be, topic, text, groups), using=using)
+    parent = tracing.current_context()  # the publish span's parent: this call's span, not whatever runs the commit
+    transaction.on_commit(lambda: _send(be, topic, text, groups, parent), using=using)

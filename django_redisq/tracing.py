@@ -33,10 +33,36 @@ logical name, a partitioned queue's too), ``messaging.message.id`` = the task id
 ``messaging.redisq.*``: ``task.name`` (the dotted path), ``attempt`` (1 for the
 first delivery), ``outcome`` (``success``, ``retry``, ``dead``). A failed attempt's
 exception is recorded on its span (``record_exception``) and its status is ERROR.
+
+Workflows and events carry the context through their steps:
+
+- **A workflow** (``chain``, ``group``, ``chord``) is created in one PRODUCER
+  span, ``send <queue>`` (``send`` alone when its steps are on several queues, as
+  the conventions name a span without one destination), with
+  ``messaging.redisq.workflow.id`` and the number of steps as
+  ``messaging.batch.message_count``. One span, not one per step: a chord of
+  10,000 members is one act of the view, and one span is what it costs (a call
+  with ``using(depends_on=...)`` is in its enqueue's span, ``send``). Its
+  context is stored in every step's spec (``_trace``), those queued now and those
+  the worker queues later from their spec, so each step's CONSUMER span is its
+  child: the view, the workflow and every step are one trace. A step queued by
+  the worker that settled its (last) parent also **links** to that parent's
+  consumer span (the traceparent under ``LINK_KEY``): the link says which
+  attempt released it, the parent says who asked for it. An ``on_error``
+  callback links to the attempt that failed for good.
+- **An event** is published in a PRODUCER span ``send <topic>`` (destination:
+  the topic; ``messaging.message.id``: the entry id) whose context is stored in
+  the stream entry's field ``tc`` (JSON of the propagator's fields); the pump puts
+  it in each subscriber task's ``_trace``, so every subscriber's attempt is a child
+  of the publish. A carrier that is not a JSON object of short strings (another
+  producer's, a damaged one) is left out: the event becomes its task all the same.
+
+Off, none of it writes a byte: no ``_trace`` in a spec, no ``tc`` in an entry.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from typing import Any
@@ -47,6 +73,10 @@ TRACE_KEY = "_trace"
 """The reserved metadata key holding the producer's trace context (a dict of the propagator's fields)."""
 FIELD_MAX = 512
 """Characters a propagated field may have; longer ones (a large baggage) are left out of the message."""
+FIELDS_MAX = 8
+"""Propagated fields a carrier may have (traceparent, tracestate, baggage, ...); those past it are left out."""
+LINK_KEY = "_trace_link"
+"""The reserved metadata key of a workflow step queued by a worker: the traceparent of the attempt that released it."""
 INSTRUMENTATION = "django_redisq"
 
 provider_override: Any = None
@@ -97,6 +127,7 @@ class _Noop:
     """What ``send`` and ``process`` return when tracing is off: every method does nothing."""
 
     carrier: dict[str, str] | None = None
+    traceparent = ""
 
     def __enter__(self) -> _Noop:
         return self
@@ -120,16 +151,16 @@ def _attributes(queue: str, task_name: str, operation: str) -> dict[str, Any]:
 
 
 class Sending:
-    """The PRODUCER span of one enqueue call (one task, or a batch of one task's calls)."""
+    """The PRODUCER span of one enqueue call (one task, or a batch of one task's calls), a workflow, or a publish."""
 
-    def __init__(self, found: Any, task_name: str, queue: str) -> None:
+    def __init__(self, found: Any, name: str, attributes: dict[str, Any], parent: Any = None) -> None:
         from opentelemetry import propagate, trace
 
         self._trace = trace
-        self.span = found.start_span(f"send {queue}", kind=trace.SpanKind.PRODUCER, attributes=_attributes(queue, task_name, "send"))
+        self.span = found.start_span(name, context=parent, kind=trace.SpanKind.PRODUCER, attributes=attributes)
         carrier: dict[str, str] = {}
         propagate.inject(carrier, context=trace.set_span_in_context(self.span))
-        self.carrier = {k: v for k, v in carrier.items() if isinstance(v, str) and len(v) <= FIELD_MAX} or None
+        self.carrier = clean_carrier(carrier)
 
     def identify(self, ids: list[str]) -> None:
         if len(ids) == 1:
@@ -150,7 +181,66 @@ class Sending:
 def send(task_name: str, queue: str) -> Sending | _Noop:
     """The producer span of an enqueue (``NOOP`` when tracing is off); ``.carrier`` goes into the task's metadata."""
     found = tracer()
-    return NOOP if found is None else Sending(found, task_name, queue)
+    return NOOP if found is None else Sending(found, f"send {queue}", _attributes(queue, task_name, "send"))
+
+
+def send_workflow(workflow_id: str, queues: list[str], steps: int) -> Sending | _Noop:
+    """The producer span of a workflow's creation (``NOOP`` when off); ``.carrier`` goes into every step's spec."""
+    found = tracer()
+    if found is None:
+        return NOOP
+    one = len(set(queues)) == 1
+    attributes: dict[str, Any] = {"messaging.system": SYSTEM, "messaging.operation.type": "send", "messaging.operation.name": "send",
+                                  "messaging.redisq.workflow.id": workflow_id}
+    if one:
+        attributes["messaging.destination.name"] = queues[0]
+    if steps > 1:
+        attributes["messaging.batch.message_count"] = steps
+    return Sending(found, f"send {queues[0]}" if one else "send", attributes)
+
+
+def current_context() -> Any:
+    """The active context when tracing is on (kept by ``publish_on_commit`` for the publish at the commit), else None."""
+    if tracer() is None:
+        return None
+    from opentelemetry import context
+
+    return context.get_current()
+
+
+def publish(topic: str, parent: Any = None) -> Sending | _Noop:
+    """The producer span of an event's publish (``NOOP`` when off), child of ``parent`` (None: the current context);
+    ``.carrier`` goes into the entry's field ``tc`` (``carrier_json``), ``identify`` names the entry."""
+    found = tracer()
+    if found is None:
+        return NOOP
+    attributes = {"messaging.system": SYSTEM, "messaging.destination.name": topic, "messaging.operation.type": "send",
+                  "messaging.operation.name": "send"}
+    return Sending(found, f"send {topic}", attributes, parent)
+
+
+def clean_carrier(value: Any) -> dict[str, str] | None:
+    """The usable part of a carrier read from a message or an entry: at most ``FIELDS_MAX`` string fields of at most
+    ``FIELD_MAX`` characters (None: nothing usable). Whatever another producer wrote, the result is safe to extract."""
+    if not isinstance(value, dict):
+        return None
+    kept = {k: v for k, v in value.items() if isinstance(k, str) and 0 < len(k) <= 64 and isinstance(v, str) and len(v) <= FIELD_MAX}
+    return dict(list(kept.items())[:FIELDS_MAX]) or None
+
+
+def carrier_json(carrier: dict[str, str] | None) -> str:
+    """A carrier as one stream field's value (``""``: none, and then no field is written)."""
+    return json.dumps(carrier, separators=(",", ":")) if carrier else ""
+
+
+def carrier_from_json(text: str) -> dict[str, str] | None:
+    """The carrier of a stream entry's ``tc`` field; None for none, or for one that is not JSON (never raises)."""
+    if not text or len(text) > FIELDS_MAX * (FIELD_MAX + 80):
+        return None
+    try:
+        return clean_carrier(json.loads(text))
+    except (ValueError, RecursionError):  # not JSON; nested past the parser's depth
+        return None
 
 
 def with_trace(metadata: dict[str, Any] | None, carrier: dict[str, str] | None) -> dict[str, Any] | None:
@@ -167,16 +257,24 @@ class Processing:
         from opentelemetry import context, propagate, trace
 
         self._trace, self._context = trace, context
-        carrier = metadata.get(TRACE_KEY) if isinstance(metadata, dict) else None
-        parent = propagate.extract(carrier) if isinstance(carrier, dict) else None
+        carrier = clean_carrier(metadata.get(TRACE_KEY)) if isinstance(metadata, dict) else None
+        parent = propagate.extract(carrier) if carrier else None
         attributes = {**_attributes(queue, task_name, "process"), "messaging.message.id": task_id, "messaging.redisq.attempt": attempt}
-        self.span = found.start_span(f"process {queue}", context=parent, kind=trace.SpanKind.CONSUMER, attributes=attributes)
+        links = _links(metadata.get(LINK_KEY) if isinstance(metadata, dict) else None)
+        self.span = found.start_span(f"process {queue}", context=parent, kind=trace.SpanKind.CONSUMER, attributes=attributes,
+                                     links=links)
         self._token: Any = None
         self._ended = False
 
     def __enter__(self) -> Processing:
         self._token = self._context.attach(self._trace.set_span_in_context(self.span))
         return self
+
+    @property
+    def traceparent(self) -> str:
+        """This span's context as a W3C traceparent (what a step it releases links to)."""
+        c = self.span.get_span_context()
+        return f"00-{c.trace_id:032x}-{c.span_id:016x}-{int(c.trace_flags):02x}" if c.is_valid else ""
 
     def __exit__(self, *exc: object) -> None:
         if self._token is not None:
@@ -199,3 +297,14 @@ def process(task_name: str, queue: str, task_id: str, attempt: int, metadata: di
     """The consumer span of one attempt (``NOOP`` when tracing is off), continuing the trace in ``metadata``."""
     found = tracer()
     return NOOP if found is None else Processing(found, task_name, queue, task_id, attempt, metadata)
+
+
+def _links(value: Any) -> list[Any] | None:
+    """The link to the attempt that released a workflow step (a traceparent; anything else: no link)."""
+    if not isinstance(value, str) or not 0 < len(value) <= 64:
+        return None
+    from opentelemetry import trace
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    found = trace.get_current_span(TraceContextTextMapPropagator().extract({"traceparent": value})).get_span_context()
+    return [trace.Link(found, {"messaging.redisq.link": "released_by"})] if found.is_valid else None

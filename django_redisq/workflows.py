@@ -19,6 +19,9 @@ Design, and why:
   crash between the replay and that step changes nothing a reader sees: a
   failed workflow whose failed steps are no longer dead reads RUNNING, and
   wf_done.lua un-fails it when the replayed step succeeds.
+- Traced (tracing.py), the workflow is created in one producer span whose
+  context every step's spec carries (``_trace``), so each step's attempt is in
+  the creator's trace, however late the worker queues it.
 """
 
 from __future__ import annotations
@@ -29,9 +32,10 @@ import secrets
 import time
 from typing import Any
 
+from django_redisq import tracing
 from django_redisq.compat import Task, TaskError, TaskResult, TaskResultStatus, task_backends
 from django_redisq.exceptions import InvalidArguments, RedisQError
-from django_redisq.flow import MARKER, Node, Signature, compile_flow, parse_step_id, step_id
+from django_redisq.flow import MARKER, Node, Signature, Step, compile_flow, parse_step_id, step_id
 from django_redisq.limits import task_limits
 from django_redisq.message import encode, encode_arguments
 from django_redisq.store.workflows import WorkflowState, WorkflowStore
@@ -54,8 +58,10 @@ def _store(backend: Any) -> WorkflowStore:
     return store
 
 
-def _spec(backend: Any, sig: Signature, workflow_id: str, index: int, takes_input: bool, trailing: int = 0) -> dict[str, Any]:
-    """A step as stored: everything the worker needs to queue it later, checked now (with ``trailing`` arguments added later)."""
+def _spec(backend: Any, sig: Signature, workflow_id: str, index: int, takes_input: bool, trailing: int = 0,
+          trace: dict[str, str] | None = None) -> dict[str, Any]:
+    """A step as stored: everything the worker needs to queue it later, checked now (with ``trailing`` arguments added later);
+    ``trace``: the creator's trace context, in its metadata (tracing.py; None when off: nothing is added)."""
     task = sig.task
     if not isinstance(task, RedisTask):
         raise InvalidArguments(f"{task!r} is not a django_redisq task: use @task from django_redisq (or this backend's).")
@@ -70,6 +76,8 @@ def _spec(backend: Any, sig: Signature, workflow_id: str, index: int, takes_inpu
     metadata = dict(getattr(task, "metadata", None) or {})
     if index >= 0:
         metadata[MARKER] = [[workflow_id, index]]
+    if trace:
+        metadata[tracing.TRACE_KEY] = trace
     at = None
     if task.run_after is not None:
         at = int(task.run_after.timestamp() * 1000)
@@ -87,12 +95,20 @@ def enqueue_workflow(backend: Any, node: Node, on_error: Signature | None = None
     if not steps:
         raise InvalidArguments("a workflow needs at least one task signature.")
     workflow_id = _new_id()
-    specs = {s.index: _spec(backend, s.sig, workflow_id, s.index, s.mode != "none") for s in steps}
+    queues = [str(getattr(s.sig.task, "queue_name", "default")) for s in steps]
+    with tracing.send_workflow(workflow_id, queues, len(steps)) as span:  # NOOP unless a tracer provider is configured
+        return _create(backend, steps, workflow_id, on_error, span.carrier)
+
+
+def _create(backend: Any, steps: list[Step], workflow_id: str, on_error: Signature | None,
+            trace: dict[str, str] | None) -> WorkflowResult:
+    """``enqueue_workflow``'s work, inside its producer span (``trace``: that span's context, or None)."""
+    specs = {s.index: _spec(backend, s.sig, workflow_id, s.index, s.mode != "none", trace=trace) for s in steps}
     for s in steps:
         specs[s.index].update(mode=s.mode, p=s.parents)
     error_spec = None
     if on_error is not None:
-        error_spec = _spec(backend, on_error, workflow_id, -1, False, trailing=2)  # gets (workflow id, failed task id) too
+        error_spec = _spec(backend, on_error, workflow_id, -1, False, trailing=2, trace=trace)  # gets (workflow id, failed task id) too
         error_spec.update(mode="none", p=[])
     summary = [{"t": specs[s.index]["t"], "q": specs[s.index]["q"], "p": s.parents} for s in steps]
     waiting = {s.index: specs[s.index] for s in steps if s.parents}
@@ -124,7 +140,8 @@ class _Plain(Signature):
     """The call of ``task.using(depends_on=[...]).enqueue(...)``: a step like any other."""
 
 
-def enqueue_dependent(backend: Any, task: Any, args: list[Any], kwargs: dict[str, Any]) -> TaskResult:
+def enqueue_dependent(backend: Any, task: Any, args: list[Any], kwargs: dict[str, Any],
+                      trace: dict[str, str] | None = None) -> TaskResult:
     """``task.using(depends_on=[r1, r2]).enqueue(...)``: a workflow of the parents (tasks enqueued earlier) and this call.
 
     Each parent gets the workflow's marker in its saved metadata (wf_adopt.lua, in its own
@@ -132,7 +149,8 @@ def enqueue_dependent(backend: Any, task: Any, args: list[Any], kwargs: dict[str
     already is recorded now, one that failed fails the workflow. A parent fetched by a worker
     before the marker was written cannot tell that worker; it is recorded by the next read of
     the workflow or of this task's result (``refresh``). Returns this call's ``TaskResult``
-    (READY until the parents succeeded; FAILED, naming the parent, if one failed for good).
+    (READY until the parents succeeded; FAILED, naming the parent, if one failed for good). ``trace``: the context
+    of the enqueue's producer span (backend.py), stored in the call's spec for the worker's span.
     """
     parents = []
     for parent_id in task.depends_on:
@@ -142,7 +160,7 @@ def enqueue_dependent(backend: Any, task: Any, args: list[Any], kwargs: dict[str
         parents.append((parent_id, found[0], found[1].get("task", "")))
     workflow_id = _new_id()
     k = len(parents)
-    spec = _spec(backend, _Plain(task, tuple(args), dict(kwargs)), workflow_id, k, False)
+    spec = _spec(backend, _Plain(task, tuple(args), dict(kwargs)), workflow_id, k, False, trace=trace)
     spec.update(mode="none", p=list(range(k)))
     summary = [{"t": path, "q": queue, "p": [], "id": pid} for pid, queue, path in parents]
     summary.append({"t": spec["t"], "q": spec["q"], "p": list(range(k))})

@@ -31,11 +31,13 @@ class NoSuchGroup(LookupError):
 
 @dataclass(slots=True)
 class Entry:
-    """One stream entry read for a subscription: its id, the raw payload field, how often it was delivered."""
+    """One stream entry read for a subscription: its id, the raw payload field, how often it was delivered,
+    and the raw trace field (``tc``: the publisher's trace context as JSON, tracing.py; ``""`` when it has none)."""
 
     id: str
     payload: str
     deliveries: int = 1
+    trace: str = ""
 
 
 @dataclass(slots=True)
@@ -93,9 +95,11 @@ class Topics:
 
     # -- producing -------------------------------------------------------
 
-    def publish(self, topic: str, payload_json: str, groups: Sequence[tuple[str, str]] = ()) -> str:
-        """XADD one event (after creating ``groups`` ``(name, '$' or '0')`` that do not exist); its entry id."""
-        argv: list[Any] = [payload_json, len(groups)]
+    def publish(self, topic: str, payload_json: str, groups: Sequence[tuple[str, str]] = (), trace_json: str = "") -> str:
+        """XADD one event (after creating ``groups`` ``(name, '$' or '0')`` that do not exist); its entry id.
+
+        ``trace_json``: the publisher's trace context, stored as the entry's field ``tc`` (``""``: no field)."""
+        argv: list[Any] = [payload_json, trace_json, len(groups)]
         for name, start in groups:
             argv += [name, start]
         return str(self.broker._script("topic_publish")(keys=[self.keys(topic).stream], args=argv))
@@ -117,7 +121,8 @@ class Topics:
         if int(reply[0]) == NOGROUP:
             raise NoSuchGroup(group)
         rows = reply[2:]
-        return Read(int(reply[0]), [Entry(_text(rows[i]), _text(rows[i + 1])) for i in range(0, len(rows), 2)], top=_text(reply[1]))
+        entries = [Entry(_text(rows[i]), _text(rows[i + 1]), trace=_text(rows[i + 2])) for i in range(0, len(rows), 3)]
+        return Read(int(reply[0]), entries, top=_text(reply[1]))
 
     def wait(self, topic: str, after: str, timeout_ms: int) -> None:
         """Block until the stream has an entry after ``after`` (or the timeout): a plain XREAD, no group state."""
@@ -130,7 +135,7 @@ class Topics:
         if int(reply[0]) == NOGROUP:
             raise NoSuchGroup(group)
         rows = reply[3:]
-        entries = [Entry(_text(rows[i]), _text(rows[i + 1]), int(rows[i + 2])) for i in range(0, len(rows), 3)]
+        entries = [Entry(_text(rows[i]), _text(rows[i + 1]), int(rows[i + 3]), _text(rows[i + 2])) for i in range(0, len(rows), 4)]
         return Read(int(reply[0]), entries, cursor=_text(reply[1]), trimmed=int(reply[2]))
 
     def ack(self, topic: str, group: str, ids: list[str]) -> int:

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from django_redisq import tracing
 from django_redisq.flow import MARKER, error_id, markers, release_call, step_id
 from django_redisq.message import dumps, encode
 from django_redisq.store.broker import Broker
@@ -96,17 +97,26 @@ class WorkflowStore:
             self.count("succeeded" if status != "resumed" else "", "resumed" if status != "ended" else "")
         return DoneReply({"resumed": "running", "ended_resumed": "ended"}.get(status, status), released)
 
-    def release(self, workflow_id: str, released: Sequence[Released]) -> int:
-        """Queue each released step by its fixed id, in its own queue (an id already stored is left alone); how many were new."""
+    def release(self, workflow_id: str, released: Sequence[Released], link: str = "") -> int:
+        """Queue each released step by its fixed id, in its own queue (an id already stored is left alone); how many were new.
+
+        ``link``: the traceparent of the attempt that released them (tracing.py), when traced."""
         new = 0
         for r in released:
             args, kwargs, delay = release_call(r.spec, r.inputs)
-            new += self.enqueue_step(step_id(workflow_id, r.step), r.spec, args, kwargs, delay)
+            new += self.enqueue_step(step_id(workflow_id, r.step), r.spec, args, kwargs, delay, link)
         return new
 
-    def enqueue_step(self, task_id: str, spec: dict[str, Any], args: list[Any], kwargs: dict[str, Any], delay: int) -> bool:
-        """Queue one step (or an on_error callback) from its spec; False: the id was stored already (idempotent)."""
-        msg = encode(args, kwargs, spec.get("o") or None, spec.get("m") or None)
+    def enqueue_step(self, task_id: str, spec: dict[str, Any], args: list[Any], kwargs: dict[str, Any], delay: int,
+                     link: str = "") -> bool:
+        """Queue one step (or an on_error callback) from its spec; False: the id was stored already (idempotent).
+
+        The spec's metadata carries the workflow creator's trace context (``_trace``) as stored; ``link`` adds the
+        attempt that released the step (``tracing.LINK_KEY``): given only when that attempt was traced."""
+        metadata = spec.get("m") or None
+        if link:  # the releasing worker traces: so does this step's attempt, as a root span if its creator did not
+            metadata = {**(metadata if isinstance(metadata, dict) else {}), tracing.LINK_KEY: link}
+        msg = encode(args, kwargs, spec.get("o") or None, metadata)
         item = (task_id, msg, spec["t"], delay, spec.get("i") or "", int(spec.get("pr") or 0), spec.get("l") or "")
         return not self.broker.enqueue(spec.get("q", "default"), [item])[0].duplicate_of
 

@@ -52,17 +52,17 @@ class WorkflowHooks:
             if o.kind != SUCCESS:
                 continue
             for wf, step in markers(d.raw, d.metadata):
-                if not self._done(wf, step, o.result_json, retrying):
+                if not self._done(wf, step, o.result_json, retrying, o.trace_from):
                     hold.add((d.queue, d.id))
         return hold
 
-    def _done(self, wf: str, step: int, result_json: str, retrying: Retrying) -> bool:
+    def _done(self, wf: str, step: int, result_json: str, retrying: Retrying, link: str = "") -> bool:
         reply = retrying(lambda: self.store.done(wf, step, result_json), f"recording step {step} of workflow {wf}")
         if reply is None:
             return False
         if not reply.released:
             return True
-        if retrying(partial(self.store.release, wf, reply.released), f"releasing the next steps of workflow {wf}") is None:
+        if retrying(partial(self.store.release, wf, reply.released, link), f"releasing the next steps of workflow {wf}") is None:
             return False
         # cancelled while we released: wf_cancel.lua's caller may have read the steps before these were queued
         if retrying(partial(self.store.status, wf), f"reading the status of workflow {wf}") == "cancelled":
@@ -82,5 +82,5 @@ class WorkflowHooks:
             _, on_error, _ = answer
             if on_error:
                 args = [*(on_error.get("a") or []), wf, d.id]
-                retrying(partial(self.store.enqueue_step, error_id(wf), on_error, args, dict(on_error.get("k") or {}), 0),
+                retrying(partial(self.store.enqueue_step, error_id(wf), on_error, args, dict(on_error.get("k") or {}), 0, o.trace_from),
                          f"queueing the on_error callback of workflow {wf}")

@@ -41,6 +41,7 @@ class Outcome:
     task_name: str = ""
     duration: float = 0.0
     metadata: str | None = None  # the task's metadata as JSON, to save before settling; None: unchanged (metadata.py)
+    trace_from: str = ""  # the attempt's span as a traceparent (tracing.py): what the workflow steps it releases link to
 
 
 _RUNNER_FILES = tuple(

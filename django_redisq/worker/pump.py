@@ -23,6 +23,12 @@ The generation: ``redisq topics rewind`` sets a group back and bumps it in one
 step (topic_rewind.lua); each read returns it with the entries in one step
 (topic_read.lua), so a replayed event gets a new task id, never a duplicate of
 the first run's.
+
+Tracing: an entry's field ``tc`` (the publisher's trace context, tracing.py) goes
+into its task's metadata ``_trace``, so the handler's attempt continues the
+publisher's trace. It is copied whether or not this process traces (the task may
+run in one that does), and only what ``tracing.clean_carrier`` keeps: a damaged
+or foreign ``tc`` is left out, never a reason to refuse the event.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ import logging
 import threading
 from typing import Any
 
-from django_redisq import partitions
+from django_redisq import partitions, tracing
 from django_redisq.exceptions import InvalidArguments, RedisError
 from django_redisq.limits import task_limits
 from django_redisq.message import encode, encode_arguments
@@ -187,7 +193,8 @@ class EventPump:
             args, kwargs, _ = encode_arguments([payload], kwargs, self.options.for_queue(sub.queue).max_message_bytes)
         except InvalidArguments as exc:
             raise BadEvent(f"entry {e.id} of topic {sub.topic!r}: {exc}") from None
-        return encode(args, kwargs)
+        carrier = tracing.carrier_from_json(e.trace) if e.trace else None  # None for a bad one: the event goes on untraced
+        return encode(args, kwargs, None, {tracing.TRACE_KEY: carrier} if carrier else None)
 
     def _bury(self, sub: Subscription, queue: str, task_id: str, e: Entry, reason: str, why: str, message: str = "") -> bool:
         """Dead-letter the entry as its task; whether it is settled (buried now, or the task existed)."""

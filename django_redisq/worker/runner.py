@@ -187,6 +187,7 @@ class Runner:
         except BaseException as exc:  # noqa: BLE001 - a task's failure is data, never a worker crash (KeyboardInterrupt, SystemExit too)
             outcome = self._failed(a, exc, time.perf_counter() - start)
             span.end(outcome.kind, exc)
+            outcome.trace_from = span.traceparent
             self._finish(a)
             return outcome
         finally:
@@ -194,6 +195,7 @@ class Runner:
             _close_connections()
         outcome = self._succeeded(a, value, result_json, time.perf_counter() - start)
         span.end(outcome.kind)
+        outcome.trace_from = span.traceparent  # "" when off (worker/flows.py: a released step links to it)
         self._finish(a)
         return outcome
 
@@ -240,6 +242,7 @@ class Runner:
         except BaseException as exc:  # noqa: BLE001 - as in _execute
             outcome = self._failed(a, exc, time.perf_counter() - start)
             span.end(outcome.kind, exc)
+            outcome.trace_from = span.traceparent
             await self._afinish(a)
             return outcome
         finally:
@@ -247,6 +250,7 @@ class Runner:
             await sync_to_async(_close_connections)()
         outcome = self._succeeded(a, value, result_json, time.perf_counter() - start)
         span.end(outcome.kind)
+        outcome.trace_from = span.traceparent
         await self._afinish(a)
         return outcome
 

@@ -19,9 +19,9 @@ def test_a_cancel_between_the_record_and_the_release_still_stops_the_released_st
     hooks = WorkflowHooks(store)
     real = store.release
 
-    def release_after_a_cancel(workflow_id, released):  # type: ignore[no-untyped-def]
+    def release_after_a_cancel(workflow_id, released, *rest):  # type: ignore[no-untyped-def]
         wf.cancel()  # reads the steps before the next one is queued: it cannot cancel it
-        return real(workflow_id, released)
+        return real(workflow_id, released, *rest)
 
     monkeypatch.setattr(store, "release", release_after_a_cancel)
     assert hooks._done(wf.id, 0, "2", retrying)

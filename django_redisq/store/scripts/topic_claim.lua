@@ -11,8 +11,9 @@
 -- ARGV[5] -> window size (entries)
 --
 -- Returns: {generation, next cursor ('0-0': the pending list is walked), trimmed, id_1, payload_1,
---   deliveries_1, ...}; trimmed: pending entries gone from the stream (the hard cap trimmed them),
---   acknowledged here; {-1} when the group does not exist
+--   trace_1, deliveries_1, ...}; trimmed: pending entries gone from the stream (the hard cap trimmed them),
+--   acknowledged here; payload: field p ('' if none); trace: field tc, the publisher's trace context
+--   ('' if none); {-1} when the group does not exist
 local r = redis.pcall('XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], 'COUNT', tonumber(ARGV[5]))
 if type(r) == 'table' and r.err then
   if string.find(r.err, 'NOGROUP', 1, true) then return {-1} end
@@ -28,12 +29,13 @@ for _, e in ipairs(r[2]) do
     if e and e[1] then redis.call('XACK', KEYS[1], ARGV[1], e[1]) end
     trimmed = trimmed + 1
   else
-    local payload = ''
+    local payload, trace = '', ''
     for j = 1, #e[2], 2 do
-      if e[2][j] == 'p' then payload = e[2][j + 1] end
+      if e[2][j] == 'p' then payload = e[2][j + 1] elseif e[2][j] == 'tc' then trace = e[2][j + 1] end
     end
     out[#out + 1] = e[1]
     out[#out + 1] = payload
+    out[#out + 1] = trace
     out[#out + 1] = 1
     first = first or e[1]
     last = e[1]
@@ -45,8 +47,8 @@ if first then
   for _, p in ipairs(redis.call('XPENDING', KEYS[1], ARGV[1], first, last, 4 * tonumber(ARGV[5]), ARGV[2])) do
     counts[p[1]] = p[4]
   end
-  for i = 4, #out, 3 do
-    out[i + 2] = counts[out[i]] or 1
+  for i = 4, #out, 4 do
+    out[i + 3] = counts[out[i]] or 1
   end
 end
 return out

@@ -7,9 +7,10 @@
 -- ARGV[1] -> group (the subscription's name), ARGV[2] -> consumer (the worker id),
 -- ARGV[3] -> at most this many entries
 --
--- Returns: {generation, top, id_1, payload_1, ..., id_n, payload_n}
+-- Returns: {generation, top, id_1, payload_1, trace_1, ..., id_n, payload_n, trace_n}
 --   top: the stream's newest id ('0-0' when empty), for a blocking XREAD that waits past it;
 --   payload: the entry's field p ('' when the entry has none: a foreign producer's, dead-lettered);
+--   trace: the entry's field tc, the publisher's trace context ('' when it has none);
 --   {-1} when the group does not exist (NOGROUP)
 local r = redis.pcall('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', tonumber(ARGV[3]), 'STREAMS', KEYS[1], '>')
 if type(r) == 'table' and r.err then
@@ -20,12 +21,13 @@ local gen = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0') or 0
 local out = {gen, '0-0'}
 if r and r[1] then
   for _, e in ipairs(r[1][2]) do
-    local payload = ''
+    local payload, trace = '', ''
     for j = 1, #e[2], 2 do
-      if e[2][j] == 'p' then payload = e[2][j + 1] end
+      if e[2][j] == 'p' then payload = e[2][j + 1] elseif e[2][j] == 'tc' then trace = e[2][j + 1] end
     end
     out[#out + 1] = e[1]
     out[#out + 1] = payload
+    out[#out + 1] = trace
   end
 end
 if #out == 2 then
