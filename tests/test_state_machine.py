@@ -368,13 +368,16 @@ class BrokerMachine(RuleBasedStateMachine):
         """Whether fetch.lua's first write is one that frees memory (RPOP, LREM, ZREM): under OOM
         it then runs to the end. The fence hands back with RPOP; a paused queue LREMs the moved id;
         a moved marker is LREMed, so is a moved id that yields to a higher priority; a take from
-        the prioritized set starts with ZREM. Else the first write is LMOVE or SET: refused."""
+        the prioritized set starts with ZREM; with no prioritized task, a LIST of markers only is
+        trimmed (LTRIM) with nothing to push. Else the first write is LPUSH, LMOVE or SET: refused."""
         if (q, w) not in self.hb:
             return bool(self.processing[(q, w)])
         if self.paused[q]:
             return bool(moved)
         if moved == MARKER:
             return True
+        if not self.ranked[q]:
+            return n >= 1 and self.markers[q] > 0
         return self._best_high(q) is not None and (moved in self.processing[(q, w)] or n >= 1)
 
     def _fetch(self, q: str, w: str, n: int, moved: str = "") -> None:

@@ -98,6 +98,26 @@ elseif ARGV[6] ~= '' and redis.call('LPOS', KEYS[2], ARGV[6]) then
     ids[1] = ARGV[6]
   end
 end
+-- a queue of default priorities only (the common case) moves its next `count` ids in three commands,
+-- not an LMOVE each: the same ids, in the same order, to the same places as LMOVE RIGHT LEFT one by one
+-- (the tail first; each pushed onto the processing list's head). Markers there (the LIST then holds
+-- nothing else, lib/ready.lua) are dropped, as the loop below drops them.
+if not ranked and count > 0 then
+  local bulk = math.min(count, 1000)  -- one LPUSH; a larger batch takes the rest one by one below
+  local got = redis.call('LRANGE', KEYS[1], -bulk, -1)
+  if #got > 0 then
+    local moved = {}
+    for i = #got, 1, -1 do
+      if got[i] ~= MARKER then moved[#moved + 1] = got[i]; ids[#ids + 1] = got[i] end
+    end
+    -- the push before the trim: over maxmemory Redis refuses the LPUSH before anything is written, and
+    -- the script ends with nothing moved; LTRIM, which only frees memory, it would let through
+    if #moved > 0 then redis.call('LPUSH', KEYS[2], unpack(moved)) end
+    redis.call('LTRIM', KEYS[1], 0, -#got - 1)
+  end
+  count = count - bulk
+  if #got < bulk then count = 0 end  -- the LIST is empty
+end
 for _ = 1, count do
   local bid, bscore = best()
   if bid and bscore < 100 * BAND then

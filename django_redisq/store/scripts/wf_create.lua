@@ -8,8 +8,8 @@
 -- ARGV[4] -> provisional TTL in ms: the keys expire unless wf_start.lua follows (an enqueuer that
 --            died before queueing the first steps leaves nothing behind)
 -- ARGV[5] -> k, then k pairs (step, spec JSON) of the steps the worker releases,
---            then pairs (step, JSON list of the steps waiting for it),
---            then pairs (step, number of its parents)
+--            then k pairs (step, number of its parents),
+--            then pairs (step, JSON list of the steps waiting for it) to the end
 --
 -- Returns: 1 -> created; 0 -> a workflow with this id exists (nothing written)
 local t = redis.call('TIME')

@@ -54,7 +54,9 @@ local function ready(pending, prioritized, seq, id, prio, front)
   -- another type is set aside (lib/types.lua) and the push made again
   local len = redis.pcall('LPUSH', pending, id)
   if type(len) ~= 'number' then
-    set_aside(pending)
+    -- only a key of another type is set aside: any other error (OOM over maxmemory, a read-only
+    -- replica) is raised as it was, by the same push again, with nothing written
+    if string.sub(len.err, 1, 9) == 'WRONGTYPE' then set_aside(pending) end
     len = redis.call('LPUSH', pending, id)
   end
   -- markers sit at the tail, the id now at the head; there are some only while the LIST held

@@ -38,8 +38,9 @@ local function store_task(prefix, q, now, id, msg, path, delay, idem, prio, limi
     if rate and rate ~= '' then redis.call('HSET', tkey, 'rate', rate) end
   end
   if delay > 0 then
-    if type(redis.pcall('ZADD', q.scheduled, now + delay, id)) ~= 'number' then  -- not a zset: set aside, again
-      set_aside(q.scheduled)
+    local added = redis.pcall('ZADD', q.scheduled, now + delay, id)
+    if type(added) ~= 'number' then  -- not a zset: set aside, and add again (any other error is raised by that)
+      if string.sub(added.err, 1, 9) == 'WRONGTYPE' then set_aside(q.scheduled) end
       redis.call('ZADD', q.scheduled, now + delay, id)
     end
   else
