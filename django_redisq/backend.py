@@ -10,7 +10,7 @@ import secrets
 from collections.abc import Iterable, Sequence
 from functools import cached_property
 from importlib import import_module
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.apps import apps
 from django.core.exceptions import ImproperlyConfigured
@@ -42,12 +42,13 @@ from django_redisq.metadata import encode as encode_metadata
 from django_redisq.options import Options
 from django_redisq.progress import Progress
 from django_redisq.progress import decode as decode_progress
-from django_redisq.store import async_broker as abroker
 from django_redisq.store.broker import Broker
 from django_redisq.store.priority import stored_priority
-from django_redisq.store.records import stored_errors
 from django_redisq.store.replies import Enqueued
 from django_redisq.task import RedisTask, get_registered, plain_signature
+
+if TYPE_CHECKING:  # the async steps load on first use: a worker (threads) or a sync caller never needs them
+    from django_redisq.store.async_broker import AsyncBroker
 
 # The one table from our task states to Django's statuses.
 STATE_TO_STATUS: dict[str, TaskResultStatus] = {
@@ -167,9 +168,11 @@ class RedisQueueBackend(BaseTaskBackend):
         return Broker(self.conf)
 
     @cached_property
-    def abroker(self) -> abroker.AsyncBroker:
+    def abroker(self) -> AsyncBroker:
         """The broker of ``aenqueue`` / ``aget_result``: the same steps on the running loop's own pool."""
-        return abroker.AsyncBroker(self.broker)
+        from django_redisq.store.async_broker import AsyncBroker
+
+        return AsyncBroker(self.broker)
 
     def check(self, **kwargs: Any) -> list[Any]:
         from django.core.checks import Error
@@ -322,7 +325,9 @@ class RedisQueueBackend(BaseTaskBackend):
                 found = await self.abroker.get_task(outcome.duplicate_of, [task.queue_name])
                 results.append(self._duplicate_result(result, outcome.duplicate_of, found))
             else:
-                await abroker.send_enqueued(type(self), self._stored(result, outcome))
+                from django_redisq.store.async_broker import send_enqueued
+
+                await send_enqueued(type(self), self._stored(result, outcome))
                 results.append(result)
         return results
 
@@ -457,6 +462,8 @@ class RedisQueueBackend(BaseTaskBackend):
                 task = dataclasses.replace(task, **changes)
             except InvalidTask:
                 pass  # a value this version refuses: the registered task's own options, as the worker uses
+        from django_redisq.store.records import stored_errors  # the read side's records: a worker's start needs none
+
         errors = [
             TaskError(exception_class_path=e["exc"], traceback=e["tb"] or e["msg"])
             for e in stored_errors(data.get("errors"), data.get("errors_dropped"))

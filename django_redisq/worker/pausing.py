@@ -64,6 +64,10 @@ class Pauses:
                 self.paused = self.paused | {q} if paused else self.paused - {q}
                 self.held.block(q, paused)
 
+    def wake(self) -> None:
+        """Look now: the worker stops (the loop then returns at once), or a fetch found a queue paused."""
+        self._wake.set()
+
     def loop(self) -> None:
         while not self.stop.is_set():
             self._wake.wait(CHECK_EVERY)

@@ -402,6 +402,8 @@ class Worker:
 
     def _shutdown(self, fetchers: list[threading.Thread], executors: list[threading.Thread], last: list[threading.Thread]) -> None:
         self._stop.set()
+        self.fetcher.wake()  # the threads waiting on their own events leave now, not at their next look
+        self.pauses.wake()
         for t in fetchers:
             t.join(BLOCK_TIMEOUT + 5)
         deadline = time.monotonic() + self.options.shutdown_grace

@@ -24,14 +24,16 @@ import json
 import shutil
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.management.base import BaseCommand, CommandError
 
 from django_redisq.exceptions import RedisError, RedisUnavailable
 from django_redisq.management.commands._text import printable
-from django_redisq.ops.inspector import Inspector
 from django_redisq.redact import redact
+
+if TYPE_CHECKING:  # runworker imports this module: the worker's start needs none of the inspector's reads
+    from django_redisq.ops.inspector import Inspector
 
 OK, FAILED, USAGE, UNREACHABLE = 0, 1, 2, 3
 STATUS = {FAILED: "error", USAGE: "usage", UNREACHABLE: "unreachable"}
