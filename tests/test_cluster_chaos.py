@@ -25,12 +25,12 @@ from django_redisq.compat import TaskResultStatus, task_backends
 from django_redisq.conf import get_options
 from django_redisq.ops.inspector import Inspector
 from django_redisq.store.keys import QueueKeys
-from tests.conftest import topology_settings
+from tests.conftest import FAULT_RUNS, topology_settings
 from tests.helpers import wait_for
 from tests.testapp import topology_tasks
 from tests.testapp.topology_tasks import mark, runs
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.xdist_group(FAULT_RUNS)]  # a fleet on its deadlines
 QUEUES = ("default", "emails", "low")
 FAST = {"HEARTBEAT_INTERVAL": 0.2, "WORKER_TIMEOUT": 1.5}
 
@@ -69,9 +69,13 @@ def test_sigkill_and_sigstop_on_the_cluster_lose_nothing(cluster, redis_cluster,
         killed_held = held(cluster, "killed")
         workers["killed"].proc.send_signal(signal.SIGKILL)
         workers["killed"].proc.wait(10)
-        # and what it fetched between that read and its death (seen: 2 more, run twice and counted unexplained); its
-        # lists stay until the reap, which waits for its connection to be seen gone for 0.6 s
-        killed_held |= held(cluster, "killed")
+        # what it held at its death: its lists stay until the reap, which waits for its connection to be seen gone
+        # for 0.6 s. The read before the kill is not that: a task it finished between the read and the signal (seen
+        # on a loaded machine: 5 read, 4 recovered) was never the reaper's to recover
+        at_death = held(cluster, "killed")
+        # what may run twice: both reads, with what it fetched between the first and its death (seen: 2 more, run
+        # twice and counted unexplained)
+        killed_held |= at_death
         frozen_held = held(cluster, "frozen")
         os.kill(frozen_pid, signal.SIGSTOP)
         frozen_held |= held(cluster, "frozen")  # likewise: read again once it cannot fetch any more
@@ -95,11 +99,11 @@ def test_sigkill_and_sigstop_on_the_cluster_lose_nothing(cluster, redis_cluster,
     report = (f"cluster chaos: {n} tasks on {len(QUEUES)} masters; the killed worker held {len(killed_held)}, "
               f"the frozen one {len(frozen_held)} (frozen {frozen_for:.1f} s); {len(twice)} ran twice, "
               f"{len(twice - explained)} unexplained; {sum(1 for k in keys.values() if k not in done)} never ran; "
-              f"{recovered} recovered by the reaper")
+              f"{recovered} recovered by the reaper, {len(at_death)} held at the kill")
     print("\n" + report)
     assert killed_held, "the killed worker held nothing: the test proves nothing"
     assert finished and set(done) >= set(keys.values()), f"{report}\n{outputs}"  # nothing lost
     assert max(done.values()) <= 2, report
-    assert recovered >= len(killed_held), report  # the killed worker's tasks went back by the reaper, not by luck
+    assert recovered >= len(at_death), report  # the killed worker's tasks went back by the reaper, not by luck
     assert twice <= explained, f"{report}: {sorted(keys[i] for i in twice - explained)}"
     assert frozen_alive, f"the frozen worker died after SIGCONT: {outputs['frozen']}"

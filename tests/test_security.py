@@ -34,6 +34,7 @@ from django_redisq.exceptions import RedisUnavailable
 from django_redisq.store import server as store_server
 from django_redisq.testing import RedisServer, free_port
 from tests.conftest import WorkerProcess
+from tests.helpers import keys, wait_for
 from tests.testapp import tasks
 
 PASSWORD = "Sup3r-Secret-pw-7781"
@@ -146,9 +147,13 @@ def test_enqueue_with_a_wrong_password_raises_without_the_password(auth_server, 
     no_secret_in(str(exc.value) + repr(exc.value) + "".join(traceback.format_exception(exc.value)))
 
 
-def _runworker(url: str, *args: str, stop_after: float | None = None, during=None) -> tuple[int, str]:
+def _runworker(url: str, *args: str, stop_after: float | None = None, during=None, serving=None) -> tuple[int, str]:
+    """``serving``: a predicate true once the worker serves; ``stop_after`` counts from then, not from its start
+    (setting Django up can take seconds on a loaded machine)."""
     wp = WorkerProcess(url, *args)
     try:
+        if serving is not None and not wait_for(lambda: serving() or wp.proc.poll() is not None, 60):
+            raise AssertionError("the worker did not start serving within 60 s")
         if stop_after is not None:
             time.sleep(stop_after)
             if during:
@@ -185,7 +190,10 @@ def test_worker_logs_never_show_the_password_even_when_redis_fails(auth_server, 
         auth_server.start()
         time.sleep(1.5)
 
-    code, out = _runworker(url, "default", "-v", "3", stop_after=1.5, during=trouble)
+    # the trouble starts once the worker serves (its heartbeat is in Redis): seen under parallel load, a fixed 1.5 s
+    # from the process's start stopped Redis before the worker had connected, and it exited 3 at its start check
+    code, out = _runworker(url, "default", "-v", "3", stop_after=1.5, during=trouble,
+                           serving=lambda: producer.zcard(keys().workers) > 0)
     producer.close()
     assert code == 0, out
     assert "Connection refused" in out, "the outage should have been logged"

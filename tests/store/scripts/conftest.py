@@ -69,7 +69,12 @@ def _recording(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ClusterPipeline, "execute_command", queue)
 
 
-@pytest.fixture(params=["single", pytest.param("cluster", marks=pytest.mark.cluster)])
+CLUSTER_GROUP = "scripts_on_the_cluster"
+"""Under pytest-xdist (``--dist loadgroup``) every cluster case of the scripts, and the coverage check after them, run
+on one xdist worker: EXECUTED is that process's record, so the check sees every script the cases ran."""
+
+
+@pytest.fixture(params=["single", pytest.param("cluster", marks=[pytest.mark.cluster, pytest.mark.xdist_group(CLUSTER_GROUP)])])
 def r(request: pytest.FixtureRequest, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     """A plain client of one Redis, or of the session's cluster with TASKS pointing at it; empty before and after."""
     if request.param == "single":  # in a sentinel pass (make test-topologies), the master the sentinels name

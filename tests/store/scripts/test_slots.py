@@ -21,7 +21,7 @@ from django_redisq.store.broker import Broker
 from django_redisq.store.dead_scan import DeadFilter
 from tests.conftest import topology_settings
 from tests.helpers import keys, redis_ms, seed_dead, seed_hash, seed_processing
-from tests.store.scripts.conftest import EXECUTED, STRICT
+from tests.store.scripts.conftest import CLUSTER_GROUP, EXECUTED, STRICT
 
 
 def test_fire_claims_a_tick_once(r):
@@ -76,6 +76,7 @@ def test_edit_replay_rewrites_and_replays(r, broker):
 
 
 @pytest.mark.cluster
+@pytest.mark.xdist_group(CLUSTER_GROUP)
 def test_every_script_ran_on_the_cluster(request):
     """Every script in django_redisq/scripts ran on the cluster, so each touched only its queue's slot (conftest.py)."""
     ran_here = [i for i in request.session.items if i.fspath.dirname == request.node.fspath.dirname and "[cluster]" in i.nodeid]
