@@ -10,6 +10,15 @@ it the next time the thread runs Python bytecode, so a blocking C call
 (``time.sleep(60)``, a socket read without a timeout) is not interrupted; the
 exception arrives when it returns.
 
+An asynchronous exception that lands while the thread runs a finalizer (a
+``__del__`` the garbage collector called there, a weakref callback) is not
+raised in the task: Python reports it as "ignored" and carries on. So the
+process's ``sys.unraisablehook`` is chained: an ignored ``TaskTimeout`` or
+``TaskCancelled`` of a thread whose deadline fired (or that was interrupted),
+not yet disarmed, is set again by the watchdog 10 ms later (seen:
+a cancelled task ran its 30 s to success, its ``TaskCancelled`` ignored in a
+redis-py client's ``__del__``).
+
 The race that matters: an exception set just before ``disarm`` must never
 reach the code after it. Firing and disarming take the same lock, so after
 ``disarm`` the watchdog cannot fire that handle; and if it had fired but the
@@ -27,11 +36,12 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
 import threading
 import time
 from dataclasses import dataclass
 
-from django_redisq.exceptions import TaskTimeout
+from django_redisq.exceptions import TaskCancelled, TaskTimeout
 
 # Own prototypes, so the shared ctypes.pythonapi attribute's argtypes are left alone.
 _raise_in = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_ulong, ctypes.py_object)(("PyThreadState_SetAsyncExc", ctypes.pythonapi))
@@ -46,6 +56,7 @@ class Handle:
     seconds: float
     deadline: float
     fired: bool = False
+    again: type[BaseException] | None = None  # set again by the watchdog at the deadline: it was ignored once
 
 
 class Watchdog:
@@ -55,6 +66,7 @@ class Watchdog:
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._armed: set[Handle] = set()  # hashed by identity
+        self._fired: set[Handle] = set()  # fired (or interrupted), not yet disarmed: their call is still unwinding
         self._wake_at = float("inf")  # the deadline the watchdog sleeps towards
         self._thread: threading.Thread | None = None
         self.fired = 0  # how many deadlines fired (for logs and tests)
@@ -62,6 +74,7 @@ class Watchdog:
     def arm(self, ident: int, seconds: float) -> Handle:
         """Raise ``TaskTimeout`` in thread ``ident`` once ``seconds`` have passed, unless disarmed first."""
         handle = Handle(ident, seconds, time.monotonic() + seconds)
+        _install()
         with self._lock:
             self._armed.add(handle)
             if handle.deadline < self._wake_at:
@@ -75,6 +88,7 @@ class Watchdog:
         """Withdraw ``handle``; True if its deadline had fired (any pending exception is cleared)."""
         with self._lock:  # a C lock: nothing between acquiring and the with-block can raise
             self._armed.discard(handle)
+            self._fired.discard(handle)
             fired = handle.fired
         if fired:
             _clear_in(handle.ident, None)  # fired but not yet raised: it must not reach the caller's code
@@ -86,8 +100,28 @@ class Watchdog:
             if handle not in self._armed:
                 return False
             self._armed.remove(handle)
+            self._fired.add(handle)
             handle.fired = True
             _raise_in(handle.ident, exc_type)
+        return True
+
+    def reraise(self, ident: int, exc_type: type[BaseException]) -> bool:
+        """Have ``exc_type`` set again in thread ``ident``, 10 ms from now, if its handle fired and is not disarmed.
+
+        Not from here: the hook runs in that thread, which would raise it at once, in the hook, where it is
+        ignored again. If the finalizer still runs in 10 ms, it is ignored again, and this comes round again.
+        """
+        with self._lock:
+            handle = next((h for h in self._fired if h.ident == ident), None)
+            if handle is None:
+                return False
+            self._fired.remove(handle)
+            handle.again, handle.deadline = exc_type, time.monotonic() + 0.01
+            self._armed.add(handle)
+            if self._thread is None:
+                self._start()
+            self._wake_at = min(self._wake_at, handle.deadline)
+            self._cond.notify()
         return True
 
     def _start(self) -> None:
@@ -101,9 +135,11 @@ class Watchdog:
                 due = [h for h in self._armed if h.deadline <= now]
                 for h in due:
                     self._armed.remove(h)
+                    self._fired.add(h)
+                    if h.again is None:
+                        self.fired += 1
                     h.fired = True
-                    self.fired += 1
-                    _raise_in(h.ident, TaskTimeout)
+                    _raise_in(h.ident, h.again or TaskTimeout)
                 self._wake_at = min((h.deadline for h in self._armed), default=float("inf"))
                 self._cond.wait(None if self._wake_at == float("inf") else self._wake_at - now)
 
@@ -114,6 +150,25 @@ class Watchdog:
 
 watchdog = Watchdog()
 os.register_at_fork(after_in_child=watchdog._after_fork)
+
+
+_chained = [sys.unraisablehook]
+"""The hook ``_unraisable`` passes every report on to: the one it replaced."""
+
+
+def _unraisable(unraisable: sys.UnraisableHookArgs) -> None:
+    """``sys.unraisablehook``: what was ignored is reported as before, then ours is set again (see the module)."""
+    _chained[0](unraisable)
+    exc_type = unraisable.exc_type
+    if exc_type is not None and issubclass(exc_type, (TaskTimeout, TaskCancelled)):
+        watchdog.reraise(threading.get_ident(), exc_type)
+
+
+def _install() -> None:
+    """Put ``_unraisable`` in front of the process's hook, again if something replaced it since (a test runner does)."""
+    if sys.unraisablehook is not _unraisable:
+        _chained[0] = sys.unraisablehook
+        sys.unraisablehook = _unraisable
 
 
 def arm(ident: int, seconds: float) -> Handle:

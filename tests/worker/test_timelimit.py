@@ -260,3 +260,46 @@ def test_an_async_task_is_cancelled_at_its_limit(r, make_worker):
     # measured in the task, from a little after the loop armed the limit's timer: 0.19996 s was seen once
     assert 0.195 <= STOPS["aio"][0] < 0.5
     assert r.hget(keys().task(res.id), "reason") == "timeout"
+
+
+def test_a_cancellation_that_lands_in_a_finalizer_is_raised_again_once_it_returned():
+    """An asynchronous exception raised while a thread runs a ``__del__`` is ignored by Python (seen: a cancelled
+    task ran its 30 s to success, its TaskCancelled ignored in a redis-py client's ``__del__``): it is set again."""
+    from django_redisq.exceptions import TaskCancelled
+
+    in_finalizer, finalizer_done = threading.Event(), threading.Event()
+    caught: list[str] = []
+
+    class SlowToDie:
+        def __del__(self) -> None:
+            in_finalizer.set()
+            try:
+                end = time.monotonic() + 0.5
+                while time.monotonic() < end:  # Python bytecode: the exception lands here, and is ignored
+                    time.sleep(0.005)
+            finally:
+                finalizer_done.set()
+
+    def victim() -> None:
+        handle = timelimit.arm(threading.get_ident(), float("inf"))
+        holder["handle"] = handle
+        try:
+            obj = SlowToDie()
+            del obj  # its __del__ runs here, in this thread
+            caught.append("after the finalizer, no exception")
+            end = time.monotonic() + 5
+            while time.monotonic() < end:
+                time.sleep(0.01)
+        except TaskCancelled:
+            caught.append("cancelled after the finalizer" if finalizer_done.is_set() else "cancelled in it")
+        finally:
+            timelimit.disarm(handle)
+
+    holder: dict = {}
+    t = threading.Thread(target=victim)
+    t.start()
+    assert in_finalizer.wait(5)
+    assert timelimit.interrupt(holder["handle"], TaskCancelled)
+    t.join(10)
+    assert not t.is_alive()
+    assert caught in (["cancelled after the finalizer"], ["after the finalizer, no exception", "cancelled after the finalizer"])
