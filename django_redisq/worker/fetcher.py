@@ -65,6 +65,7 @@ class Fetcher:
             if n == 0:
                 continue
             room = 0
+            fence = self.held.fences[q]  # before the fetch is sent: see Held.add
             try:
                 room = self.held.reserve(n)
                 got = self.broker.fetch(q, self.worker_id, room) if room else []
@@ -99,7 +100,7 @@ class Fetcher:
                 self.stop.wait(pause)
                 pause = min(pause * 2, 5.0)
                 continue
-            self.held.add(q, n, got)
+            self.held.add(q, n, got, fence)
             self.held.unreserve(room)
 
     def wake(self) -> None:
@@ -127,6 +128,7 @@ class Fetcher:
         if room == 0:  # what this worker holds unstarted fills its free slots (or is being fetched)
             self.held.permits[q].give(n)
             return False
+        fence = self.held.fences[q]  # before the fetch is sent: see Held.add
         try:
             got = self.broker.fetch(q, self.worker_id, room)
         except Exception as exc:  # noqa: BLE001 - the fetcher thread reports and backs off
@@ -138,7 +140,7 @@ class Fetcher:
             elif isinstance(exc, QueuePaused):
                 self.saw_paused(q)
             return False
-        kept = self.held.add(q, n, got)
+        kept = self.held.add(q, n, got, fence)
         self.held.unreserve(room)
         if kept:
             return True

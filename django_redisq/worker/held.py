@@ -88,13 +88,25 @@ class Held:
         self._ready: dict[str, deque[Delivery]] = {q: deque() for q in queues}
         self._cond = threading.Condition(threading.Lock())
         self.blocked: frozenset[str] = frozenset()  # paused queues: their tasks do not start
+        # per queue, how often the worker found it had been reaped there (``drop``): a fetch sent before the
+        # latest of those may have claimed tasks the reaper has since given to another worker (``add``)
+        self.fences: dict[str, int] = dict.fromkeys(queues, 0)
 
-    def add(self, q: str, taken: int, got: Iterable[Delivery]) -> int:
-        """Hold what a fetch returned for executors to run; give back the permits not used."""
+    def add(self, q: str, taken: int, got: Iterable[Delivery], fence: int | None = None) -> int:
+        """Hold what a fetch returned for executors to run; give back the permits not used.
+
+        ``fence``: ``fences[q]`` read before the fetch was sent. If the worker has found since that it was
+        reaped on ``q``, nothing is held: a fetch sent before a freeze and answered before the reap claimed
+        tasks the reaper gave back and another worker runs (seen: 7 run twice). One answered after the worker
+        registered again holds ids of its processing list that it does not know: the heartbeat's sweep hands
+        those back (worker/heartbeat.py).
+        """
         kept = [d for d in got if d.code in (RUN, NOMSG, CORRUPT)]
         if kept:
             now = time.monotonic()
             with self.lock:
+                if fence is not None and self.fences[q] != fence:
+                    kept = []
                 for d in kept:
                     self.inflight[d.id] = d
                     self.since[d.id] = now
@@ -273,6 +285,8 @@ class Held:
 
     def drop(self, q: str) -> int:
         """The worker was reaped on ``q``: forget its unstarted tasks there (they are pending again)."""
+        with self.lock:
+            self.fences[q] += 1  # first: a fetch under way is not held once answered (``add``)
         return len(self.take_unstarted(q))
 
     def unstarted(self) -> dict[str, list[str]]:

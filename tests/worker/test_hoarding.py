@@ -159,3 +159,21 @@ def test_a_hand_back_keeps_order_and_delivery_counts(r, broker):
     again = broker.fetch("default", "w2", 5)
     assert [d.id for d in again] == ["t0", "t1", "t2", "t3", "t4"]
     assert [d.deliveries for d in again] == [1, 2, 1, 1, 1]  # one delivery each: the hand-back counted none
+
+
+def test_a_fetch_sent_before_the_worker_found_it_was_reaped_is_not_held():
+    """A fetch in flight when the worker froze, answered before the reap: its tasks went back to pending and run
+    elsewhere, so once the worker has dropped what it held on the queue (it found it was reaped), that answer is not
+    held either; one sent after, or on another queue, is (seen before: 7 of a prefetched batch ran twice)."""
+    from django_redisq.worker.held import Held
+
+    held = Held(["default", "emails"], lambda: 100)
+    fence, other = held.fences["default"], held.fences["emails"]
+    held.add("default", held.permits["default"].take(0), _deliveries("default", 2))
+    assert held.drop("default") == 2  # the heartbeat found the worker reaped on "default"
+    assert held.add("default", held.permits["default"].take(0), _deliveries("default", 3, start=2), fence) == 0
+    assert held.next() is None and held.permits["default"].held == 0  # nothing held, every permit back
+    assert held.add("emails", held.permits["emails"].take(0), _deliveries("emails", 1), other) == 1
+    after = held.fences["default"]
+    assert held.add("default", held.permits["default"].take(0), _deliveries("default", 1, start=9), after) == 1
+    assert {held.next().id, held.next().id} == {"emails0", "default9"}
