@@ -50,15 +50,7 @@ local function ready(pending, prioritized, seq, id, prio, front)
     redis.call('RPUSH', pending, id)
     return
   end
-  -- LPUSH first, its type checked by its reply (the common case pays no TYPE): a key of
-  -- another type is set aside (lib/types.lua) and the push made again
-  local len = redis.pcall('LPUSH', pending, id)
-  if type(len) ~= 'number' then
-    -- only a key of another type is set aside: any other error (OOM over maxmemory, a read-only
-    -- replica) is raised as it was, by the same push again, with nothing written
-    if string.sub(len.err, 1, 9) == 'WRONGTYPE' then set_aside(pending) end
-    len = redis.call('LPUSH', pending, id)
-  end
+  local len = wrote('LPUSH', pending, id)  -- its type checked by its reply: the common case pays no TYPE
   -- markers sit at the tail, the id now at the head; there are some only while the LIST held
   -- no id, at most MARKERS_MAX: a LIST longer than that once the id is in has none to drop
   if len > 1 and len <= MARKERS_MAX + 1 then

@@ -1,7 +1,7 @@
 -- lib/store.lua: store one new task and queue it, shared by enqueue.lua and fire.lua
 -- (`--! include store.lua`; brings idem.lua, types.lua and ready.lua along). The pending LIST
 -- and the scheduled ZSET need no check first: each write's reply says when the key is of
--- another type, and it is then set aside and written again (lib/ready.lua).
+-- another type, and it is then set aside and written again (wrote, lib/types.lua).
 --! include idem.lua
 --! include ready.lua
 
@@ -38,11 +38,7 @@ local function store_task(prefix, q, now, id, msg, path, delay, idem, prio, limi
     if rate and rate ~= '' then redis.call('HSET', tkey, 'rate', rate) end
   end
   if delay > 0 then
-    local added = redis.pcall('ZADD', q.scheduled, now + delay, id)
-    if type(added) ~= 'number' then  -- not a zset: set aside, and add again (any other error is raised by that)
-      if string.sub(added.err, 1, 9) == 'WRONGTYPE' then set_aside(q.scheduled) end
-      redis.call('ZADD', q.scheduled, now + delay, id)
-    end
+    wrote('ZADD', q.scheduled, now + delay, id)
   else
     ready(q.pending, q.prioritized, q.seq, id, prio, false)
   end

@@ -24,6 +24,18 @@ local function want(key, kind)
   return 'none'
 end
 
+-- wrote(cmd, key, ...): redis.call(cmd, key, ...) with the key's type checked by the reply, not a TYPE
+-- first: a key of another type (WRONGTYPE) is set aside and the write made again; any other error
+-- (OOM over maxmemory, a read-only replica) is raised by that same write, with nothing set aside
+local function wrote(cmd, key, ...)
+  local r = redis.pcall(cmd, key, ...)
+  if type(r) == 'table' and r.err then
+    if string.sub(r.err, 1, 9) == 'WRONGTYPE' then set_aside(key) end
+    r = redis.call(cmd, key, ...)
+  end
+  return r
+end
+
 -- incr(key, n, ttl): INCRBY that cannot fail: a counter that is not an integer (or
 -- would overflow) is set aside and restarted. ttl (ms, optional) is set when the key is new.
 local function incr(key, n, ttl)
