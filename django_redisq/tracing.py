@@ -145,9 +145,16 @@ class _Noop:
 NOOP = _Noop()
 
 
+def _messaging(destination: str | None, operation: str) -> dict[str, Any]:
+    """The conventions' attributes of every span here (no destination: a workflow's steps on several queues)."""
+    out: dict[str, Any] = {"messaging.system": SYSTEM, "messaging.operation.type": operation, "messaging.operation.name": operation}
+    if destination is not None:
+        out["messaging.destination.name"] = destination
+    return out
+
+
 def _attributes(queue: str, task_name: str, operation: str) -> dict[str, Any]:
-    return {"messaging.system": SYSTEM, "messaging.destination.name": queue, "messaging.operation.type": operation,
-            "messaging.operation.name": operation, "messaging.redisq.task.name": task_name}
+    return {**_messaging(queue, operation), "messaging.redisq.task.name": task_name}
 
 
 class Sending:
@@ -190,10 +197,7 @@ def send_workflow(workflow_id: str, queues: list[str], steps: int) -> Sending | 
     if found is None:
         return NOOP
     one = len(set(queues)) == 1
-    attributes: dict[str, Any] = {"messaging.system": SYSTEM, "messaging.operation.type": "send", "messaging.operation.name": "send",
-                                  "messaging.redisq.workflow.id": workflow_id}
-    if one:
-        attributes["messaging.destination.name"] = queues[0]
+    attributes = {**_messaging(queues[0] if one else None, "send"), "messaging.redisq.workflow.id": workflow_id}
     if steps > 1:
         attributes["messaging.batch.message_count"] = steps
     return Sending(found, f"send {queues[0]}" if one else "send", attributes)
@@ -214,9 +218,7 @@ def publish(topic: str, parent: Any = None) -> Sending | _Noop:
     found = tracer()
     if found is None:
         return NOOP
-    attributes = {"messaging.system": SYSTEM, "messaging.destination.name": topic, "messaging.operation.type": "send",
-                  "messaging.operation.name": "send"}
-    return Sending(found, f"send {topic}", attributes, parent)
+    return Sending(found, f"send {topic}", _messaging(topic, "send"), parent)
 
 
 def clean_carrier(value: Any) -> dict[str, str] | None:
