@@ -264,3 +264,25 @@ def run_worker_process(redis_url: str) -> Iterator[Callable[..., WorkerProcess]]
         if wp.proc.poll() is None:
             wp.proc.kill()
             wp.proc.wait(10)
+
+
+@pytest.fixture
+def spans() -> Iterator[Any]:
+    """Spans the code under test makes, in the SDK's in-memory exporter behind a tracer provider of the test's own
+    (``tracing.provider_override``; the tracing tests need opentelemetry-sdk, the dev dependency group)."""
+    pytest.importorskip("opentelemetry.sdk", reason="the tracing tests need opentelemetry-sdk (the dev dependency group)")
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from django_redisq import tracing
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing.provider_override = provider
+    try:
+        yield exporter
+    finally:
+        tracing.provider_override = None
+        tracing._override = None

@@ -150,3 +150,8 @@ def blocked_in(r, command: str) -> int:
     else:
         lists = [r.client_list()]
     return sum(c.get("cmd") == command for clients in lists for c in clients)
+
+
+def by_kind(exporter: Any, kind: Any) -> list[Any]:
+    """The finished spans of one ``SpanKind`` in an in-memory exporter (the ``spans`` fixture)."""
+    return [s for s in exporter.get_finished_spans() if s.kind == kind]

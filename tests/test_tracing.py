@@ -12,7 +12,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,32 +21,16 @@ import pytest
 pytest.importorskip("opentelemetry.sdk", reason="the tracing tests need opentelemetry-sdk (the dev dependency group)")
 
 from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
 from django_redisq import tracing
+from tests.helpers import by_kind
 from tests.testapp.tasks import add, always_fails
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracing.provider_override = provider
-    try:
-        yield exporter
-    finally:
-        tracing.provider_override = None
-        tracing._override = None
-
-
-def by_kind(exporter: InMemorySpanExporter, kind: SpanKind) -> list[Any]:
-    return [s for s in exporter.get_finished_spans() if s.kind == kind]
 
 
 def test_one_trace_from_the_view_through_the_producer_to_each_attempt(r: Any, spans: InMemorySpanExporter,

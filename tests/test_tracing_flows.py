@@ -11,7 +11,7 @@ import asyncio
 import json
 import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +20,6 @@ import pytest
 pytest.importorskip("opentelemetry.sdk", reason="the tracing tests need opentelemetry-sdk (the dev dependency group)")
 
 from django.db import transaction
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
@@ -34,7 +32,7 @@ from django_redisq.store.broker import Broker
 from django_redisq.store.keys import QueueKeys, TopicKeys, WorkflowKeys
 from django_redisq.worker.pump import EventPump
 from tests.events.conftest import H, events_settings, runs
-from tests.helpers import run_in_thread, wait_for
+from tests.helpers import by_kind, run_in_thread, wait_for
 from tests.testapp import workflow_tasks as wt
 from tests.testapp.tasks import add
 
@@ -43,21 +41,6 @@ BILLING = {"billing-on-order": {"topic": TOPIC, "task": H + "billing"}}  # its t
 OTEL_ENV = {"DJANGO_SETTINGS_MODULE": "tests.otel_worker_settings"}
 
 
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracing.provider_override = provider
-    try:
-        yield exporter
-    finally:
-        tracing.provider_override = None
-        tracing._override = None
-
-
-def by_kind(exporter: InMemorySpanExporter, kind: SpanKind) -> list[Any]:
-    return [s for s in exporter.get_finished_spans() if s.kind == kind]
 
 
 def consumers_by_id(exporter: InMemorySpanExporter) -> dict[str, list[Any]]:
