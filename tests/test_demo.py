@@ -39,7 +39,7 @@ def _alive(pid: int) -> bool:
 
 def _embedded_env(tmp_path) -> dict[str, str]:
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "DEMO_FROM": str(ROOT), "SQLITE_PATH": str(tmp_path / "db.sqlite3"),
-           "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "example_project")])}
+           "EMBEDDED_PATH": str(tmp_path / "redisq.rdb"), "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "example_project")])}
     for name in ("DJANGO_SETTINGS_MODULE", "REDIS_URL"):  # the project's own settings: the embedded Redis
         env.pop(name, None)
     return env
@@ -51,7 +51,9 @@ def test_the_demo_stops_its_embedded_redis_and_its_hints_work_as_written(tmp_pat
                           capture_output=True, text=True, timeout=120)
     out = done.stdout + done.stderr
     assert done.returncode == 0, out
-    pid = int(re.search(r"embedded redis-server, pid (\d+)\)", out).group(1))
+    started = re.search(r"embedded redis-server, pid (\d+)\)", out)
+    assert started, f"the demo did not start its own redis-server: {out}"
+    pid = int(started.group(1))
     assert f"Stopped the embedded redis-server (pid {pid})." in out
     assert not _alive(pid), "the demo left its redis-server running"
     # the hints are typed where `make demo` was (DEMO_FROM, the repository root): run one as written
@@ -72,7 +74,9 @@ def test_an_interrupted_demo_stops_its_embedded_redis_too(tmp_path, sig, status)
         first = proc.stdout.readline()
         while first and "Redis:" not in first:
             first = proc.stdout.readline()
-        pid = int(re.search(r"pid (\d+)\)", first).group(1))
+        started = re.search(r"pid (\d+)\)", first)
+        assert started, f"the demo did not start its own redis-server: {first!r}"
+        pid = int(started.group(1))
         assert _alive(pid)
         proc.stdout.readline()  # the order placed: the story is under way
         proc.send_signal(sig)

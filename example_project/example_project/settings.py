@@ -51,8 +51,8 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 if os.environ.get("REDIS_URL"):
     REDISQ_CONNECTION = {"REDIS_URL": os.environ["REDIS_URL"]}
-else:
-    REDISQ_CONNECTION = {"EMBEDDED": True, "EMBEDDED_PATH": str(BASE_DIR / "redisq.rdb")}
+else:  # EMBEDDED_PATH: another file (the tests give each run its own: two demos on one file share one server)
+    REDISQ_CONNECTION = {"EMBEDDED": True, "EMBEDDED_PATH": os.environ.get("EMBEDDED_PATH") or str(BASE_DIR / "redisq.rdb")}
 
 TASKS = {
     "default": {
