@@ -97,6 +97,12 @@ from common import (  # noqa: E402
     watch_drain,
 )
 
+OURS_VENV = BENCH / ".ours-venv"
+"""Where our runworker processes run: our runtime dependencies alone, as each peer runs in a virtualenv of its own.
+The development environment the bench itself runs in also holds the OpenTelemetry SDK, which redis-py imports
+at start when it is installed (about 35 ms of a worker's start), and tools no deployment has."""
+OURS_RUNTIME = ("Django", "django-tasks", "redis", "hiredis", "cronsim", "prometheus-client")
+"""The distributions of our runtime and the metrics extra; pinned to the versions the bench's environment has."""
 PEERS_VENV = BENCH / ".peers-venv"
 PEER_PACKAGES = ["dramatiq[redis]==2.2.1", "huey==3.5.4", "rq==2.12.0", "hiredis"]
 PEER_NAMES = ("dramatiq", "huey", "rq", "celery", "arq", "vtasks", "tasks-redis")
@@ -237,6 +243,7 @@ class Bench:
         self.res = Results()
         self.procs = Procs()
         self.logdir = Path(tempfile.mkdtemp(prefix="redisq-bench-"))
+        self.worker_python = ours_python()
         self.server = RedisServer().start()
         self.url = self.server.url
         self.r = redis.Redis(host="127.0.0.1", port=self.server.port, decode_responses=True, protocol=2)
@@ -300,7 +307,7 @@ class Bench:
                     pool: str | None = None) -> list[str]:
         if self.args.worker_queues and tuple(queues) == ("default",):  # e.g. --worker-queues "default:3 low:1" (weighted)
             queues = self.args.worker_queues.split()
-        argv = [sys.executable, "-m", "django", "runworker", *queues, "--concurrency", str(concurrency)]
+        argv = [str(self.worker_python), "-m", "django", "runworker", *queues, "--concurrency", str(concurrency)]
         if pool is not None:  # without it, the worker's default (and an --engine older than the pools works)
             argv += ["--pool", pool]
         v = self.args.worker_verbosity if verbosity is None else verbosity
@@ -1531,7 +1538,7 @@ def ensure_venv(path: Path, packages: Sequence[str]) -> tuple[Path | None, str]:
     want = "\n".join(packages)
     if py.exists() and stamp.exists() and stamp.read_text() == want:
         return py, ""
-    log(f"creating {path} for the peers: {', '.join(packages)}")
+    log(f"creating {path}: {', '.join(packages)}")
     try:
         if not py.exists():
             venv.EnvBuilder(with_pip=True, clear=True).create(path)
@@ -1544,6 +1551,22 @@ def ensure_venv(path: Path, packages: Sequence[str]) -> tuple[Path | None, str]:
         return None, f"pip install {' '.join(packages)} failed: {last[:160]}"
     stamp.write_text(want)
     return py, ""
+
+
+def ours_python() -> Path:
+    """The Python our workers run on: ``bench/.ours-venv`` (our runtime dependencies, at this environment's
+    versions; the engine comes from PYTHONPATH), or this one when that virtualenv cannot be built."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    pins = []
+    for dist in OURS_RUNTIME:
+        with contextlib.suppress(PackageNotFoundError):
+            pins.append(f"{dist}=={version(dist)}")
+    py, why = ensure_venv(OURS_VENV, pins)
+    if py is None:
+        log(f"our workers run in this environment, with its development tools: {why}")
+        return Path(sys.executable)
+    return py
 
 
 def ensure_peers_venv() -> Path | None:
@@ -1698,7 +1721,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "when": datetime.now(UTC).isoformat(timespec="seconds"), "mode": "quick" if args.quick else "full",
                 "config": cfg, "sections": sections, **engine_fingerprint(), "python": platform.python_version(),
                 "redis_py": redis.__version__, "redis_server": info.get("redis_version"), "cpus": os.cpu_count(),
-                "platform": platform.platform(), "argv": sys.argv[1:],
+                "platform": platform.platform(), "argv": sys.argv[1:], "worker_python": str(bench.worker_python),
             }
             log(f"django-redisq bench ({meta['mode']}, {cfg['repeats']} run(s) each) on redis-server {meta['redis_server']} "
                 f"at {bench.url}, engine {meta['engine_dir']} ({meta['engine_sha1']}, repo {meta['repo_commit']})")
