@@ -247,6 +247,11 @@ class Bench:
         self.server = RedisServer().start()
         self.url = self.server.url
         self.r = redis.Redis(host="127.0.0.1", port=self.server.port, decode_responses=True, protocol=2)
+        for setting in args.redis_config or ():  # the server's tuning, the same for every queue measured
+            name, sep, value = setting.partition("=")
+            if not sep:
+                raise SystemExit(f"--redis-config wants NAME=VALUE, not {setting!r}")
+            self.r.config_set(name, value)
         os.environ["BENCH_REDIS_URL"] = self.url
         os.environ["DJANGO_SETTINGS_MODULE"] = "bench_settings"
         import django
@@ -1660,6 +1665,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--only", default=",".join(SECTIONS),
                     help=f"comma-separated sections: {','.join(SECTIONS)} (default: all), and {','.join(OPT_IN_SECTIONS)}")
     ap.add_argument("--skip", default="", help="comma-separated sections to leave out (e.g. peers)")
+    ap.add_argument("--redis-config", action="append", default=None, metavar="NAME=VALUE",
+                    help="CONFIG SET on the bench's redis-server before anything runs, for every queue measured "
+                         "(e.g. hash-max-listpack-value=1024); repeatable")
     ap.add_argument("--peers", default=",".join(PEER_NAMES), help="peers to measure (default: all)")
     ap.add_argument("--kinds", default=",".join(KINDS), help="task kinds of the drain matrix and the peers' drains (default: all)")
     ap.add_argument("--logging", default=",".join(LOGGINGS), help="worker logging of the drain matrix: none, console (default: both)")
@@ -1722,6 +1730,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "config": cfg, "sections": sections, **engine_fingerprint(), "python": platform.python_version(),
                 "redis_py": redis.__version__, "redis_server": info.get("redis_version"), "cpus": os.cpu_count(),
                 "platform": platform.platform(), "argv": sys.argv[1:], "worker_python": str(bench.worker_python),
+                "redis_config": args.redis_config or [],
             }
             log(f"django-redisq bench ({meta['mode']}, {cfg['repeats']} run(s) each) on redis-server {meta['redis_server']} "
                 f"at {bench.url}, engine {meta['engine_dir']} ({meta['engine_sha1']}, repo {meta['repo_commit']})")
