@@ -13,7 +13,7 @@ from __future__ import annotations
 import statistics
 import time
 
-from tests.helpers import blocked_in, keys, wait_for
+from tests.helpers import blocked_in, keys, wait_for, where_is
 from tests.testapp import tasks
 from tests.testapp.tasks import SPANS
 
@@ -65,10 +65,19 @@ def test_a_fast_task_starts_at_once_on_the_idle_worker(r, run_worker_process):
     """A is busy on two long tasks, B idle, both serving the queue: each fast task enqueued starts on B, within
     a generous bound, and A holds nothing beyond the two it runs (nor waits in BLMOVE for more)."""
     slow = tasks.span.using(queue_name="default")
-    for i in range(2):
-        slow.enqueue(f"long{i}", 3 * LONG)
+    longs = [slow.enqueue(f"long{i}", 3 * LONG) for i in range(2)]
     a = run_worker_process(*QUEUES, "--concurrency", "2", "--name", "A")
     assert wait_for(lambda: len(spans(r)) == 2, timeout=30)
+    began = time.time()
+
+    def why() -> str:  # what a failure needs: where A's long tasks are, and what the workers said
+        places = {x.id: (where_is(r, x.id, "default"), r.hgetall(keys().task(x.id))) for x in longs}
+        logs = []
+        for name, wp in (("A", a), ("B", b)):
+            wp.log.seek(0)
+            logs.append(f"--- worker {name}:\n" + wp.log.read()[-3000:])
+        return f"{time.time() - began:.1f}s after A began its long tasks; {places}\n" + "\n".join(logs)
+
     time.sleep(2.5)  # a BLMOVE A entered before it was busy has ended (BLOCK_TIMEOUT)
     # clients other tests of the session left blocked are counted too: compare with what is blocked now
     before = blocked_in(r, "blmove")
@@ -83,9 +92,9 @@ def test_a_fast_task_starts_at_once_on_the_idle_worker(r, run_worker_process):
         assert wait_for(lambda: f"fast{i}" in spans(r), timeout=10, step=0.005)  # noqa: B023
         waits.append(spans(r)[f"fast{i}"][0] - t0)
         # were A blocked in BLMOVE too, Redis would serve it first about half the time (the longest blocked first)
-        assert ran_on(r, q, res.id) == "B"
+        assert ran_on(r, q, res.id) == "B", why()
         a_holds = sum(r.llen(k) for q2 in QUEUES for k in r.scan_iter(keys(q2).processing("A.*")))
-        assert a_holds == 2, a_holds  # A's two long tasks, nothing more
+        assert a_holds == 2, f"fast{i}: A holds {a_holds}; " + why()  # A's two long tasks, nothing more
         time.sleep(0.05)
     waits.sort()
     print(f"enqueue -> start on the idle worker: median {statistics.median(waits):.3f}s, max {waits[-1]:.3f}s")
