@@ -65,7 +65,7 @@ def test_a_fast_task_starts_at_once_on_the_idle_worker(r, run_worker_process):
     """A is busy on two long tasks, B idle, both serving the queue: each fast task enqueued starts on B, within
     a generous bound, and A holds nothing beyond the two it runs (nor waits in BLMOVE for more)."""
     slow = tasks.span.using(queue_name="default")
-    longs = [slow.enqueue(f"long{i}", 3 * LONG) for i in range(2)]
+    longs = [slow.enqueue(f"long{i}", 6 * LONG) for i in range(2)]  # 48 s: they outlast a slow run
     a = run_worker_process(*QUEUES, "--concurrency", "2", "--name", "A")
     assert wait_for(lambda: len(spans(r)) == 2, timeout=30)
     began = time.time()
