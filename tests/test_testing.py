@@ -10,6 +10,7 @@ answers there.
 
 from __future__ import annotations
 
+import re
 import socket
 import threading
 from collections.abc import Iterator
@@ -17,7 +18,7 @@ from collections.abc import Iterator
 import pytest
 
 from django_redisq import testing
-from django_redisq.testing import RedisServer, _call
+from django_redisq.testing import RedisServer, SentinelSetup, _call, find_redis_server
 
 
 @pytest.fixture
@@ -69,3 +70,22 @@ def test_a_port_given_by_the_caller_that_is_taken_is_an_error_not_someone_elses_
             srv.start()
     finally:
         srv.cleanup()
+
+
+@pytest.mark.sentinel
+def test_a_sentinel_whose_port_was_taken_starts_on_another_and_the_setup_settles(impostor):
+    """A connection's local port can take the number ``free_port`` chose for a sentinel before it binds it (a
+    fresh-clone CI once waited 30 s for three sentinels of which one had exited): the setup moves that one."""
+    binary = find_redis_server("path")
+    if not binary:
+        pytest.skip("no redis-server on PATH to run sentinels with")
+    setup = SentinelSetup(binary)
+    setup.sentinel_ports[0] = impostor
+    with setup:
+        assert impostor not in setup.sentinel_ports
+        assert setup.master_port() == setup.master.port  # the three found each other and the master
+        pids = {proc.pid for proc in setup.procs}
+        for port in setup.sentinel_ports:
+            info = _call(port, "info", "server")
+            assert "redis_mode:sentinel" in info
+            assert int(re.search(r"process_id:(\d+)", info).group(1)) in pids  # ours, not someone else's

@@ -294,10 +294,36 @@ class SentinelSetup:
             f"sentinel parallel-syncs {self.master_name} 1",
         ]
 
-    def _start_sentinel(self, port: int) -> None:
-        conf = Path(self.dir, f"sentinel-{port}.conf")  # a sentinel rewrites its config: one file each
-        conf.write_text("\n".join([*self._sentinel_config(port), ""]))
-        self.procs.append(subprocess.Popen([self.binary, str(conf), "--sentinel"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    def _start_sentinel(self, index: int) -> None:
+        """Start sentinel ``index`` and wait until its own log says it runs (``Sentinel ID is``, after it bound its port).
+
+        Its port was free when ``free_port`` chose it, but a connection's local port (the replica's link to
+        the master, a test client) may take the same number before the sentinel binds it; the sentinel then
+        exits, and the setup would wait for three sentinels that never meet. Like ``RedisServer.start``, it
+        starts again on another port then (twice at most).
+        """
+        for attempt in range(3):
+            port = self.sentinel_ports[index]
+            conf = Path(self.dir, f"sentinel-{port}.conf")  # a sentinel rewrites its config: one file each
+            conf.write_text("\n".join([*self._sentinel_config(port), ""]))
+            log = Path(self.dir, f"sentinel-{port}.log")
+            proc = subprocess.Popen([self.binary, str(conf), "--sentinel"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                if proc.poll() is not None:
+                    text = _tail(log, 0)
+                    if "Address already in use" in text and attempt < 2:
+                        self.sentinel_ports[index] = free_port()
+                        break
+                    raise RuntimeError(f"redis-sentinel on port {port} exited at start: {text[-2000:]}")
+                if "Sentinel ID is" in _tail(log, 0):
+                    self.procs.append(proc)
+                    return
+                time.sleep(0.02)
+            else:
+                proc.kill()
+                proc.wait(10)
+                raise RuntimeError(f"redis-sentinel on port {port} did not start: {_tail(log, 0)[-2000:]}")
 
     def master_port(self) -> int | None:
         """The master's port as the first answering sentinel reports it."""
@@ -344,8 +370,8 @@ class SentinelSetup:
             self.master.start()
             self.replica.start()
             _wait_for("the replica in sync", lambda: "master_link_status:up" in self._cli(self.replica.port, "info", "replication"), 20)
-            for port in self.sentinel_ports:
-                self._start_sentinel(port)
+            for index in range(len(self.sentinel_ports)):
+                self._start_sentinel(index)
             _wait_for("sentinels that know each other and the replica", self._settled, 30)
         except BaseException:
             self.cleanup()
