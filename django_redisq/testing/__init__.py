@@ -60,6 +60,24 @@ def _tail(log: Path, start: int) -> str:
         return ""
 
 
+def _await_start(proc: subprocess.Popen[bytes], log: Path, seen: int, what: str, ready: Callable[[str], bool]) -> bool:
+    """Wait (10 s at most) until ``ready(what the log gained after byte seen)``: True, or False at the deadline.
+
+    A process that exits first raises: ``_AddressInUse`` when its log says its port was taken (the caller may
+    start it again on another), else ``RuntimeError`` with the log."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            text = _tail(log, seen)
+            if "Address already in use" in text:
+                raise _AddressInUse(f"{what} is taken: {text[-500:]}")
+            raise RuntimeError(f"{what} exited at start: {text[-2000:]}")
+        if ready(_tail(log, seen)):
+            return True
+        time.sleep(0.02)
+    return False
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -117,16 +135,9 @@ class RedisServer:
         log = Path(self.dir, "redis.log")
         seen = log.stat().st_size if log.exists() else 0  # a restart appends to the same log
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                text = _tail(log, seen)
-                if "Address already in use" in text:
-                    raise _AddressInUse(f"port {self.port} is taken: {text[-500:]}")
-                raise RuntimeError(f"redis-server exited at start: {text[-2000:]}")
-            if "Ready to accept connections" in _tail(log, seen) and self._answering():
-                return self
-            time.sleep(0.02)
+        if _await_start(self.proc, log, seen, f"redis-server on port {self.port}",
+                        lambda text: "Ready to accept connections" in text and self._answering()):
+            return self
         self.stop()
         raise RuntimeError(f"redis-server did not answer on port {self.port}")
 
@@ -308,22 +319,19 @@ class SentinelSetup:
             conf.write_text("\n".join([*self._sentinel_config(port), ""]))
             log = Path(self.dir, f"sentinel-{port}.log")
             proc = subprocess.Popen([self.binary, str(conf), "--sentinel"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline:
-                if proc.poll() is not None:
-                    text = _tail(log, 0)
-                    if "Address already in use" in text and attempt < 2:
-                        self.sentinel_ports[index] = free_port()
-                        break
-                    raise RuntimeError(f"redis-sentinel on port {port} exited at start: {text[-2000:]}")
-                if "Sentinel ID is" in _tail(log, 0):
-                    self.procs.append(proc)
-                    return
-                time.sleep(0.02)
-            else:
+            try:
+                started = _await_start(proc, log, 0, f"redis-sentinel on port {port}", lambda text: "Sentinel ID is" in text)
+            except _AddressInUse:
+                if attempt < 2:
+                    self.sentinel_ports[index] = free_port()
+                    continue
+                raise
+            if not started:
                 proc.kill()
                 proc.wait(10)
                 raise RuntimeError(f"redis-sentinel on port {port} did not start: {_tail(log, 0)[-2000:]}")
+            self.procs.append(proc)
+            return
 
     def master_port(self) -> int | None:
         """The master's port as the first answering sentinel reports it."""
