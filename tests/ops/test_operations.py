@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
@@ -56,11 +55,8 @@ def test_replay_into_another_queue_keeps_the_history_and_rewrites_the_message(r,
     assert json.loads(moved["msg"])["queue"] == "low" and json.loads(moved["msg"])["args"] == ["first"]
     assert (moved["failures"], moved["deliveries"], moved["replayed_from"]) == ("0", "0", "default")
     assert len(json.loads(moved["errors"])) == 2
-    for _ in range(50):  # fails twice more in its new queue, then is dead there (burst runs until it is)
-        make_worker("low").run()
-        if where(r, result.id, "low") == ["dead"]:
-            break
-        time.sleep(0.02)
+    # fails twice more in its new queue, then is dead there: burst workers of "low" until it settled
+    helpers.drain(lambda **kw: make_worker("low", **kw), [result])
     assert where(r, result.id, "low") == ["dead"]
     assert len(json.loads(r.hget(helpers.keys("low").task(result.id), "errors"))) == 4
 
