@@ -235,16 +235,20 @@ class Broker(OperatorSteps, ScheduleSteps, PresenceSteps, RunningMarks, Progress
             ],
         ), finish))
 
-    def release(self, queue: str, worker: str, unstarted: Sequence[str] = (), deliveries: Sequence[int] | None = None) -> int:
+    def release(self, queue: str, worker: str, unstarted: Sequence[str] = (), deliveries: Sequence[int] | None = None,
+                *, ran: bool = False) -> int:
         """Hand back unstarted tasks; with none given, everything left, and leave the heartbeat set.
 
         ``deliveries``: the delivery count each claim had (``Delivery.deliveries``); an id claimed again since
         (counted higher) is left alone. A task with a cancel request is dead-lettered (``cancelled``) instead.
+        ``ran``: the tasks ran and could not be settled: their delivery stays counted (no claim is undone).
         Returns how many left the list.
         """
         k = self.keys(queue)
-        if deliveries is not None and unstarted:
-            args: list[Any] = [k.prefix, worker, "", *(x for pair in zip(unstarted, deliveries, strict=True) for x in pair)]
+        if ran and unstarted:
+            args: list[Any] = [k.prefix, worker, "+", *unstarted]
+        elif deliveries is not None and unstarted:
+            args = [k.prefix, worker, "", *(x for pair in zip(unstarted, deliveries, strict=True) for x in pair)]
         else:
             args = [k.prefix, worker, *unstarted]
         return int(self._script("release")(keys=[k.processing(worker), k.pending, k.workers, k.alive, k.dead, k.cancels,

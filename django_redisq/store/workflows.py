@@ -29,6 +29,18 @@ PROVISIONAL_MS = 3_600_000
 """TTL of a new workflow's keys until its first steps are queued (wf_start.lua makes them last)."""
 
 
+class StepTooLarge(ValueError):
+    """A step's message over its queue's ``MAX_MESSAGE_BYTES``: a chord's callback gets every member's result, which
+    no check at creation can bound. Queueing it would put a message in Redis no worker should take (or one Redis
+    refuses past ``proto-max-bulk-len``), so the worker fails the workflow instead (worker/flows.py)."""
+
+    def __init__(self, task_id: str, queue: str, size: int, limit: int) -> None:
+        super().__init__(f"its message ({task_id}, with its parents' results) is {size} bytes, over MAX_MESSAGE_BYTES "
+                         f"{limit} of queue {queue!r}; return smaller results (store large ones elsewhere and return "
+                         "their ids), or raise MAX_MESSAGE_BYTES for that queue")
+        self.size, self.limit = size, limit
+
+
 @dataclass(frozen=True, slots=True)
 class Released:
     """A step whose parents are all done: its index, stored spec and the parents' results (in parent order)."""
@@ -111,14 +123,20 @@ class WorkflowStore:
                      link: str = "") -> bool:
         """Queue one step (or an on_error callback) from its spec; False: the id was stored already (idempotent).
 
+        ``StepTooLarge`` if its message exceeds its queue's ``MAX_MESSAGE_BYTES``.
+
         The spec's metadata carries the workflow creator's trace context (``_trace``) as stored; ``link`` adds the
         attempt that released the step (``tracing.LINK_KEY``): given only when that attempt was traced."""
         metadata = spec.get("m") or None
         if link:  # the releasing worker traces: so does this step's attempt, as a root span if its creator did not
             metadata = {**(metadata if isinstance(metadata, dict) else {}), tracing.LINK_KEY: link}
         msg = encode(args, kwargs, spec.get("o") or None, metadata)
+        queue = spec.get("q", "default")
+        limit = self.broker.options.for_queue(queue).max_message_bytes
+        if len(msg) > limit // 4 and (size := len(msg.encode("utf-8", "surrogatepass"))) > limit:
+            raise StepTooLarge(task_id, queue, size, limit)
         item = (task_id, msg, spec["t"], delay, spec.get("i") or "", int(spec.get("pr") or 0), spec.get("l") or "")
-        return not self.broker.enqueue(spec.get("q", "default"), [item])[0].duplicate_of
+        return not self.broker.enqueue(queue, [item])[0].duplicate_of
 
     def adopt(self, queue: str, task_id: str, workflow_id: str, step: int) -> tuple[str, str]:
         """Mark task ``task_id`` of ``queue`` (enqueued earlier) as step ``step`` of the workflow (wf_adopt.lua).

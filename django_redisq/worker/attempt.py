@@ -75,7 +75,8 @@ class Attempt:
         """The return value as JSON, or the exception Django's backends record for it.
 
         A value ``normalize_json`` refuses fails the attempt with that same exception
-        class (``TypeError`` for an unsupported type, as ``ImmediateBackend`` records),
+        class (``TypeError`` for an unsupported type, as ``ImmediateBackend`` records;
+        ``ValueError`` for a string Redis cannot store as UTF-8, a lone surrogate),
         so code matching Django's ``exception_class`` sees no difference; it is never
         retried, since the task would only return the same value again.
         """
@@ -84,8 +85,14 @@ class Attempt:
             result_json = dumps(normalize_json(value))
         except (TypeError, ValueError, RecursionError) as exc:
             raise type(exc)(f"the return value of {self.message.task} is not JSON: {exc}") from None
+        if not result_json.isascii():  # Redis stores UTF-8: a lone surrogate ("\ud800", which any outside JSON can hold) is not
+            try:
+                result_json.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise ValueError(f"the return value of {self.message.task} cannot be stored: it holds a lone surrogate "
+                                 f"({exc.object[exc.start:exc.end]!r} at {exc.start}), which is not UTF-8") from None
         cap = self.opts.result_max_bytes
-        if len(result_json) > cap // 4 and (size := len(result_json.encode("utf-8", "surrogatepass"))) > cap:
+        if len(result_json) > cap // 4 and (size := len(result_json.encode("utf-8"))) > cap:
             raise InvalidArguments(
                 f"the return value of {self.message.task} is {size} bytes as JSON; the limit is {cap} (RESULT_MAX_BYTES). "
                 "Store large results elsewhere and return their id."

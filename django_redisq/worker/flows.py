@@ -6,14 +6,19 @@ Order, and why it survives a crash at any instant (DESIGN invariant 13):
    steps and answers every waiting step whose parents are all done;
 2. each of those is queued by its deterministic task id (a second enqueue of
    an id is a no-op, enqueue.lua's ``'!'``);
-3. only then the step is acked (the settler's ack, after ``before_ack``).
+3. only then the step is acked (the settler's ack, after ``record``).
 
 A crash before 3 leaves the step in the worker's processing list: it is
 redelivered and runs again (at-least-once: its guard says ``success`` only
 from the ack on), and this hook runs again after it, which repeats 1 (the set
 ignores the second add) and 2 (queued already: nothing). If 1 or 2 cannot be done now
-(a Redis error that is not transient), the step is not acked at all: the
-sweep hands it back and the whole sequence is repeated later, never skipped.
+(Redis away), the settler retries until it can. If it never can (bookkeeping
+``wf_done.lua`` cannot read, a bug), the step is dead-lettered with reason
+``settle_failed`` and its workflow failed: running it again would loop.
+
+A released step whose message would exceed its queue's ``MAX_MESSAGE_BYTES``
+(a chord's callback gets every member's result) is not queued: its workflow
+fails with an error that gives the sizes, and ``on_error`` is queued once.
 
 A step that failed for good fails its workflow before its burial
 (``wf_fail.lua``) and queues the workflow's ``on_error`` callback once (its id
@@ -23,20 +28,14 @@ is fixed too).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from functools import partial
-from typing import Any
 
 from django_redisq.flow import error_id, markers, step_id
 from django_redisq.store.replies import Delivery
-from django_redisq.store.workflows import WorkflowStore
-from django_redisq.worker.outcome import SUCCESS, Outcome
+from django_redisq.store.workflows import StepTooLarge, WorkflowStore
+from django_redisq.worker.outcome import Missed, Outcome, Retrying, SettleFailed
 
 logger = logging.getLogger("django_redisq")
-
-Retrying = Callable[[Callable[[], Any], str], Any]
-"""The settler's ``with_retries``: runs a step until it lands; None if it cannot."""
-
 
 class WorkflowHooks:
     """Called by the settler around the settle steps of tasks that are workflow steps."""
@@ -45,25 +44,27 @@ class WorkflowHooks:
         self.store = store
         self.broker = store.broker
 
-    def before_ack(self, batch: list[tuple[Delivery, Outcome]], retrying: Retrying) -> set[tuple[str, str]]:
-        """Record the batch's successful steps and release their dependents; the ``(queue, id)`` not to ack now."""
-        hold: set[tuple[str, str]] = set()
-        for d, o in batch:
-            if o.kind != SUCCESS:
-                continue
-            for wf, step in markers(d.raw, d.metadata):
-                if not self._done(wf, step, o.result_json, retrying, o.trace_from):
-                    hold.add((d.queue, d.id))
-        return hold
+    def record(self, d: Delivery, o: Outcome, retrying: Retrying) -> bool:
+        """Record a successful step in its workflows and release its dependents; False: not now (hold the ack).
+
+        Raises ``SettleFailed`` when the workflow's bookkeeping cannot be recorded (the settler dead-letters the step).
+        """
+        return all(self._done(wf, step, o.result_json, retrying, o.trace_from) for wf, step in markers(d.raw, d.metadata))
 
     def _done(self, wf: str, step: int, result_json: str, retrying: Retrying, link: str = "") -> bool:
         reply = retrying(lambda: self.store.done(wf, step, result_json), f"recording step {step} of workflow {wf}")
-        if reply is None:
+        if isinstance(reply, Missed):
             return False
+        for r in reply.released:
+            try:
+                if isinstance(retrying(partial(self.store.release, wf, [r], link), f"releasing step {r.step} of workflow {wf}"), Missed):
+                    return False
+            except SettleFailed as exc:
+                if not isinstance(exc.cause, StepTooLarge):
+                    raise
+                self._fail(wf, r.step, f"step {r.step} was not queued: {exc.cause}", "", retrying)
         if not reply.released:
             return True
-        if retrying(partial(self.store.release, wf, reply.released, link), f"releasing the next steps of workflow {wf}") is None:
-            return False
         # cancelled while we released: wf_cancel.lua's caller may have read the steps before these were queued
         if retrying(partial(self.store.status, wf), f"reading the status of workflow {wf}") == "cancelled":
             for r in reply.released:
@@ -76,11 +77,18 @@ class WorkflowHooks:
         for wf, step in markers(d.raw, d.metadata):
             error = o.error or {}
             text = f"step {step} ({d.task or '?'}, task {d.id}) failed: {error.get('exc', '')}: {error.get('msg', o.reason)}"
-            answer = retrying(partial(self.store.fail, wf, step, text), f"failing workflow {wf}")
-            if answer is None:
-                continue
-            _, on_error, _ = answer
-            if on_error:
-                args = [*(on_error.get("a") or []), wf, d.id]
-                retrying(partial(self.store.enqueue_step, error_id(wf), on_error, args, dict(on_error.get("k") or {}), 0, o.trace_from),
-                         f"queueing the on_error callback of workflow {wf}")
+            try:
+                self._fail(wf, step, text, d.id, retrying, o.trace_from)
+            except SettleFailed as exc:  # one workflow's bookkeeping does not keep the others from failing
+                logger.error("workflow %s of step %s could not be failed: %s", wf, d.id, exc)
+
+    def _fail(self, wf: str, step: int, text: str, task_id: str, retrying: Retrying, link: str = "") -> None:
+        """Fail workflow ``wf`` for ``step`` and queue its ``on_error`` callback (its id is fixed: queued once)."""
+        answer = retrying(partial(self.store.fail, wf, step, text), f"failing workflow {wf}")
+        if isinstance(answer, Missed):
+            return
+        _, on_error, _ = answer
+        if on_error:
+            args = [*(on_error.get("a") or []), wf, task_id or step_id(wf, step)]
+            retrying(partial(self.store.enqueue_step, error_id(wf), on_error, args, dict(on_error.get("k") or {}), 0, link),
+                     f"queueing the on_error callback of workflow {wf}")

@@ -53,16 +53,19 @@ class Heartbeat:
         on_fenced: Callable[[str], None],
         on_beat: Callable[[bool], None] | None = None,
         presence: Presence | None = None,
+        unsettled: dict[str, str] | None = None,
     ) -> None:
         """``broker``: one on the heartbeat's own connections (``Broker.for_heartbeat``), whose short timeouts keep a
         beat's round trip within the lease; ``on_beat`` is told of each beat's success (health file, metrics);
-        ``presence``: the worker's presence links (opened), which this thread owns from then on."""
+        ``presence``: the worker's presence links (opened), which this thread owns from then on; ``unsettled``: the
+        settler's tasks that ran and could not be settled (id -> queue), which the sweep hands back counted."""
         self.options, self.worker_id, self.queues = options, worker_id, list(queues)
         self.info, self.known, self.on_fenced = info, known, on_fenced
         self.broker = broker
         self.lease_until = 0.0  # monotonic: executors may start tasks before this
         self.on_beat = on_beat
         self.presence = presence
+        self.unsettled = unsettled if unsettled is not None else {}
         self._registered = False
         self._suspects: dict[str, set[str]] = {}
         self._wake = threading.Event()
@@ -155,12 +158,21 @@ class Heartbeat:
             self.presence.close()
 
     def sweep(self, q: str) -> None:
-        """Hand back ids in our processing list that we do not know (a fetch reply lost)."""
+        """Hand back ids in our processing list that we do not know: a fetch reply lost (the claim undone, as if never
+        fetched), or a task that ran and could not be settled (its delivery stays counted: never an endless loop)."""
         ids = self.broker.processing_ids(q, self.worker_id)
         known = self.known()
         orphans = {i for i in ids if i not in known}
         confirmed = orphans & self._suspects.get(q, set())
-        if confirmed:
-            logger.warning("handing back %d task(s) of queue %s whose fetch reply was lost", len(confirmed), q)
-            self.broker.release(q, self.worker_id, sorted(confirmed))
+        ran = sorted(i for i in confirmed if self.unsettled.get(i) == q)
+        lost = sorted(confirmed.difference(ran))
+        if lost:
+            logger.warning("handing back %d task(s) of queue %s whose fetch reply was lost", len(lost), q)
+            self.broker.release(q, self.worker_id, lost)
+        if ran:
+            logger.warning("handing back %d task(s) of queue %s that ran and could not be settled", len(ran), q)
+            self.broker.release(q, self.worker_id, ran, ran=True)
+        present = set(ids)
+        for i in [i for i, queue in list(self.unsettled.items()) if queue == q and (i in ran or i not in present)]:
+            self.unsettled.pop(i, None)
         self._suspects[q] = orphans - confirmed

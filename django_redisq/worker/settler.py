@@ -8,9 +8,10 @@ the next task. So ``get_result`` tells the truth within tens of milliseconds,
 and a crash re-runs only what had not finished (DESIGN invariant 9).
 
 A settle step that Redis cannot take now (connection lost, memory full, a
-failover, a busy script) is retried with backoff until it lands; one that
-would fail again (a script bug) is logged and left in the worker's processing
-list, where the sweep or the reaper hands it back: never lost.
+failover, a busy script) is retried with backoff until it lands. One that
+would fail again (a result Redis refuses, bookkeeping a script cannot read, a
+bug) ends its task in the dead letters with reason ``settle_failed`` and the
+exception: handing it back would run it again, for ever. Never lost, never a loop.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from django_redisq.store.broker import Broker
 from django_redisq.store.replies import Delivery
 from django_redisq.store.server import is_transient
 from django_redisq.worker.flows import WorkflowHooks
-from django_redisq.worker.outcome import DEAD, RETRY, SUCCESS, Outcome
+from django_redisq.worker.outcome import DEAD, RETRY, SUCCESS, Missed, Outcome, SettleFailed, error_dict
 
 logger = logging.getLogger("django_redisq")
 
@@ -40,7 +41,8 @@ SETTLE_WITHIN = 0.05
 Batch = list[tuple[Delivery, Outcome]]
 RETRIED, DEAD_LETTERED, LEASE_LOST = "retried", "dead_lettered", "lease_lost"
 """What ``Settler.on_event`` is told once Redis has taken a step (signals and metrics listen)."""
-_LOST = object()
+SETTLE_FAILED = "settle_failed"
+"""The dead-letter reason of a task that ran but whose settle step failed for good (``SettleFailed``)."""
 
 
 class Unsettled:
@@ -78,16 +80,26 @@ class Unsettled:
 
 
 class Settler:
-    """Acks, retries and buries batches of run tasks for one worker id."""
+    """Acks, retries and buries batches of run tasks for one worker id.
+
+    Every task of a batch ends in one of three ways here: settled (acked, retried or dead-lettered), handed to another
+    worker (its lease was lost), or, when a settle step fails for good, dead-lettered with reason ``settle_failed``.
+    One task's failure never holds the rest of its batch. Only if that burial fails too is the task left in the
+    processing list, and then ``unsettled`` tells the sweep it ran: it goes back with its delivery counted, so a task
+    that can never be settled ends as ``too_many_deliveries`` instead of running for ever (DESIGN invariant 4).
+    """
 
     def __init__(self, broker: Broker, worker_id: str, force: threading.Event, on_settled: Callable[[Batch], None],
-                 on_event: Callable[[str, Delivery, Outcome], None] | None = None, flows: WorkflowHooks | None = None) -> None:
+                 on_event: Callable[[str, Delivery, Outcome], None] | None = None, flows: WorkflowHooks | None = None,
+                 unsettled: dict[str, str] | None = None) -> None:
+        """``unsettled``: shared with the heartbeat's sweep: id -> queue of each task that ran and could not be settled."""
         self.broker = broker
         self.flows = flows  # workflow steps: recorded and their dependents released before the ack (worker/flows.py)
         self.worker_id = worker_id
         self.force = force
         self.on_settled = on_settled
         self.on_event = on_event
+        self.unsettled = unsettled if unsettled is not None else {}
         self.wake = threading.Event()
 
     def settle(self, batch: Batch) -> None:
@@ -96,43 +108,114 @@ class Settler:
             return
         try:
             self._save_metadata(batch)
-            acks: dict[str, list[tuple[str, str]]] = {}
-            runs: dict[str, list[tuple[str, float]]] = {}  # run times, written by the same call (store/durations.py)
-            hold = self.flows.before_ack(batch, self.with_retries) if self.flows else set()
+            broken: dict[tuple[str, str], SettleFailed] = {}
+            hold = self._record_steps(batch, broken)
+            self._ack(batch, hold | broken.keys(), broken)
             for d, o in batch:
-                if o.kind == SUCCESS and (d.queue, d.id) not in hold:
-                    acks.setdefault(d.queue, []).append((d.id, o.result_json))
-                    runs.setdefault(d.queue, []).append((o.task_name or d.task, o.duration))
-            for q, results in acks.items():
-                lost = self.with_retries(partial(self.broker.ack_many, q, self.worker_id, results, runs[q]), f"acking {len(results)} task(s)")
-                for task_id in lost if isinstance(lost, list) else ():
-                    logger.warning("task %s was no longer held by worker %s at ack; another worker has it now", task_id, self.worker_id)
-                    self._tell(LEASE_LOST, next((d, o) for d, o in batch if d.id == task_id and d.queue == q))
-            for d, o in batch:
-                if o.kind == RETRY:
-                    done = self.with_retries(partial(self.broker.retry, d.queue, self.worker_id, d.id, o.delay_ms, o.error), f"retrying {d.id}")
-                    # False: dead-lettered instead (a cancel request came while it ran)
-                    self._tell(LEASE_LOST if done is _LOST else RETRIED if done else DEAD_LETTERED, (d, o), done is None)
-                elif o.kind == DEAD:
-                    if self.flows:
-                        self.flows.before_bury(d, o, self.with_retries)
-                    done = self.with_retries(partial(self.broker.bury, d.queue, self.worker_id, d.id, o.error, o.reason, o.failed), f"burying {d.id}")
-                    self._tell(LEASE_LOST if done is _LOST else DEAD_LETTERED, (d, o), done is None)
+                if o.kind == SUCCESS or (d.queue, d.id) in broken:
+                    continue
+                try:
+                    self._retry(d, o) if o.kind == RETRY else self._bury(d, o)
+                except SettleFailed as exc:
+                    broken[(d.queue, d.id)] = exc
+            for i, (d, o) in enumerate(batch):
+                if (failure := broken.get((d.queue, d.id))) is not None:
+                    batch[i] = (d, self._bury_unsettled(d, o, failure))
         finally:  # whatever happened above, the worker forgets these tasks (what Redis still holds, the sweep hands back)
             self.on_settled(batch)
+
+    def _record_steps(self, batch: Batch, broken: dict[tuple[str, str], SettleFailed]) -> set[tuple[str, str]]:
+        """Record the batch's successful workflow steps (worker/flows.py); the ``(queue, id)`` not to ack now."""
+        hold: set[tuple[str, str]] = set()
+        if self.flows is None:
+            return hold
+        for d, o in batch:
+            if o.kind != SUCCESS:
+                continue
+            try:
+                if not self._guarded(partial(self.flows.record, d, o, self.with_retries), f"recording workflow step {d.id}"):
+                    hold.add((d.queue, d.id))
+            except SettleFailed as exc:
+                broken[(d.queue, d.id)] = exc
+        return hold
+
+    def _ack(self, batch: Batch, skip: set[tuple[str, str]], broken: dict[tuple[str, str], SettleFailed]) -> None:
+        """Ack the successes, a round trip per queue; if a batch's ack fails for good, each task alone (one bad
+        task's ack never holds the rest)."""
+        acks: dict[str, list[tuple[Delivery, Outcome]]] = {}
+        for d, o in batch:
+            if o.kind == SUCCESS and (d.queue, d.id) not in skip:
+                acks.setdefault(d.queue, []).append((d, o))
+        for q, items in acks.items():
+            try:
+                self._ack_some(q, items, batch)
+            except SettleFailed as exc:
+                if len(items) == 1:
+                    broken[(q, items[0][0].id)] = exc
+                    continue
+                logger.warning("acking %d task(s) of queue %s failed (%s); acking each alone", len(items), q, exc)
+                for item in items:
+                    try:
+                        self._ack_some(q, [item], batch)
+                    except SettleFailed as alone:
+                        broken[(q, item[0].id)] = alone
+
+    def _ack_some(self, q: str, items: list[tuple[Delivery, Outcome]], batch: Batch) -> None:
+        results = [(d.id, o.result_json) for d, o in items]
+        runs = [(o.task_name or d.task, o.duration) for d, o in items]  # run times, written by the same call (store/durations.py)
+        lost = self.with_retries(partial(self.broker.ack_many, q, self.worker_id, results, runs), f"acking {len(results)} task(s)")
+        for task_id in lost if isinstance(lost, list) else ():
+            logger.warning("task %s was no longer held by worker %s at ack; another worker has it now", task_id, self.worker_id)
+            self._tell(LEASE_LOST, next((d, o) for d, o in batch if d.id == task_id and d.queue == q))
+
+    def _retry(self, d: Delivery, o: Outcome) -> None:
+        done = self.with_retries(partial(self.broker.retry, d.queue, self.worker_id, d.id, o.delay_ms, o.error), f"retrying {d.id}")
+        # False: dead-lettered instead (a cancel request came while it ran)
+        self._tell(LEASE_LOST if done is Missed.LOST else RETRIED if done else DEAD_LETTERED, (d, o), done is Missed.STOPPED)
+
+    def _bury(self, d: Delivery, o: Outcome) -> None:
+        if self.flows is not None:
+            try:  # the step is dead-lettered whatever becomes of its workflow's bookkeeping
+                self._guarded(partial(self.flows.before_bury, d, o, self.with_retries), f"failing the workflow of {d.id}")
+            except SettleFailed as exc:
+                logger.error("task %s: %s; it is dead-lettered all the same", d.id, exc)
+        done = self.with_retries(partial(self.broker.bury, d.queue, self.worker_id, d.id, o.error, o.reason, o.failed),
+                                 f"burying {d.id}")
+        self._tell(LEASE_LOST if done is Missed.LOST else DEAD_LETTERED, (d, o), done is Missed.STOPPED)
+
+    def _bury_unsettled(self, d: Delivery, o: Outcome, failure: SettleFailed) -> Outcome:
+        """Dead-letter a task whose settle step failed for good (reason ``settle_failed``); the outcome it ends with."""
+        error = error_dict(failure.cause)
+        error["msg"] = str(failure)[:2000]
+        dead = Outcome(DEAD, error=error, reason=SETTLE_FAILED, failed=o.failed, task_name=o.task_name, duration=o.duration,
+                       trace_from=o.trace_from)
+        logger.error("task %s of queue %s ran, but %s; it is dead-lettered (reason %s)", d.id, d.queue, failure, SETTLE_FAILED)
+        try:
+            self._bury(d, dead)
+        except SettleFailed as again:  # the sweep hands it back with its delivery counted (heartbeat.py)
+            logger.error("task %s could not be dead-lettered either (%s); it is handed back and ends as "
+                         "too_many_deliveries if this repeats", d.id, again)
+            self.unsettled[d.id] = d.queue
+        return dead
 
     def _save_metadata(self, batch: Batch) -> None:
         """Save the metadata the batch's tasks changed (metadata.py), before their ack, retry or burial.
 
         One round trip per queue, only for batches that hold such a task; a task
         whose lease was lost keeps the metadata of the copy that holds it now.
+        A save that fails for good is logged: the task still settles, with the metadata it had.
         """
         changed: dict[str, list[tuple[str, str]]] = {}
         for d, o in batch:
             if o.metadata is not None:
                 changed.setdefault(d.queue, []).append((d.id, o.metadata))
         for q, items in changed.items():
-            lost = self.with_retries(partial(self.broker.save_metadata_held, q, self.worker_id, items), f"saving the metadata of {len(items)} task(s)")
+            try:
+                lost = self.with_retries(partial(self.broker.save_metadata_held, q, self.worker_id, items),
+                                         f"saving the metadata of {len(items)} task(s)")
+            except SettleFailed as exc:
+                logger.error("the metadata of %d task(s) of queue %s was not saved: %s", len(items), q, exc)
+                continue
             for task_id in lost if isinstance(lost, list) else ():
                 logger.warning("the metadata of task %s was not saved: worker %s no longer held it", task_id, self.worker_id)
 
@@ -145,27 +228,38 @@ class Settler:
         except Exception:
             logger.exception("a listener of %s failed", event)
 
+    @staticmethod
+    def _guarded(step: Callable[[], Any], what: str) -> Any:
+        """``step()``, any exception but ``SettleFailed`` raised as one (a workflow marker that cannot be decoded)."""
+        try:
+            return step()
+        except SettleFailed:
+            raise
+        except Exception as exc:
+            raise SettleFailed(what, exc) from exc
+
     def with_retries(self, step: Callable[[], Any], what: str) -> Any:
-        """Run one settle step, retrying while Redis says "not now", until it lands (its answer) or a force stop (None)."""
+        """Run one settle step, retrying while Redis says "not now", until it lands (its answer) or is ``Missed``.
+
+        Raises ``SettleFailed`` for a failure that would repeat (a non-transient Redis error, any other exception).
+        """
         for attempt in itertools.count():
             try:
                 return step()
             except LeaseLost as exc:
                 logger.warning("%s; another worker has it now", exc)
-                return _LOST
+                return Missed.LOST
             except RedisError as exc:
-                if not is_transient(exc):  # an answer that would repeat (a script bug): the sweep hands the task back
-                    logger.exception("%s failed; the task is handed back by the sweep", what)
-                    return None
+                if not is_transient(exc):  # an answer that would repeat (a script bug, a value Redis refuses)
+                    raise SettleFailed(what, exc) from exc
                 if self.force.is_set():
-                    return None
+                    return Missed.STOPPED
                 logger.warning("%s failed (%s: %s); retrying", what, type(exc).__name__, exc)
                 step = getattr(exc, "again", None) or step  # NotDurable: the step is on the master; only its WAIT is repeated
                 time.sleep(min(2.0, 0.02 * 2**attempt))
-            except Exception:  # not retryable: the task stays in our list and is handed back by the sweep
-                logger.exception("%s failed", what)
-                return None
-        return None
+            except Exception as exc:  # a bug or bad data: it would fail the same way again
+                raise SettleFailed(what, exc) from exc
+        return Missed.STOPPED
 
     def flush_loop(self, held: list[Unsettled], stop: threading.Event) -> None:
         """Settle what executors busy with a long task have held for ``SETTLE_WITHIN``, and all of it when woken.

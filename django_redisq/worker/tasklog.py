@@ -55,6 +55,8 @@ HINTS: dict[str, str] = {
     "corrupt_task": "its data in Redis is corrupt; `manage.py redisq dead show <id>` shows it",
     "bad_backoff": "the task's backoff function failed or returned a bad delay; fix it, then replay",
     "worker_error": "the worker failed around the task (not the task itself); see the worker's log, then replay",
+    "settle_failed": "it ran, but what it left could not be stored (its result, its workflow's bookkeeping); the error "
+                     "says which; fix that, then replay (it runs again)",
 }
 """What to do about a dead letter, by reason: the end of its WARNING line."""
 

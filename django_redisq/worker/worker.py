@@ -172,8 +172,9 @@ class Worker:
                                  self.options.worker_timeout, lambda: len(held.executing),  # worker/observer.py
                                  held.waiting)
         beats = Broker.for_heartbeat(self.options)
+        unsettled: dict[str, str] = {}  # tasks that ran and could not be settled: the settler's, for the heartbeat's sweep
         self.heartbeat = Heartbeat(beats, self.options, self.id, self.queues, self.info, held.known, self._fenced,
-                                   on_beat=self.observer.beat, presence=beats.presence(self.queues))
+                                   on_beat=self.observer.beat, presence=beats.presence(self.queues), unsettled=unsettled)
         idle = {q: threading.Event() for q in self.queues}  # set: the queue looked dry (or resumed), its thread fetches
         for event in idle.values():
             event.set()
@@ -185,7 +186,7 @@ class Worker:
         self.marks = Marks(self.broker, self.id, self.queues, held, self._flush_stop, self.options.worker_timeout,
                            self.options.heartbeat_interval)
         self.settler = Settler(self.broker, self.id, self._force, self._settled, on_event=self.observer.settle_event,
-                               flows=WorkflowHooks(WorkflowStore(self.broker)))
+                               flows=WorkflowHooks(WorkflowStore(self.broker)), unsettled=unsettled)
         self.tasklog = TaskLog()
         self.upkeep = Upkeep(self.broker, self.id, self.queues, held, self.pool, self._stop, self.options.heartbeat_interval,
                              burst, self.observer.recovered, paused=self.fetcher.paused, tick=self.tasklog.tick,

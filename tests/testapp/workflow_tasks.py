@@ -89,3 +89,17 @@ def runs() -> list[tuple[str, str, list]]:
         tid, name, args = line.split("|", 2)
         out.append((tid, name, json.loads(args)))
     return out
+
+
+@task(takes_context=True)
+def sized(context, n: int) -> str:  # type: ignore[no-untyped-def]
+    """A result of ``n`` characters (a chord of these can outgrow its callback's MAX_MESSAGE_BYTES)."""
+    _record(context, "sized", n)
+    return "x" * n
+
+
+@task(takes_context=True)
+def lone_surrogate(context) -> str:  # type: ignore[no-untyped-def]
+    """Returns text Redis cannot store: a lone surrogate, as ``json.loads('"\\ud800"')`` yields from outside JSON."""
+    _record(context, "lone_surrogate")
+    return json.loads('"a\\ud800b"')

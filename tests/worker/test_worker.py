@@ -221,7 +221,8 @@ def test_a_dead_letter_can_be_replayed_again_and_again(r, make_worker, broker):
 
 
 def test_a_settle_step_that_redis_refuses_is_not_retried_forever(r, make_worker, monkeypatch, caplog):
-    """A script error is an answer, not an outage: log it and go on; the task stays recoverable."""
+    """A script error is an answer, not an outage: not retried, and the task ends as a dead letter that says so
+    (handing it back would run it again and again: tests/worker/test_every_task_ends.py)."""
     res = tasks.noop.delay(1)
     w = make_worker(burst=False, name="refused")
     calls = []
@@ -234,12 +235,11 @@ def test_a_settle_step_that_redis_refuses_is_not_retried_forever(r, make_worker,
     t = threading.Thread(target=w.run)
     t.start()
     try:
-        # the settler decided: handed back to the sweep, not retried (a transient error would be retried instead,
-        # the first time after 20 ms); the step returned, so no later call can come from it
-        assert wait_for(lambda: any("handed back by the sweep" in m for m in caplog.messages), timeout=10), caplog.messages
+        assert wait_for(lambda: where_is(r, res.id) == ["dead"], timeout=10), (where_is(r, res.id), caplog.messages)
+        assert r.hget(keys().task(res.id), "reason") == "settle_failed"
+        assert "simulated script error" in r.hget(keys().task(res.id), "error")
         assert not any("retrying" in m for m in caplog.messages), caplog.messages
         assert len(calls) == 1  # not retried in a loop
-        assert where_is(r, res.id) == ["processing:" + w.id]  # not lost: the sweep or the reaper hands it back
     finally:
         w.request_stop()
         t.join(10)

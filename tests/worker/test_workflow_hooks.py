@@ -5,6 +5,7 @@ from __future__ import annotations
 from django_redisq import chain
 from django_redisq.store.workflows import WorkflowStore
 from django_redisq.worker.flows import WorkflowHooks
+from django_redisq.worker.outcome import Missed
 from tests.helpers import keys, where_is
 from tests.testapp import workflow_tasks as wt
 
@@ -34,7 +35,7 @@ def test_a_release_that_cannot_land_holds_the_ack(r, broker, monkeypatch):
     store = WorkflowStore(broker)
     hooks = WorkflowHooks(store)
     monkeypatch.setattr(store, "release", lambda *a: None)
-    assert hooks._done(wf.id, 0, "2", lambda step, what: step() if "recording" in what else None) is False
+    assert hooks._done(wf.id, 0, "2", lambda step, what: step() if "recording" in what else Missed.STOPPED) is False
     monkeypatch.undo()
     assert hooks._done(wf.id, 0, "2", retrying) is True  # the redelivered step releases it after all
     assert where_is(r, f"{wf.id}.1") == ["pending"]

@@ -23,6 +23,8 @@
 --              or ARGV[3] = '' and then pairs: id, its delivery count as the worker's claim of it said: an id
 --              whose count differs was claimed again since (a fenced worker that fetched it anew) and is left
 --              alone, so a late hand-back never takes back a newer claim of the same task
+--              or ARGV[3] = '+' and then ids that ran and could not be settled: handed back with their claim
+--              kept (the delivery counted), so a task that can never be settled ends as too_many_deliveries
 --
 -- Returns: number of tasks handed back or cancelled
 --! include shape.lua
@@ -64,6 +66,10 @@ if #ARGV >= 4 and ARGV[3] == '' then
   for i = 4, #ARGV - 1, 2 do
     local id = ARGV[i]
     if claimed_as(id, ARGV[i + 1]) and redis.call('LREM', KEYS[1], 1, id) == 1 and id ~= MARKER then give_back(id, true) end
+  end
+elseif #ARGV >= 4 and ARGV[3] == '+' then
+  for i = 4, #ARGV do
+    if redis.call('LREM', KEYS[1], 1, ARGV[i]) == 1 and ARGV[i] ~= MARKER then give_back(ARGV[i], false) end
   end
 elseif #ARGV >= 3 then
   for i = 3, #ARGV do
