@@ -8,7 +8,10 @@ schedule; and "edit" (``edit_deadletter``), to change a dead letter's arguments
 before replaying it. Editing is its own permission because it runs a task with
 arguments of the editor's choice (any task that has a dead letter, which "run
 now" and cancel can make of any scheduled task): a role that only triages
-failures gets "change" and not "edit".
+failures gets "change" and not "edit". Rewinding a topic's subscription
+(``rewind_topic``, with "change") is its own permission too: it runs the
+subscription's task again for every event the topic retains, which a role that
+only replays single dead letters should not be able to do.
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ class DeadLetter(models.Model):
     class Meta:
         managed = False
         default_permissions = ("view", "change")
-        permissions = [("edit_deadletter", "Can edit a dead letter's arguments and replay it (runs its task with them)")]
+        permissions = [("edit_deadletter", "Can edit a dead letter's arguments and replay it (runs its task with them)"),
+                       ("rewind_topic", "Can rewind a topic subscription (re-runs its retained events)")]
         verbose_name = "dead letter"
         verbose_name_plural = "dead letters"
 

@@ -4,7 +4,9 @@ A password reaches a message three ways: in a URL's userinfo
 (``redis://user:pw@host``, ``rediss://:pw@host``), in a URL's query
 (``unix:///run/redis.sock?password=pw``, ``redis://host/0?password=pw``), or
 under a key of a dict such as ``SENTINEL_KWARGS`` or a cache's ``OPTIONS``
-(``{"password": "pw"}``, ``{"PASSWORD": "pw"}``). ``redact`` replaces each with
+(``{"password": "pw"}``, ``{"PASSWORD": "pw"}``); and in the text of a header or a
+YAML-ish line (``Authorization: Bearer <token>``, ``secret: x``), as an error from
+an HTTP client or a config loader quotes it. ``redact`` replaces each with
 ``***`` in a text; ``shown`` is the ``repr`` of a setting's value, masked the same
 way before and after it is turned into text. The system checks (``conf.validate``,
 ``schedules.validate``), ``build_options``' ``ImproperlyConfigured``, the
@@ -19,8 +21,8 @@ import re
 from typing import Any
 
 MASK = "***"
-_SECRET_NAME = r"[A-Za-z0-9_\-]*(?:password|passwd|passphrase|pwd|secret|token|credential)[A-Za-z0-9_\-]*"
-"""Names whose value is a credential: password, ssl_password, PASSWORD, client_secret, auth_token..."""
+_SECRET_NAME = r"[A-Za-z0-9_\-]*(?:password|passwd|passphrase|pwd|secret|token|credential|authorization)[A-Za-z0-9_\-]*"
+"""Names whose value is a credential: password, ssl_password, PASSWORD, client_secret, auth_token, Authorization..."""
 _SECRET_KEY = re.compile(rf"(?i){_SECRET_NAME}")
 
 _USERINFO = re.compile(r"//([^\s]*)@")
@@ -29,18 +31,24 @@ _PLACEHOLDER = re.compile(r"(?:<[\w\-]+>)?(?::<[\w\-]+>)?")
 """A userinfo that is only placeholders (``:<password>``, ``<user>:<password>``): our hints' examples, not a secret."""
 _PAIR = re.compile(
     rf"""(?ix)
-    (?P<key>(?P<q>['"]){_SECRET_NAME}(?P=q)\s*[:,]\s*    # 'password': ... (a dict), ('password', ...) (a pair)
-          | \b{_SECRET_NAME}\s*=\s*)                      # password=... (a query, keyword arguments)
+    (?P<key>(?:(?P<q>['"]){_SECRET_NAME}(?P=q)\s*[:,]\s*  # 'password': ... (a dict), ('password', ...) (a pair)
+          | \b{_SECRET_NAME}\s*[=:]\s*)                   # password=... (a query, keyword arguments); secret: x,
+                                                          # Authorization: ... (a header, YAML)
+            (?P<scheme>(?:bearer|basic)\s+)?)              # a header's scheme stays: Authorization: Bearer ***
     (?P<value>'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|[^\s&#;,)}}\]'"]+)
     """
 )
-"""A secret's name followed by its value: a query parameter, a dict item, a pair in a list."""
+"""A secret's name followed by its value: a query parameter, a dict item, a pair in a list, a header, a YAML line."""
+_BEARER = re.compile(r"(?i)\b(bearer\s+)[^\s&#;,)}\]'\"]+")
+"""A bearer token wherever it appears (``Bearer eyJhbGciOi...``), with or without its header's name."""
 
 
 def redact(text: str) -> str:
-    """``text`` with every credential it may hold replaced by ``***`` (URL userinfo, ``password=``, ``'password': ...``)."""
+    """``text`` with every credential it may hold replaced by ``***`` (URL userinfo, ``password=``, ``'password': ...``,
+    ``secret: ...``, ``Authorization: Bearer ...``)."""
     text = _USERINFO.sub(_userinfo, text)
-    return _PAIR.sub(_pair, text)
+    text = _PAIR.sub(_pair, text)
+    return _BEARER.sub(rf"\1{MASK}", text)
 
 
 def shown(value: Any) -> str:
@@ -55,6 +63,8 @@ def _userinfo(m: re.Match[str]) -> str:
 def _pair(m: re.Match[str]) -> str:
     value = m.group("value")
     quote = value[0] if value[0] in "'\"" else ""
+    if quote and (scheme := re.match(r"(?i)(bearer|basic)\s+", value[1:])):  # 'Authorization': 'Bearer x'
+        return f"{m.group('key')}{quote}{scheme.group(0)}{MASK}{quote}"
     return f"{m.group('key')}{quote}{MASK}{quote}"
 
 

@@ -440,6 +440,29 @@ def test_redact_masks_every_form_a_credential_takes():
     assert shown(1.5) == "1.5" and shown("mymaster") == "'mymaster'"
 
 
+def test_redact_masks_headers_and_yaml_style_secrets():
+    """``Authorization: Bearer <token>`` (an HTTP client's error) and unquoted ``key: value`` lines (a YAML or .env dump)."""
+    from django_redisq.redact import redact, shown
+
+    pw = SETTING_PW
+    texts = {
+        f"Authorization: Bearer {pw}": "Authorization: Bearer ***",
+        f"request failed, headers={{'Authorization': 'Bearer {pw}'}}": "request failed, headers={'Authorization': 'Bearer ***'}",
+        f"authorization: Basic {pw}==": "authorization: Basic ***",
+        f"Authorization: {pw}": "Authorization: ***",
+        f"401 for token Bearer {pw}.x-y_z": "401 for token Bearer ***",
+        f"secret: {pw}": "secret: ***",
+        f"client_secret: {pw}\nport: 6379": "client_secret: ***\nport: 6379",
+        f"PASSWORD:{pw}": "PASSWORD:***",
+        f'api_token: "{pw} with spaces"': 'api_token: "***"',
+    }
+    for text, expected in texts.items():
+        assert redact(text) == expected, redact(text)
+    for text in ("MAX_AGE: seconds; MAX_LEN, HARD_MAX_LEN, HEALTH_MAX_LAG: entries.", "check the password/username"):
+        assert redact(text) == text
+    assert pw not in shown({"headers": {"Authorization": f"Bearer {pw}"}, "note": f"secret: {pw}"})
+
+
 def test_describe_never_shows_a_credential():
     cases = [{"REDIS_URL": url} for url in URLS.values()]
     cases += [{**SENTINEL_OPTS, "REDIS_URL": f"redis://:{SETTING_PW}@mymaster/0", "SENTINEL_KWARGS": {"password": SETTING_PW}},

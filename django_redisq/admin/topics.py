@@ -1,9 +1,12 @@
 """The Topics page: each subscription's lag, pending entries and drops; rewinding one (events).
 
 Reads through ``ops.topics.TopicOps``. A rewind is a POST with a confirmation
-page first, allowed with the "change dead letter" permission (as every change
-in this admin), and written to the admin log; it is one script call
-(topic_rewind.lua: XGROUP SETID and the generation bump).
+page first, written to the admin log; it is one script call (topic_rewind.lua:
+XGROUP SETID and the generation bump). It needs its own permission,
+``rewind_topic``, besides "change dead letter" (as every change in this admin):
+it runs the subscription's task again for every event the topic retains, more
+than any other change here, so a role that triages dead letters does not get it
+by default. Without it the form is not shown and the POST is refused (403).
 """
 
 from __future__ import annotations
@@ -25,6 +28,13 @@ from django_redisq.ops.topics import BadRewindTarget, TopicOps, UnknownSubscript
 if TYPE_CHECKING:
     from django_redisq.ops.inspector import Inspector
 
+REWIND_PERMISSION = "django_redisq.rewind_topic"
+
+
+def may_rewind(model_admin: AdminPage, request: HttpRequest) -> bool:
+    """Whether the user may rewind a subscription: "change dead letter" and ``rewind_topic``."""
+    return model_admin.has_change_permission(request) and bool(request.user.has_perm(REWIND_PERMISSION))
+
 
 def topics_view(model_admin: AdminPage, request: HttpRequest, may_view: bool) -> TemplateResponse:
     """Every backend's subscriptions, by topic, with a rewind form each."""
@@ -35,12 +45,15 @@ def topics_view(model_admin: AdminPage, request: HttpRequest, may_view: bool) ->
         ops = TopicOps.for_alias(alias)
         rows = [(r, at(r.last_delivered)) for r in ops.rows()]
         backends.append((alias, rows))
-    return model_admin.render_page(request, "topics.html", model_admin.page_context(request, "Topics", backends=backends))
+    context = model_admin.page_context(request, "Topics", backends=backends, may_rewind=may_rewind(model_admin, request))
+    return model_admin.render_page(request, "topics.html", context)
 
 
 @change_post
 def topic_rewind_view(model_admin: AdminPage, request: HttpRequest, post: QueryDict, ins: Inspector) -> HttpResponse:
     """Rewind one subscription: confirm (showing where to), then rewind, log and report."""
+    if not may_rewind(model_admin, request):
+        raise PermissionDenied
     alias, name, to = ins.options.alias, post.get("subscription", ""), post.get("to", "").strip() or "earliest"
     back = reverse("admin:django_redisq_topic_changelist") + "?" + urlencode({"backend": alias})
     ops = TopicOps(ins.options)

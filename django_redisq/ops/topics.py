@@ -57,6 +57,7 @@ class SubscriptionRow:
     generation: int  # bumped by each rewind; part of the task ids
     dropped: int  # entries the hard cap trimmed before the subscription turned them into tasks
     health_max_lag: int
+    regrouped: int = 0  # times its consumer group was found deleted and recreated where it stood (nothing skipped)
 
     @property
     def breaches(self) -> list[str]:
@@ -67,6 +68,14 @@ class SubscriptionRow:
         if self.dropped:
             found.append(f"subscription {self.name} (topic {self.topic}) lost {self.dropped} event(s) to HARD_MAX_LEN")
         return found
+
+    @property
+    def notes(self) -> list[str]:
+        """What operators should know that is not a breach: a group deleted and recreated (no event was skipped)."""
+        if not self.regrouped:
+            return []
+        return [f"note: the consumer group of subscription {self.name} (topic {self.topic}) was found deleted and recreated "
+                f"{self.regrouped} time(s); the events it had not acknowledged were delivered again, none skipped"]
 
 
 class TopicOps:
@@ -100,7 +109,7 @@ class TopicOps:
                 age = (now - id_ms(g.oldest_pending_id)) / 1000 if g.oldest_pending_id else None
                 rows.append(SubscriptionRow(s.name, s.topic, s.task, s.queue, s.start, g.exists, g.lag, g.lag_exact, g.pending,
                                             max(0.0, age) if age is not None else None, g.last_delivered, g.generation,
-                                            g.dropped, retention[topic].health_max_lag))
+                                            g.dropped, retention[topic].health_max_lag, g.regrouped))
         return rows
 
     def find(self, name: str) -> Subscription:
@@ -148,7 +157,7 @@ def at(entry_id: str) -> datetime | None:
 
 
 def subscription_families(aliases: list[str]) -> Iterator[Any]:
-    """``redisq_subscription_lag`` / ``_pending`` / ``_dropped_total`` of every subscription of these aliases."""
+    """``redisq_subscription_lag`` / ``_pending`` / ``_dropped_total`` / ``_regrouped_total`` of every subscription."""
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
     labels = ["backend", "subscription", "topic"]
@@ -158,6 +167,9 @@ def subscription_families(aliases: list[str]) -> Iterator[Any]:
                                 "acknowledged (being turned into tasks, or left by a dead worker).", labels=labels)
     dropped = CounterMetricFamily("redisq_subscription_dropped", "Events the topic's HARD_MAX_LEN trimmed before the "
                                   "subscription turned them into tasks.", labels=labels)
+    regrouped = CounterMetricFamily("redisq_subscription_regrouped", "Times the subscription's consumer group was found "
+                                    "deleted and recreated where it stood (its unacknowledged events delivered again).",
+                                    labels=labels)
     for alias in aliases:
         try:
             rows = TopicOps.for_alias(alias).rows()
@@ -169,4 +181,5 @@ def subscription_families(aliases: list[str]) -> Iterator[Any]:
             lag.add_metric(key, float(r.lag))
             pending.add_metric(key, float(r.pending))
             dropped.add_metric(key, float(r.dropped))
-    yield from (lag, pending, dropped)
+            regrouped.add_metric(key, float(r.regrouped))
+    yield from (lag, pending, dropped, regrouped)

@@ -10,6 +10,7 @@ then XACK (in the topic's slot). The scripts here never touch a queue's keys, ex
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,12 +18,35 @@ from typing import Any
 from django_redisq.store.broker import Broker
 from django_redisq.store.keys import TopicKeys
 
+logger = logging.getLogger("django_redisq")
 NOGROUP = -1
 BATCH = 2000
 """Entries the MAX_LEN rule and the hard cap remove per trim call at most (the next call goes on)."""
 LAG_SCAN_MAX = 100_000
 """Entries counted at most for a lag Redis does not report itself (6.2; 7 after some trims): then shown as at least."""
 MAX_ID_SEQ = 18446744073709551615
+
+
+@dataclass(frozen=True, slots=True)
+class Regrouped:
+    """A subscription's consumer group found deleted (an operator's XGROUP DESTROY, or the stream deleted) and
+    recreated at ``at``, where the subscription had acknowledged everything before ('0': not known, every retained
+    entry). Entries it had turned into tasks already keep their task ids (same generation): not run twice while their
+    task records live (RESULT_TTL)."""
+
+    group: str
+    at: str
+
+
+def _regrouped(rows: Sequence[Any]) -> list[Regrouped]:
+    return [Regrouped(_text(rows[i]), _text(rows[i + 1])) for i in range(0, len(rows) - 1, 2)]
+
+
+def warn_regrouped(topic: str, found: list[Regrouped]) -> None:
+    """Say, at WARNING, that a group was missing and recreated (also counted: ``redisq topics``, the metric, health)."""
+    for g in found:
+        logger.warning("events: the consumer group of subscription %s on topic %s was missing (deleted?); recreated at "
+                       "%s: the events it had not acknowledged are delivered again, none skipped", g.group, topic, g.at)
 
 
 class NoSuchGroup(LookupError):
@@ -63,6 +87,7 @@ class GroupStats:
     last_delivered: str = ""
     generation: int = 0
     dropped: int = 0
+    regrouped: int = 0  # times its group was found deleted and recreated (lib/topic_group.lua)
     consumers: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -98,19 +123,26 @@ class Topics:
     def publish(self, topic: str, payload_json: str, groups: Sequence[tuple[str, str]] = (), trace_json: str = "") -> str:
         """XADD one event (after creating ``groups`` ``(name, '$' or '0')`` that do not exist); its entry id.
 
-        ``trace_json``: the publisher's trace context, stored as the entry's field ``tc`` (``""``: no field)."""
+        ``trace_json``: the publisher's trace context, stored as the entry's field ``tc`` (``""``: no field).
+        A group that existed and was deleted is recreated where its subscription stood (``Regrouped``, logged)."""
+        k = self.keys(topic)
         argv: list[Any] = [payload_json, trace_json, len(groups)]
         for name, start in groups:
             argv += [name, start]
-        return str(self.broker._script("topic_publish")(keys=[self.keys(topic).stream], args=argv))
+        reply = self.broker._script("topic_publish")(keys=[k.stream, k.gen, k.meta], args=argv)
+        warn_regrouped(topic, _regrouped(reply[1:]))
+        return _text(reply[0])
 
-    def ensure_groups(self, topic: str, groups: list[tuple[str, str]]) -> int:
-        """Create the missing consumer groups ``(name, '$' or '0')``; how many were new."""
+    def ensure_groups(self, topic: str, groups: list[tuple[str, str]]) -> list[Regrouped]:
+        """Create the missing consumer groups ``(name, '$' or '0')``: the ones that existed before and were deleted
+        are recreated where their subscription stood, counted, logged and returned."""
         k = self.keys(topic)
         argv: list[Any] = [len(groups)]
         for name, start in groups:
             argv += [name, start]
-        return int(self.broker._script("topic_groups")(keys=[k.stream, k.gen], args=argv))
+        found = _regrouped(self.broker._script("topic_groups")(keys=[k.stream, k.gen, k.meta], args=argv)[1:])
+        warn_regrouped(topic, found)
+        return found
 
     # -- consuming -------------------------------------------------------
 
@@ -166,7 +198,7 @@ class Topics:
     def rewind(self, topic: str, group: str, last_delivered: str) -> int:
         """Set ``group`` to deliver what follows ``last_delivered`` again and bump its generation: the new generation."""
         k = self.keys(topic)
-        gen = int(self.broker._script("topic_rewind")(keys=[k.stream, k.gen], args=[group, last_delivered]))
+        gen = int(self.broker._script("topic_rewind")(keys=[k.stream, k.gen, k.meta], args=[group, last_delivered]))
         if gen == NOGROUP:
             raise NoSuchGroup(group)
         return gen
@@ -197,7 +229,8 @@ class Topics:
                 continue
             s = out[g] = GroupStats(exists=True, pending=int(row.get("pending", 0)), consumers=int(row.get("consumers", 0)),
                                     last_delivered=_text(row.get("last-delivered-id", "0-0")),
-                                    generation=int(gens.get(g, 0) or 0), dropped=int(meta.get(f"dropped:{g}", 0) or 0))
+                                    generation=int(gens.get(g, 0) or 0), dropped=int(meta.get(f"dropped:{g}", 0) or 0),
+                                    regrouped=int(meta.get(f"regrouped:{g}", 0) or 0))
             lag = row.get("lag")
             if lag is not None:
                 s.lag = int(lag)

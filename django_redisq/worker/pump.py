@@ -10,14 +10,27 @@ between leaves them pending; the keeper thread of every worker reclaims entries
 idle longer than ``WORKER_TIMEOUT`` (XAUTOCLAIM, following the cursor over the
 whole pending list) and enqueues them again, the id dropping the duplicate.
 
-An entry that cannot become a task (its payload is not a JSON object, its
-message is too large) is dead-lettered at once with reason ``bad_event``; one
-whose enqueue keeps failing is dead-lettered with ``event_undeliverable`` once
-Redis counted ``MAX_DELIVERIES`` deliveries of it (XPENDING): never a loop.
+Each entry is judged on its own (``judge``). One that cannot become a task (its
+payload is not a JSON object, is nested too deeply to decode, its message is too
+large; any exception while its task is built, a bug included) is dead-lettered
+at once with reason ``bad_event`` and the exception in its error; the rest of the
+batch goes on and is acknowledged. One whose enqueue keeps failing is
+dead-lettered with ``event_undeliverable`` once Redis counted ``MAX_DELIVERIES``
+deliveries of it (XPENDING), a count checked before the entry is decoded, so
+nothing about an entry can make it loop. An enqueue is one call per physical
+queue: one that fails leaves only its own entries pending.
 
 The keeper also trims every topic of the backend (topic_trim.lua: retention,
 never past an entry a subscription has not acknowledged, but to the hard cap),
-and deletes consumers of stopped workers that hold nothing.
+and deletes consumers of stopped workers that hold nothing. Each subscription's
+reclaim and each topic's trim is a step of its own: one that fails is logged and
+the others still run (a keeper that stopped trimming would leave the hard cap to
+drop events).
+
+A subscription's consumer group found missing (an operator's XGROUP DESTROY) is
+recreated where the subscription stood, never at '$', logged at WARNING and
+counted (store/scripts/lib/topic_group.lua; ``redisq topics``, the metric,
+``redisq health``'s notes).
 
 The generation: ``redisq topics rewind`` sets a group back and bumps it in one
 step (topic_rewind.lua); each read returns it with the entries in one step
@@ -36,6 +49,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 from django_redisq import partitions, tracing
@@ -47,7 +61,7 @@ from django_redisq.schedules import find_task
 from django_redisq.store.broker import Broker
 from django_redisq.store.topics import BATCH as TRIM_BATCH
 from django_redisq.store.topics import Entry, NoSuchGroup, Topics
-from django_redisq.subscriptions import Subscription, Topic, event_kwargs, subscriptions_of, topics_of, unfit
+from django_redisq.subscriptions import START_IDS, Subscription, Topic, event_kwargs, subscriptions_of, topics_of, unfit
 
 logger = logging.getLogger("django_redisq")
 
@@ -72,6 +86,28 @@ BAD_EVENT_EXC = "django_redisq.events.InvalidEvent"
 
 class BadEvent(ValueError):
     """An entry that can never become its subscription's task."""
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """An entry judged fit: its task, to be enqueued into ``queue`` (a partition of the subscription's queue)."""
+
+    queue: str
+    task_id: str
+    entry_id: str
+    message: str
+
+
+def raw_message(payload: str) -> str:
+    """A dead letter's message for an entry whose own cannot be built: the payload decoded if it can be, else its text.
+
+    Always storable: a lone surrogate (an entry that is not UTF-8) is written as its escape, never raised at the write."""
+    try:
+        message = encode([json.loads(payload)], {})
+        message.encode("utf-8")
+        return message
+    except Exception:  # noqa: BLE001 - not JSON, nested too deeply, not UTF-8: the text as it came
+        return encode([payload.encode("utf-8", "backslashreplace").decode("utf-8")], {})
 
 
 class EventPump:
@@ -109,7 +145,8 @@ class EventPump:
     # -- reading -----------------------------------------------------------
 
     def join(self, sub: Subscription) -> None:
-        self.topics.ensure_groups(sub.topic, [(sub.name, "$" if sub.start == "latest" else "0")])
+        """Make sure the subscription's group exists; one found deleted is recreated where it stood (store/topics.py)."""
+        self.topics.ensure_groups(sub.topic, [(sub.name, START_IDS[sub.start])])
 
     def read_loop(self, sub: Subscription) -> None:
         joined = False
@@ -142,43 +179,69 @@ class EventPump:
     # -- entries to tasks --------------------------------------------------
 
     def handle(self, sub: Subscription, generation: int, entries: list[Entry]) -> None:
-        """Enqueue each entry's task (dead-letter the ones that cannot be), then XACK what became a task or a dead letter."""
+        """Enqueue each entry's task (dead-letter the ones that cannot be), then XACK what became a task or a dead letter.
+
+        Each entry is judged on its own: whatever one raises (a payload too deeply nested to decode, bad text, a bug)
+        buries that one as ``bad_event``; the rest of the batch goes on and is acknowledged."""
         task = self._tasks[sub.name]
-        by_queue: dict[str, list[tuple[Any, ...]]] = {}
+        by_queue: dict[str, list[Pending]] = {}
         done: list[str] = []
         for e in entries:
-            task_id = sub.task_id(generation, e.id)
-            queue = self._physical(sub.queue, task_id)
+            try:
+                got = self.judge(sub, task, generation, e)
+            except Exception:  # not even buried: left pending, reclaimed, counted by Redis
+                logger.exception("events: entry %s of subscription %s not handled; retried after %gs", e.id, sub.name,
+                                 self.min_idle_ms / 1000)
+                continue
+            if isinstance(got, Pending):
+                by_queue.setdefault(got.queue, []).append(got)
+            elif got:
+                done.append(e.id)
+        for queue, items in by_queue.items():
+            done += self._enqueue(sub, task, queue, items)
+        self.topics.ack(sub.topic, sub.name, done)
+
+    def judge(self, sub: Subscription, task: Any, generation: int, e: Entry) -> Pending | bool:
+        """The entry's task to enqueue, or whether it was settled here (True: buried; False: left pending).
+
+        The delivery count comes first: an entry that keeps failing ends as ``event_undeliverable`` whatever
+        makes it fail, even a decoding that never returns cleanly."""
+        task_id = sub.task_id(generation, e.id)
+        queue = self._physical(sub.queue, task_id)
+        if e.deliveries > MAX_DELIVERIES:
+            why = self.errors.get(e.id) or "it was delivered but never acknowledged (each worker failed or died)"
             try:
                 message = self.message(sub, task, e)
-            except BadEvent as exc:
-                if self._bury(sub, queue, task_id, e, BAD_EVENT, str(exc)):
-                    done.append(e.id)
-                continue
-            if e.deliveries > MAX_DELIVERIES:
-                why = self.errors.get(e.id) or "it was delivered but never acknowledged (each worker failed or died)"
-                if self._bury(sub, queue, task_id, e, UNDELIVERABLE,
-                              f"the event did not become a task after {e.deliveries - 1} deliveries: {why}", message):
-                    done.append(e.id)
-                continue
-            by_queue.setdefault(queue, []).append((task_id, message, sub.task, 0, "", self._priority(task), task_limits(task), e.id))
-        for queue, items in by_queue.items():
-            try:
-                self.broker.enqueue(queue, [item[:7] for item in items])  # type: ignore[misc]
-            except Exception as exc:  # noqa: BLE001 - left pending: reclaimed after WORKER_TIMEOUT, counted by Redis
-                why = f"{type(exc).__name__}: {exc}"
-                for item in items:
-                    self.errors[item[7]] = why
-                if len(self.errors) > 10_000:
-                    self.errors.clear()
-                logger.warning("events: %d event(s) of subscription %s not enqueued (%s); retried after %gs", len(items),
-                               sub.name, why, self.min_idle_ms / 1000)
-                continue
-            self.enqueued += len(items)
-            done += [item[7] for item in items]
-            for item in items:
-                self.errors.pop(item[7], None)
-        self.topics.ack(sub.topic, sub.name, done)
+            except Exception:  # noqa: BLE001 - the dead letter keeps the raw payload instead (_bury)
+                message = ""
+            return self._bury(sub, queue, task_id, e, UNDELIVERABLE,
+                              f"the event did not become a task after {e.deliveries - 1} deliveries: {why}", message)
+        try:
+            return Pending(queue, task_id, e.id, self.message(sub, task, e))
+        except BadEvent as exc:
+            return self._bury(sub, queue, task_id, e, BAD_EVENT, str(exc))
+        except Exception as exc:  # noqa: BLE001 - RecursionError, UnicodeError, TypeError, a bug: this entry only
+            return self._bury(sub, queue, task_id, e, BAD_EVENT, f"entry {e.id} of topic {sub.topic!r} cannot become a task "
+                              f"({type(exc).__name__}: {str(exc)[:300]})")
+
+    def _enqueue(self, sub: Subscription, task: Any, queue: str, items: list[Pending]) -> list[str]:
+        """Enqueue one queue's share of a batch: the entry ids that became tasks ([] if the enqueue failed: left pending)."""
+        try:
+            self.broker.enqueue(queue, [(p.task_id, p.message, sub.task, 0, "", self._priority(task), task_limits(task))
+                                        for p in items])
+        except Exception as exc:  # noqa: BLE001 - left pending: reclaimed after WORKER_TIMEOUT, counted by Redis
+            why = f"{type(exc).__name__}: {exc}"
+            if len(self.errors) > 10_000:
+                self.errors.clear()
+            for p in items:
+                self.errors[p.entry_id] = why
+            logger.warning("events: %d event(s) of subscription %s not enqueued into %s (%s); retried after %gs", len(items),
+                           sub.name, queue, why, self.min_idle_ms / 1000)
+            return []
+        self.enqueued += len(items)
+        for p in items:
+            self.errors.pop(p.entry_id, None)
+        return [p.entry_id for p in items]
 
     def message(self, sub: Subscription, task: Any, e: Entry) -> str:
         """The task message of an entry: the payload as the one argument, event_id / topic if the task takes them."""
@@ -186,6 +249,8 @@ class EventPump:
             payload = json.loads(e.payload)
         except ValueError:
             raise BadEvent(f"entry {e.id} of topic {sub.topic!r} has no JSON payload (field 'p')") from None
+        except RecursionError:
+            raise BadEvent(f"entry {e.id} of topic {sub.topic!r}: the payload is nested too deeply to decode") from None
         if not isinstance(payload, dict):
             raise BadEvent(f"entry {e.id} of topic {sub.topic!r}: the payload is a {type(payload).__name__}, not a JSON object")
         kwargs = event_kwargs(task, e.id, sub.topic)
@@ -198,17 +263,12 @@ class EventPump:
 
     def _bury(self, sub: Subscription, queue: str, task_id: str, e: Entry, reason: str, why: str, message: str = "") -> bool:
         """Dead-letter the entry as its task; whether it is settled (buried now, or the task existed)."""
-        if not message:
-            try:
-                arg: Any = json.loads(e.payload)
-            except ValueError:
-                arg = e.payload
-            message = encode([arg], {})
         error = {"exc": BAD_EVENT_EXC, "msg": why, "tb": why, "at": 0}
         try:
-            self.topics.bury(queue, task_id, message, sub.task, reason, error)
-        except RedisError as exc:
-            logger.warning("events: could not dead-letter entry %s of subscription %s (%s); retried later", e.id, sub.name, exc)
+            self.topics.bury(queue, task_id, message or raw_message(e.payload), sub.task, reason, error)
+        except Exception as exc:  # noqa: BLE001 - left pending: buried at a later delivery, or undeliverable
+            logger.warning("events: could not dead-letter entry %s of subscription %s (%s: %s); retried later", e.id, sub.name,
+                           type(exc).__name__, exc)
             return False
         logger.error("events: entry %s of subscription %s dead-lettered as task %s (%s): %s", e.id, sub.name, task_id, reason, why)
         self.errors.pop(e.id, None)
@@ -229,26 +289,40 @@ class EventPump:
         rounds = 0
         while not self.stop.wait(KEEP_EVERY):
             rounds += 1
-            try:
-                self.keep_once(trim=rounds % TRIM_EVERY == 0, prune=rounds % PRUNE_EVERY == 0)
-            except RedisError as exc:
-                logger.warning("events: keeper failed (%s: %s); retrying", type(exc).__name__, exc)
-            except Exception:
-                logger.exception("events: keeper failed; retrying")
+            self.keep_once(trim=rounds % TRIM_EVERY == 0, prune=rounds % PRUNE_EVERY == 0)
 
-    def keep_once(self, trim: bool = True, prune: bool = False) -> None:
-        """Reclaim what dead consumers left pending, trim the topics, delete stopped consumers."""
-        for sub in self.subs:
-            try:
-                self.reclaim(sub)
-            except NoSuchGroup:
-                self.join(sub)
+    def keep_once(self, trim: bool = True, prune: bool = False) -> int:
+        """Reclaim what dead consumers left pending, trim the topics, delete stopped consumers: how many steps failed.
+
+        Each subscription and each topic in its own step: one that fails (logged) never stops the others' reclaim
+        or the trims, which a hard cap would otherwise have to make up for by dropping events."""
+        failed = sum(not self._step(f"reclaiming subscription {s.name}", self._reclaim_or_join, s) for s in self.subs)
         if trim:
-            for t in self.retention:
-                self.trim(t)
+            failed += sum(not self._step(f"trimming topic {t.name}", self.trim, t) for t in self.retention)
         if prune:
-            for sub in self.subs:
-                self.topics.prune(sub.topic, sub.name, max(60_000, 10 * self.min_idle_ms))
+            idle = max(60_000, 10 * self.min_idle_ms)
+            failed += sum(not self._step(f"pruning subscription {s.name}", self.topics.prune, s.topic, s.name, idle)
+                          for s in self.subs)
+        return failed
+
+    def _reclaim_or_join(self, sub: Subscription) -> None:
+        try:
+            self.reclaim(sub)
+        except NoSuchGroup:
+            self.join(sub)
+
+    @staticmethod
+    def _step(what: str, step: Any, *args: Any) -> bool:
+        """Run one step of the keeper; whether it succeeded (a failure is logged, the keeper goes on)."""
+        try:
+            step(*args)
+        except RedisError as exc:
+            logger.warning("events: keeper: %s failed (%s: %s); retried next round", what, type(exc).__name__, exc)
+            return False
+        except Exception:  # a bug in one step: logged, the other steps still run
+            logger.exception("events: keeper: %s failed; retried next round", what)
+            return False
+        return True
 
     def reclaim(self, sub: Subscription, min_idle_ms: int | None = None) -> int:
         """Walk the group's whole pending list (following XAUTOCLAIM's cursor), enqueue what was idle too long.

@@ -25,7 +25,7 @@ def fast_passwords(settings) -> None:
 
 
 def test_the_page_shows_each_subscription_and_a_rewind_asks_first(r):
-    changer = client_for(staff("changer", "view_deadletter", "change_deadletter"))
+    changer = client_for(staff("changer", "view_deadletter", "change_deadletter", "rewind_topic"))
     with events_settings(THREE, {"orders.placed": {"HEALTH_MAX_LAG": 5}}):
         ids = _half_consumed()
         page = changer.get(TOPICS).content.decode()
@@ -57,3 +57,21 @@ def test_viewers_see_the_page_but_cannot_rewind(r):
         post = {"backend": "default", "subscription": "audit", "to": "earliest", "confirm": "yes"}
         assert viewer.post(REWIND, post).status_code == 403
         assert viewer.get(REWIND).status_code == 405
+
+
+def test_a_rewind_needs_its_own_permission_not_only_change(r):
+    """Rewinding re-runs every retained event: "change dead letter" alone (replay, delete, cancel) is not enough."""
+    changer = client_for(staff("triager", "view_deadletter", "change_deadletter"))
+    with events_settings(THREE):
+        _half_consumed()
+        page = changer.get(TOPICS).content.decode()
+        assert "redisq-subscription-audit" in page and "Rewind…" not in page and REWIND not in page
+        post = {"backend": "default", "subscription": "billing-on-order", "to": "earliest"}
+        assert changer.post(REWIND, post).status_code == 403  # not even the confirmation page
+        assert changer.post(REWIND, {**post, "confirm": "yes"}).status_code == 403
+        stats = Topics(Broker(get_options())).stats("orders.placed", ["billing-on-order"])["billing-on-order"]
+        assert stats.generation == 0 and stats.lag == 0  # nothing was rewound
+        assert not LogEntry.objects.exists()
+        rewinder = client_for(staff("rewinder", "view_deadletter", "rewind_topic"))  # the permission without "change"
+        assert "Rewind…" not in rewinder.get(TOPICS).content.decode()
+        assert rewinder.post(REWIND, {**post, "confirm": "yes"}).status_code == 403

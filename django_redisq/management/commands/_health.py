@@ -62,10 +62,12 @@ def run(command: BaseCommand, ins: Inspector, opts: dict[str, Any]) -> None:
         subs = []
     lines += [b for s in subs for b in s.breaches]
     subscriptions = {s.name: {"topic": s.topic, "lag": s.lag, "pending": s.pending, "dropped": s.dropped,
-                              "health_max_lag": s.health_max_lag, "breaches": s.breaches} for s in subs}
+                              "regrouped": s.regrouped, "health_max_lag": s.health_max_lag, "breaches": s.breaches}
+                     for s in subs}
     # a paused queue is an operator's choice, not a failure: said, never breached by itself
     notes = [f"note: queue {f.queue} ({f.alias}) is paused" + (f" since {f.paused_at:%Y-%m-%dT%H:%M:%SZ}" if f.paused_at else "")
              + (f" by {f.paused_by}" if f.paused_by else "") + ": its tasks wait until it is resumed" for f in figures if f.paused]
+    notes += [n for s in subs for n in s.notes]  # a deleted consumer group recreated: said, not a breach (nothing lost)
     status = "breached" if lines else "ok"
     emit(command, opts, {"status": status, "breaches": lines, "notes": notes, "queues": data, "subscriptions": subscriptions},
          (lines or [f"ok: {len(figures)} queue(s) within their thresholds"]) + notes)

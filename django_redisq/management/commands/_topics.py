@@ -60,11 +60,11 @@ def listing(command: BaseCommand, ops: TopicOps, opts: dict[str, Any]) -> None:
         last = at(r.last_delivered)
         return f"{r.last_delivered} ({last:%Y-%m-%dT%H:%M:%SZ})" if last else "-"
 
-    lines = table(["subscription", "topic", "queue", "lag", "pending", "oldest", "gen", "dropped", "last delivered"],
+    lines = table(["subscription", "topic", "queue", "lag", "pending", "oldest", "gen", "dropped", "regrouped", "last delivered"],
                   [[r.name, r.topic, r.queue, f"{r.lag}{'' if r.lag_exact else '+'}" if r.exists else "no group", r.pending,
                     f"{r.oldest_pending_age:.1f}s" if r.oldest_pending_age is not None else "-", r.generation, r.dropped,
-                    delivered(r)] for r in rows], right=range(3, 8))
-    command.stdout.write("\n".join(lines))
+                    r.regrouped, delivered(r)] for r in rows], right=range(3, 9))
+    command.stdout.write("\n".join(lines + [n for r in rows for n in r.notes]))
 
 
 def rewind(command: BaseCommand, ops: TopicOps, opts: dict[str, Any]) -> None:

@@ -2,10 +2,14 @@
 -- not turned into a task yet (not delivered to its group, or delivered and not acknowledged),
 -- unless the stream is longer than the hard cap: then it is cut to the cap and what each
 -- subscription lost is counted. Redis 6.2 and 7 have no acknowledgement-aware trim, so the safe
--- point is computed here from each group's last-delivered id and its oldest pending id.
+-- point is computed here from each group's last-delivered id and its oldest pending id. Each
+-- named group's "acknowledged through" id is recorded ('acked:<group>' in T:meta): a group an
+-- operator deleted is recreated there (lib/topic_group.lua), and until it is, that id holds
+-- entries back as the group did.
 --
 -- KEYS[1] -> T:stream  (STREAM)
--- KEYS[2] -> T:meta    (HASH: 'dropped' and 'dropped:<group>' counters, incremented here)
+-- KEYS[2] -> T:meta    (HASH: 'dropped' and 'dropped:<group>' counters, incremented here;
+--                      'acked:<group>' set here)
 -- ARGV[1] -> MAX_AGE in ms (0 = none): entries older than this may go
 -- ARGV[2] -> MAX_LEN (0 = none): entries beyond the newest MAX_LEN may go
 -- ARGV[3] -> HARD_MAX_LEN (0 = none): the stream never keeps more, read or not
@@ -31,9 +35,17 @@ local function less(a, b)  -- stream ids compared as (ms, seq)
   local bm, bs = parse(b)
   return am < bm or (am == bm and as < bs)
 end
+local MAX_SEQ = '18446744073709551615'
 local function after(id)  -- the smallest id above id: MINID after(id) removes id itself
+  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+  if seq == MAX_SEQ then return string.format('%d-0', tonumber(ms) + 1) end  -- a rewind's target ('<ms>-<max>')
+  return string.format('%d-%d', tonumber(ms), tonumber(seq) + 1)
+end
+local function before(id)  -- the largest id below an entry's id (its seq is small: made by XADD)
   local ms, seq = parse(id)
-  return string.format('%d-%d', ms, seq + 1)
+  if seq > 0 then return string.format('%d-%d', ms, seq - 1) end
+  if ms > 0 then return string.format('%d-%s', ms - 1, MAX_SEQ) end
+  return '0-0'
 end
 
 -- each named group's safe point: everything below it is delivered and acknowledged
@@ -45,12 +57,19 @@ for _, g in ipairs(groups) do
   local f = {}
   for j = 1, #g, 2 do f[g[j]] = g[j + 1] end
   if wanted[f['name']] then
-    local point = after(f['last-delivered-id'])
+    local point, acked = after(f['last-delivered-id']), f['last-delivered-id']
     if tonumber(f['pending']) > 0 then
       local p = redis.call('XPENDING', key, f['name'])
-      if p[2] and less(p[2], point) then point = p[2] end
+      if p[2] and less(p[2], point) then point, acked = p[2], before(p[2]) end
     end
     safe[f['name']] = point
+    redis.call('HSET', KEYS[2], 'acked:' .. f['name'], acked)
+  end
+end
+for name in pairs(wanted) do  -- a deleted group, not recreated yet: what it had not acknowledged stays
+  if not safe[name] then
+    local acked = redis.call('HGET', KEYS[2], 'acked:' .. name)
+    if acked then safe[name] = after(acked) end
   end
 end
 local floor = nil

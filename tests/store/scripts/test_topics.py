@@ -27,8 +27,9 @@ def test_publish_creates_missing_groups_before_the_event(r, topics):
 
 def test_groups_start_latest_or_earliest_and_existing_ones_stay(r, topics):
     old = topics.publish("t", "{}")
-    assert topics.ensure_groups("t", [("a", "$"), ("b", "0")]) == 2
-    assert topics.ensure_groups("t", [("a", "0")]) == 0  # exists: not moved back
+    assert topics.ensure_groups("t", [("a", "$"), ("b", "0")]) == []  # new: none was recreated
+    assert {g["name"] for g in r.xinfo_groups(TopicKeys("t").stream)} == {"a", "b"}
+    assert topics.ensure_groups("t", [("a", "0")]) == []  # exists: not moved back
     new = topics.publish("t", "{}")
     assert [e.id for e in topics.read("t", "a", "c", 10).entries] == [new]
     assert [e.id for e in topics.read("t", "b", "c", 10).entries] == [old, new]
@@ -73,7 +74,30 @@ def test_trim_keeps_what_a_group_holds_and_the_hard_cap_counts_the_loss(r, topic
     topics.ack("t", "g", ids[:4])
     assert topics.trim("t", 0, 2, 0, ["g"]) == (4, 0)
     assert topics.trim("t", 0, 2, 3, ["g"]) == (0, 3)
-    assert r.hgetall(TopicKeys("t").meta) == {"dropped": "3", "dropped:g": "3"}
+    assert r.hgetall(TopicKeys("t").meta) == {"dropped": "3", "dropped:g": "3", "acked:g": ids[3]}
+
+
+def test_a_deleted_group_is_recreated_where_it_had_acknowledged_everything_and_counted(r, topics):
+    k = TopicKeys("t")
+    topics.ensure_groups("t", [("g", "$"), ("h", "$")])
+    ids = [topics.publish("t", "{}") for _ in range(6)]
+    topics.read("t", "g", "c", 4)
+    topics.ack("t", "g", ids[:2])  # g: ids[2] and ids[3] pending, acknowledged through the id just below ids[2]
+    topics.trim("t", 0, 0, 0, ["g", "h"])
+    assert r.hget(k.meta, "acked:g") == before(ids[2]) and r.hget(k.meta, "acked:h") == "0-0"
+    r.xgroup_destroy(k.stream, "g")
+    assert topics.trim("t", 0, 1, 0, ["g"]) == (2, 0)  # the missing group still holds what it had not acknowledged
+    assert r.xrange(k.stream, count=1)[0][0] == ids[2]
+    (back,) = topics.ensure_groups("t", [("g", "$")])
+    assert (back.group, back.at) == ("g", before(ids[2]))
+    assert [e.id for e in topics.read("t", "g", "c", 10).entries] == ids[2:]
+    r.xgroup_destroy(k.stream, "h")  # h never read: recorded at 0-0, every retained entry
+    new = topics.publish("t", "{}", [("h", "$")])
+    assert [e.id for e in topics.read("t", "h", "c", 10).entries] == [*ids[2:], new]
+    assert {f: v for f, v in r.hgetall(k.meta).items() if f.startswith("regrouped")} == {
+        "regrouped": "2", "regrouped:g": "1", "regrouped:h": "1"}
+    assert topics.stats("t", ["g", "h"])["g"].regrouped == 1
+    assert r.hgetall(k.gen) == {"g": "0", "h": "0"}  # generations kept: the same task ids, duplicates dropped
 
 
 def test_rewind_sets_the_group_back_and_bumps_the_generation(r, topics):
