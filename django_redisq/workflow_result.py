@@ -90,7 +90,7 @@ class WorkflowResult:
 
     @property
     def total(self) -> int:
-        return self.header.total if self.header else len(self._pages.get(0, []))
+        return self.header.total if self.header else sum(len(p) for p in self._pages.values())  # as enqueued: unread
 
     @property
     def results(self) -> StepResults:

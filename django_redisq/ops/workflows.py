@@ -21,8 +21,10 @@ from django_redisq.workflow_steps import UNREGISTERED, is_unregistered
 
 MAX_PAGE = 1000
 """Most steps one page of ``describe`` shows."""
+AFTER_SHOWN = 10
+"""Parents a step's row names before it abbreviates them."""
 
-__all__ = ["StepView", "WorkflowNotFound", "WorkflowView", "describe", "families", "resume_replayed", "totals", "workflow_of"]
+__all__ = ["MAX_PAGE", "PAGE", "StepView", "WorkflowNotFound", "WorkflowView", "describe", "families", "repair", "resume_replayed", "totals", "workflow_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +47,13 @@ class StepView:
     def dead(self) -> bool:
         return self.state == "dead"
 
+    @property
+    def after(self) -> str:
+        """Its parents, the first few and the last when there are many (a chord's callback has one per member)."""
+        p = self.parents
+        shown = ", ".join(map(str, p if len(p) <= AFTER_SHOWN else p[:AFTER_SHOWN - 1]))
+        return shown if len(p) <= AFTER_SHOWN else f"{shown}, … {p[-1]} ({len(p):,} steps)"
+
 
 @dataclass(frozen=True, slots=True)
 class WorkflowView:
@@ -61,6 +70,10 @@ class WorkflowView:
     failed: int = 0
     offset: int = 0  # the page shown: steps[offset:offset + limit]
     limit: int = PAGE
+
+    @property
+    def last_index(self) -> int:
+        return self.offset + len(self.steps) - 1
 
     @property
     def previous_offset(self) -> int | None:
@@ -107,6 +120,13 @@ def describe(workflow_id: str, alias: str = "default", offset: int = 0, limit: i
                         ms_to_datetime(meta.get("created_at")), ms_to_datetime(meta.get("finished_at")), steps,
                         total=wf.total, done=header.done if header else 0, failed=len(header.failed) if header else 0,
                         offset=offset, limit=limit)
+
+
+def repair(workflow_id: str, alias: str = "default") -> int:
+    """The one write of the workflow pages (``WorkflowResult.repair``): how many steps it recorded or failed."""
+    if not isinstance(workflow_id, str) or not 0 < len(workflow_id) <= 48:
+        raise WorkflowNotFound(f"no workflow {workflow_id!r}")
+    return WorkflowResult(alias, workflow_id).repair()
 
 
 def resume_replayed(broker: Broker, queue: str, ids: Sequence[str]) -> int:
