@@ -49,10 +49,13 @@ class StepView:
 
     @property
     def after(self) -> str:
+        return self.after_text()
+
+    def after_text(self, sep: str = ", ") -> str:
         """Its parents, the first few and the last when there are many (a chord's callback has one per member)."""
         p = self.parents
-        shown = ", ".join(map(str, p if len(p) <= AFTER_SHOWN else p[:AFTER_SHOWN - 1]))
-        return shown if len(p) <= AFTER_SHOWN else f"{shown}, … {p[-1]} ({len(p):,} steps)"
+        shown = sep.join(map(str, p if len(p) <= AFTER_SHOWN else p[:AFTER_SHOWN - 1]))
+        return shown if len(p) <= AFTER_SHOWN else f"{shown}{sep}…{p[-1]} ({len(p):,} steps)"
 
 
 @dataclass(frozen=True, slots=True)

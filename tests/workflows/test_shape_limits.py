@@ -59,7 +59,7 @@ def test_a_chord_whose_callback_cannot_fit_even_the_smallest_results_is_refused(
         assert "fewer members" in text and re.search(r"could be 629,14\d,\d{3}", text)  # the worst case: 1 MiB each
         assert r.keys("*wf:*") == [] and r.keys("*pending*") == []  # nothing stored, nothing queued
         chord([wt.add.s(i, 1) for i in range(300)], wt.total.s()).enqueue()  # fits at the smallest: the run decides
-        chord([wt.add.s(i, 1) for i in range(600)], wt.total.si()).enqueue()  # takes no results: fits
+        chord([wt.add.s(i, 1) for i in range(600)], wt.add.si(1, 1)).enqueue()  # takes no results: fits
 
 
 def test_ordinary_chains_and_chords_are_not_refused_by_the_defaults(r):

@@ -49,8 +49,8 @@ def run(command: BaseCommand, ins: Inspector, opts: dict[str, Any]) -> None:
     counts = f"{view.total} steps: {view.done} done, {view.failed} failed; steps {view.offset}-{view.last_index} shown"
     if view.next_offset is not None:
         counts += f" (next: --offset {view.next_offset})"
-    rows = [(s.index, s.state, printable(s.task), s.queue, s.task_id, s.after or "-", s.attempts,
+    rows = [(s.index, s.state, printable(s.task), s.queue, s.task_id, s.after_text(",") or "-", s.attempts,
              f"{(s.finished_at - s.started_at).total_seconds():.3f}s" if s.finished_at and s.started_at else "-", s.error)
             for s in view.steps]
     lines = table(["#", "state", "task", "queue", "task id", "after", "attempts", "took", "error"], rows, right=(0, 6), fill=8)
-    command.stdout.write("\n".join([head, counts, *lines]))
+    command.stdout.write("\n".join([f"{head} [{counts}]", *lines]))
