@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, overload
 
 from django_redisq.compat import TaskResult, TaskResultStatus, task_backends
@@ -112,7 +112,8 @@ class WorkflowResult:
     @property
     def return_value(self) -> Any:
         """The last step's return value (a chord's callback, a chain's last step), once SUCCESSFUL."""
-        return self.step(self.total - 1).return_value if self.total else None  # type: ignore[union-attr]
+        last = self.step(self.total - 1) if self.total else None
+        return last.return_value if last is not None else None
 
     def refresh(self) -> WorkflowResult:
         """Read the workflow's status again: a bounded read that writes nothing (``repair`` does the repairs)."""
@@ -139,14 +140,22 @@ class WorkflowResult:
             return TaskResultStatus.FAILED, None
         if status == "failed":
             failed = sorted(header.failed)[:PROBE]
-            dead = "dead" in store.task_states([step_id(self.id, i) for i in failed], queues)
+            dead = any(st == "dead" for _, st in store.task_states(self._ids(header, failed), queues))
             return (TaskResultStatus.FAILED if dead or not failed else TaskResultStatus.RUNNING), None
-        states = store.task_states([step_id(self.id, i) for i in range(min(PROBE, header.total))], queues)
+        states = [st for _, st in store.task_states(self._ids(header, range(min(PROBE, header.total))), queues)]
         if "dead" in states:
             return TaskResultStatus.FAILED, states.index("dead")
         if header.done or any(st not in ("", "pending", "scheduled") for st in states):
             return TaskResultStatus.RUNNING, None
         return TaskResultStatus.READY, None
+
+    def _ids(self, header: WorkflowHeader, indexes: Iterable[int]) -> list[str]:
+        """The task ids of those steps. A depends_on parent has its own id, in the steps' list: that list is read
+        for a workflow of at most ``PROBE`` steps (a bounded read; a depends_on of more parents is probed by the
+        ids its steps would have)."""
+        if header.total <= PROBE:
+            return [self._info(i).get("id") or step_id(self.id, i) for i in indexes]
+        return [step_id(self.id, i) for i in indexes]
 
     def _info(self, index: int) -> dict[str, Any]:
         if self._summary is None:
@@ -198,36 +207,35 @@ class WorkflowResult:
     def repair(self) -> int:
         """Write what a worker could not: record a depends_on parent settled by a worker that never saw the marker
         (it was fetched before wf_adopt.lua wrote it), and fail the workflow of a step dead-lettered where no hook
-        saw it (the store's cancel alone). Reads every step (O(steps)); how many steps it repaired."""
-        store, backend = _store(self._backend), self._backend
+        saw it (the store's cancel alone). Reads every step's state (O(steps), ``REPAIR_CHUNK`` a round trip);
+        how many steps it repaired."""
+        store, queues = _store(self._backend), sorted(self._backend.queues)
         state = store.read(self.id)
         if state is None:
             raise WorkflowNotFound(f"no workflow {self.id!r}")
-        if state.meta.get("status") != "running":
-            return 0
         repaired = 0
         for start in range(0, len(state.steps), REPAIR_CHUNK):
+            if state.meta.get("status") != "running":
+                break
             indexes = [i for i in range(start, min(len(state.steps), start + REPAIR_CHUNK)) if i not in state.done]
-            ids = [(state.steps[i].get("id") or step_id(self.id, i), state.steps[i].get("q", "default")) for i in indexes]
-            for i, (task_id, _), found in zip(indexes, ids, store.task_hashes(ids, sorted(backend.queues)), strict=True):
-                st = found[1].get("state", "") if found else ""
+            ids = [state.steps[i].get("id") or step_id(self.id, i) for i in indexes]
+            for i, task_id, (queue, st) in zip(indexes, ids, store.task_states(ids, queues), strict=True):
                 if state.steps[i].get("id") and st in ("finished", "dead"):  # a depends_on parent, settled unseen
+                    found = store.task_hashes([(task_id, queue)], queues)[0] if st == "finished" else None
                     _settle_parent(store, self.id, i, task_id, st, found[1].get("result", "null") if found else "null")
                     repaired += 1
-                elif st == "dead" and found is not None:  # dead-lettered where no hook saw it: fail the workflow now
-                    store.fail_steps(found[0], [task_id], "was dead-lettered")
+                elif st == "dead":  # dead-lettered where no hook saw it: fail the workflow now
+                    store.fail_steps(queue, [task_id], "was dead-lettered")
                     repaired += 1
         return repaired
 
     def _poll(self, full: bool) -> bool:
-        """Whether the workflow has ended. Between full reads (every ``FULL_EVERY`` seconds), one HGET of its
-        stored status. A full read repairs first (``repair``): a waiter is who needs a step settled where no
-        hook saw it to end its workflow, and it writes only when there is something to repair."""
-        if not full:
-            stored = _store(self._backend).status(self.id)
-            if stored == "running":
+        """Whether the workflow has ended: one HGET of its stored status while it runs; every ``FULL_EVERY``
+        seconds, ``repair`` then a full ``refresh``. A waiter is who needs a step settled where no workflow hook
+        saw it to end its workflow; the repair writes only when there is something to repair."""
+        if _store(self._backend).status(self.id) == "running":
+            if not full:
                 return False
-        if full:
             self.repair()
         return self.refresh().status in FINAL
 

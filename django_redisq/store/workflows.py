@@ -302,8 +302,9 @@ class WorkflowStore:
         found = self.broker.client.smismember(self.keys(workflow_id).done, [str(s) for s in steps])
         return {s for s, yes in zip(steps, found, strict=True) if yes}
 
-    def task_states(self, ids: Sequence[str], queues: Sequence[str]) -> list[str]:
-        """The stored state of each task id, looked up in every queue (one HGET each, one round trip); '' for none."""
+    def task_states(self, ids: Sequence[str], queues: Sequence[str]) -> list[tuple[str, str]]:
+        """The ``(queue, stored state)`` of each task id, looked up in every queue (one HGET each, one round trip);
+        ``("", "")`` for none."""
         physical = self.broker.options.physical_all(list(queues))
         pipe = self.broker.client.pipeline(transaction=False)
         for task_id in ids:
@@ -311,4 +312,5 @@ class WorkflowStore:
                 pipe.hget(key, "state")
         replies = pipe.execute()
         n = len(physical)
-        return [next((str(x) for x in replies[i * n:(i + 1) * n] if x), "") for i in range(len(ids))]
+        return [next(((q, str(x)) for q, x in zip(physical, replies[i * n:(i + 1) * n], strict=True) if x), ("", ""))
+                for i in range(len(ids))]

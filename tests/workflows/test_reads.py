@@ -141,3 +141,20 @@ def test_enqueue_returns_every_step_of_a_big_workflow(r):
 
 def workflow_url(wf_id: str) -> str:
     return reverse("admin:django_redisq_deadletter_workflow", args=["default", wf_id])
+
+
+def test_a_depends_on_workflow_reads_its_parents_by_their_own_ids(r, make_worker):
+    """Its parents have ids of their own (not ``<workflow>.<n>``): the status is read from them."""
+    from django_redisq.ops.workflows import workflow_of
+    from tests.helpers import run_in_thread
+
+    running = wt.add.enqueue(1, 1)
+    r3 = wt.tag.using(depends_on=[running]).enqueue("x")
+    wf = get_workflow(workflow_of(r3.id))
+    assert wf.status == TaskResultStatus.READY and wf.results[0].id == running.id
+    bad = wt.fails_unless.enqueue("p")
+    r4 = wt.tag.using(depends_on=[bad]).enqueue("never")
+    for _ in range(5):
+        run_in_thread(make_worker("default"))
+    failed = get_workflow(workflow_of(r4.id))
+    assert failed.status == TaskResultStatus.FAILED and failed.states[0] == "dead" and bad.id in failed.error
