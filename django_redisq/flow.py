@@ -31,6 +31,13 @@ MARKER = "_workflow"
 """The reserved metadata key (metadata.py: ``_`` keys belong to the backend) naming a step's ``[[workflow, step], ...]``."""
 MAX_STEPS = 100_000
 """Most steps one workflow may have: its bookkeeping lives in one Redis hash-tag slot."""
+MAX_DEPTH = 100
+"""Most levels of nesting of different kinds (a chain in a group in a chain ...) one workflow may have.
+
+A chain directly in a chain, or a group directly in a group, adds no level: it is the same as its parts
+written inline (``chain(chain(a, b), c)`` is ``chain(a, b, c)``), so a chain built by nesting one step at a
+time may be as long as ``MAX_STEPS``. Compiling walks one Python frame per level: the limit keeps a deep
+canvas a clear ``InvalidWorkflow`` at enqueue instead of a ``RecursionError``."""
 
 Node = Union["Signature", "Chain", "Group", "Chord"]
 
@@ -87,7 +94,7 @@ class Chain(_Canvas):
         self.parts = tuple(_node(p) for p in parts)
 
     def signatures(self) -> list[Signature]:
-        return [s for p in self.parts for s in _sigs(p)]
+        return _leaves(self)
 
 
 class Group(_Canvas):
@@ -97,7 +104,7 @@ class Group(_Canvas):
         self.members = tuple(_node(m) for m in members)
 
     def signatures(self) -> list[Signature]:
-        return [s for m in self.members for s in _sigs(m)]
+        return _leaves(self)
 
 
 class Chord(_Canvas):
@@ -108,7 +115,7 @@ class Chord(_Canvas):
         self.callback = _node(callback)
 
     def signatures(self) -> list[Signature]:
-        return self.group.signatures() + _sigs(self.callback)
+        return _leaves(self)
 
 
 def chain(*parts: Any) -> Chain:
@@ -129,8 +136,48 @@ def chord(members: Iterable[Any], callback: Any) -> Chord:
     return Chord(members, callback)
 
 
-def _sigs(node: Node) -> list[Signature]:
-    return [node] if isinstance(node, Signature) else node.signatures()
+def _parts(node: Node) -> list[Node]:
+    """The direct parts of ``node``, with a chain in a chain (a group in a group) written inline, without recursion."""
+    if isinstance(node, Signature):
+        return []
+    if isinstance(node, Chord):
+        return [node.group, node.callback]
+    kind = type(node)
+    out: list[Node] = []
+    stack = [iter(node.parts if isinstance(node, Chain) else node.members)]
+    while stack:
+        for part in stack[-1]:
+            if type(part) is kind:
+                stack.append(iter(part.parts if isinstance(part, Chain) else part.members))  # type: ignore[union-attr]
+                break
+            out.append(part)
+        else:
+            stack.pop()
+    return out
+
+
+def _leaves(node: Node) -> list[Signature]:
+    """Every signature of ``node`` in the order written, without recursion (any depth)."""
+    out: list[Signature] = []
+    stack: list[Node] = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, Signature):
+            out.append(n)
+        else:
+            stack.extend(reversed(_parts(n)))
+    return out
+
+
+def check_depth(node: Node) -> None:
+    """``InvalidWorkflow`` for a canvas nested deeper than ``MAX_DEPTH`` levels (walked without recursion)."""
+    stack: list[tuple[Node, int]] = [(node, 1)]
+    while stack:
+        n, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise InvalidWorkflow(f"a workflow may nest at most {MAX_DEPTH} levels of chain, group and chord (MAX_DEPTH), "
+                                  f"this one nests deeper: write nested chains (or groups) as one, or split the workflow.")
+        stack.extend((p, depth + 1) for p in _parts(n))
 
 
 @dataclass(slots=True)
@@ -157,19 +204,18 @@ def compile_flow(node: Node) -> list[Step]:
                 steps[p].children.append(step.index)
             return [step.index], "one"
         if isinstance(n, Chain):
-            if not n.parts:
-                return parents, mode
-            for part in n.parts:
+            for part in _parts(n):
                 parents, mode = walk(part, parents, mode)
             return parents, mode
         if isinstance(n, Group):
             exits: list[int] = []
-            for m in n.members:
+            for m in _parts(n):
                 exits += walk(m, parents, mode)[0]
             return exits, "list"
         ends, _ = walk(n.group, parents, mode)
         return walk(n.callback, ends, "list")
 
+    check_depth(node)  # before the walk, which recurses once per level
     walk(node, [], "none")
     if len(steps) > MAX_STEPS:
         raise InvalidWorkflow(f"a workflow may have at most {MAX_STEPS} steps, this one has {len(steps)}.")

@@ -26,36 +26,19 @@ Design, and why:
 
 from __future__ import annotations
 
-import asyncio
-import json
 import secrets
 import time
 from typing import Any
 
 from django_redisq import tracing
-from django_redisq.compat import Task, TaskError, TaskResult, TaskResultStatus, task_backends
-from django_redisq.exceptions import InvalidArguments, RedisQError
+from django_redisq.compat import TaskResult, TaskResultStatus
+from django_redisq.exceptions import InvalidArguments
 from django_redisq.flow import MARKER, Node, Signature, Step, compile_flow, parse_step_id, step_id
 from django_redisq.limits import task_limits
 from django_redisq.message import encode, encode_arguments
-from django_redisq.store.workflows import WorkflowState, WorkflowStore
 from django_redisq.task import RedisTask
-
-FINAL = (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED)
-FULL_EVERY = 1.0
-"""Seconds between full reads while waiting (a step dead-lettered outside a worker's settle shows only in those)."""
-
-
-class WorkflowNotFound(RedisQError, LookupError):
-    """No workflow with this id (never created, or its keys expired RESULT_TTL after it ended)."""
-
-
-def _store(backend: Any) -> WorkflowStore:
-    store = getattr(backend, "_workflow_store", None)
-    if store is None:
-        store = WorkflowStore(backend.broker)
-        backend._workflow_store = store
-    return store
+from django_redisq.workflow_limits import check_fan_in
+from django_redisq.workflow_result import PAGE, WorkflowNotFound, WorkflowResult, _settle_parent, _store
 
 
 def _spec(backend: Any, sig: Signature, workflow_id: str, index: int, takes_input: bool, trailing: int = 0,
@@ -106,6 +89,7 @@ def _create(backend: Any, steps: list[Step], workflow_id: str, on_error: Signatu
     specs = {s.index: _spec(backend, s.sig, workflow_id, s.index, s.mode != "none", trace=trace) for s in steps}
     for s in steps:
         specs[s.index].update(mode=s.mode, p=s.parents)
+    check_fan_in(backend, steps, specs)
     error_spec = None
     if on_error is not None:
         error_spec = _spec(backend, on_error, workflow_id, -1, False, trailing=2, trace=trace)  # gets (workflow id, failed task id) too
@@ -128,11 +112,13 @@ def _create(backend: Any, steps: list[Step], workflow_id: str, on_error: Signatu
     store.start(workflow_id)
     wf = WorkflowResult(backend.alias, workflow_id)
     # as enqueued, without a read: every step READY (refresh() reads them)
-    wf.results = [backend.result_class(task=s.sig.task, id=step_id(workflow_id, s.index), status=TaskResultStatus.READY,
+    wf._pages = {n: [] for n in range(0, (len(steps) + PAGE - 1) // PAGE)}
+    as_enqueued = [backend.result_class(task=s.sig.task, id=step_id(workflow_id, s.index), status=TaskResultStatus.READY,
                                        enqueued_at=None, started_at=None, last_attempted_at=None, finished_at=None,
                                        args=list(specs[s.index]["a"]), kwargs=dict(specs[s.index]["k"]), backend=backend.alias,
                                        errors=[], worker_ids=[]) for s in steps]
-    wf.states = ["waiting" if s.parents else "pending" for s in steps]
+    for s, res in zip(steps, as_enqueued, strict=True):
+        wf._pages[s.index // PAGE].append((res, "waiting" if s.parents else "pending"))
     return wf
 
 
@@ -170,16 +156,9 @@ def enqueue_dependent(backend: Any, task: Any, args: list[Any], kwargs: dict[str
         found_state, result = store.adopt(queue, pid, workflow_id, i)
         _settle_parent(store, workflow_id, i, pid, found_state, result)
     store.start(workflow_id)
-    return WorkflowResult(backend.alias, workflow_id).refresh().results[-1]
-
-
-def _settle_parent(store: WorkflowStore, workflow_id: str, step: int, task_id: str, state: str, result: str) -> None:
-    """Record a parent found finished (and release what waits), or fail the workflow for one found dead or gone."""
-    if state == "finished":
-        reply = store.done(workflow_id, step, result)
-        store.release(workflow_id, reply.released)
-    elif state in ("dead", "missing"):
-        store.fail(workflow_id, step, f"step {step} (task {task_id}) {'failed' if state == 'dead' else 'expired'} before its dependents ran")
+    wf = WorkflowResult(backend.alias, workflow_id)
+    wf.repair()  # a parent fetched before its marker and settled since: recorded now (later: the waiter's repair)
+    return wf.refresh().results[-1]
 
 
 def fail_cancelled(backend: Any, queue: str, task_id: str, who: str) -> None:
@@ -188,160 +167,20 @@ def fail_cancelled(backend: Any, queue: str, task_id: str, who: str) -> None:
 
 
 def waiting_result(backend: Any, task_id: str) -> TaskResult | None:
-    """The result of a workflow step not queued yet (READY, or FAILED saying why), or None if ``task_id`` is none."""
+    """The result of a workflow step not queued yet (READY, or FAILED saying why), or None if ``task_id`` is none.
+
+    Reads that step only (``WorkflowResult.step``): a round trip or two, whatever the workflow's size."""
     parsed = parse_step_id(task_id)
     if parsed is None or not 0 < len(parsed[0]) <= 48:
         return None
     try:
-        wf = WorkflowResult(backend.alias, parsed[0]).refresh()
+        return WorkflowResult(backend.alias, parsed[0]).step(parsed[1])
     except WorkflowNotFound:
         return None
-    return wf.results[parsed[1]] if parsed[1] < len(wf.results) else None
 
 
 def _new_id() -> str:
     return secrets.token_urlsafe(16).replace("-", "x")  # 22 characters; never starts with "-"
-
-
-class WorkflowResult:
-    """A workflow, as last read: ``status``, ``results`` (one ``TaskResult`` per step, as written), ``refresh()``."""
-
-    def __init__(self, backend: str, workflow_id: str) -> None:
-        self.backend = backend
-        self.id = workflow_id
-        self.status: TaskResultStatus = TaskResultStatus.READY
-        self.results: list[TaskResult] = []
-        self.error: str = ""
-        self.state: WorkflowState | None = None
-        self.states: list[str] = []  # each step's stored task state, as last read ("waiting": not queued)
-
-    def __repr__(self) -> str:
-        return f"<WorkflowResult {self.id} {self.status}>"
-
-    @property
-    def _backend(self) -> Any:
-        return task_backends[self.backend]
-
-    @property
-    def return_value(self) -> Any:
-        """The last step's return value (a chord's callback, a chain's last step), once SUCCESSFUL."""
-        return self.results[-1].return_value if self.results else None
-
-    def refresh(self, _repairing: bool = False) -> WorkflowResult:
-        """Read the workflow and each of its steps again (one read per step: for operators and waiters, not a hot path)."""
-        backend = self._backend
-        state = _store(backend).read(self.id)
-        if state is None:
-            raise WorkflowNotFound(f"no workflow {self.id!r} (never created, or expired RESULT_TTL after it ended)")
-        self.state = state
-        meta = state.meta
-        failed_task = step_id(self.id, int(meta["failed_step"])) if meta.get("failed_step") else ""
-        why = meta.get("error") or (f"workflow cancelled by {meta.get('cancelled_by')}" if meta.get("status") == "cancelled" else "")
-        ids = [(info.get("id") or step_id(self.id, i), info.get("q", "default")) for i, info in enumerate(state.steps)]
-        hashes = _store(backend).task_hashes(ids, sorted(backend.queues))
-        found = [self._step_result(backend, i, info, state, why, hashes[i]) for i, info in enumerate(state.steps)]
-        late = [(i, info["id"], st) for i, (info, (_, st)) in enumerate(zip(state.steps, found, strict=True))
-                if info.get("id") and i not in state.done and st in ("finished", "dead") and meta.get("status") == "running"]
-        if late and not _repairing:  # a depends_on parent settled by a worker that never saw the marker
-            store = _store(backend)
-            for i, task_id, st in late:
-                _settle_parent(store, self.id, i, task_id, st, json.dumps(found[i][0].return_value) if st == "finished" else "")
-            return self.refresh(_repairing=True)
-        self.results = results = [r for r, _ in found]
-        self.states = [s for _, s in found]
-        dead = {i for i, s in enumerate(self.states) if s == "dead" and i not in state.done}
-        status = meta.get("status", "running")
-        if dead and status == "running" and not _repairing:  # dead-lettered where no hook saw it: fail it now
-            for i in sorted(dead):
-                where = hashes[i]
-                if where is not None:
-                    _store(backend).fail_steps(where[0], [ids[i][0]], "was dead-lettered")
-            return self.refresh(_repairing=True)
-        if status == "succeeded":
-            self.status = TaskResultStatus.SUCCESSFUL
-        elif status == "cancelled" or (status == "failed" and (dead or not state.failed)):
-            self.status = TaskResultStatus.FAILED
-        elif dead:  # dead-lettered outside a worker's settle (a cancel of one step): failed all the same
-            self.status = TaskResultStatus.FAILED
-        elif state.done or any(r.status != TaskResultStatus.READY for r in results):
-            self.status = TaskResultStatus.RUNNING
-        else:
-            self.status = TaskResultStatus.READY
-        self.error = why if self.status == TaskResultStatus.FAILED else ""
-        if self.status == TaskResultStatus.FAILED and not self.error and failed_task:
-            self.error = f"step {meta.get('failed_step')} (task {failed_task}) failed"
-        return self
-
-    def _step_result(self, backend: Any, index: int, info: dict[str, Any], state: WorkflowState, why: str,
-                     found: tuple[str, dict[str, str]] | None) -> tuple[TaskResult, str]:
-        """A step's ``TaskResult`` and its task's stored state (``waiting``: not queued yet, or expired)."""
-        task_id = info.get("id") or step_id(self.id, index)  # "id": a depends_on parent, enqueued before
-        if found is not None and "msg" in found[1]:
-            return backend.build_result(task_id, found[0], found[1]), found[1].get("state", "")
-        task: Task = backend.resolve_task(info.get("t", ""), info.get("q", "default"))
-        status = TaskResultStatus.READY
-        errors: list[TaskError] = []
-        if index in state.done:  # done, and its task hash expired since
-            status = TaskResultStatus.SUCCESSFUL
-        elif why:
-            status = TaskResultStatus.FAILED
-            errors = [TaskError(exception_class_path="django_redisq.workflows.StepNotRun",
-                                traceback=f"not run: {why}")]
-        result = backend.result_class(task=task, id=task_id, status=status, enqueued_at=None, started_at=None,
-                                      last_attempted_at=None, finished_at=None, args=[], kwargs={}, backend=self.backend,
-                                      errors=errors, worker_ids=[])
-        return result, "waiting"
-
-    def _poll(self, full: bool) -> bool:
-        """Whether the workflow has ended. Between full reads (every ``FULL_EVERY`` seconds), one HGET of its
-        stored status: waiting on a 1,000-step chord costs a round trip per poll, not a read of every step."""
-        if not full:
-            stored = _store(self._backend).status(self.id)
-            if stored == "running":
-                return False
-        return self.refresh().status in FINAL
-
-    def wait(self, timeout: float | None = None, interval: float = 0.05) -> WorkflowResult:
-        """Refresh until SUCCESSFUL or FAILED; ``TimeoutError`` after ``timeout`` seconds (None: no limit)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        last_full = time.monotonic()
-        while not self._poll(full := time.monotonic() - last_full >= FULL_EVERY):
-            last_full = time.monotonic() if full else last_full
-            if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError(f"workflow {self.id} is still {self.refresh().status} after {timeout} s")
-            time.sleep(interval)
-        return self
-
-    async def await_(self, timeout: float | None = None, interval: float = 0.05) -> WorkflowResult:
-        """``wait`` on the running event loop: the reads run in a thread, the waits are ``asyncio.sleep``."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        last_full = time.monotonic()
-        while not await asyncio.to_thread(self._poll, full := time.monotonic() - last_full >= FULL_EVERY):
-            last_full = time.monotonic() if full else last_full
-            if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError(f"workflow {self.id} is still {(await asyncio.to_thread(self.refresh)).status} after {timeout} s")
-            await asyncio.sleep(interval)
-        return self
-
-    def cancel(self, who: str = "api") -> str:
-        """Cancel: steps not yet queued never are, queued ones are cancelled, running ones stopped as single tasks are.
-
-        Returns the status before (``running``, ``failed``; ``succeeded`` / ``cancelled``: nothing changed).
-        """
-        backend = self._backend
-        store = _store(backend)
-        before = store.cancel(self.id, who)
-        if before == "":
-            raise WorkflowNotFound(f"no workflow {self.id!r}")
-        if before in ("succeeded", "cancelled"):
-            return before
-        state = store.read(self.id)
-        for i, info in enumerate(state.steps if state else []):
-            if state is not None and i in state.done:
-                continue
-            backend.broker.cancel(info.get("q", "default"), [step_id(self.id, i)], f"{who} (workflow {self.id})")
-        self.refresh()
-        return before
 
 
 def get_workflow(workflow_id: str, *, backend: str = "default") -> WorkflowResult:

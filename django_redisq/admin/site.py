@@ -247,7 +247,7 @@ class DeadLetterAdmin(admin.ModelAdmin):
         """Edit a dead letter's arguments, then replay it (admin/edit.py)."""
         return edit_view(self, request, alias, queue, task_id)
 
-    def workflow_view(self, request: HttpRequest, alias: str, workflow_id: str) -> TemplateResponse:
+    def workflow_view(self, request: HttpRequest, alias: str, workflow_id: str) -> HttpResponse:
         """One workflow's steps (admin/workflow.py)."""
         return workflow_view(self, request, alias, workflow_id)
 

@@ -16,9 +16,15 @@ from django_redisq.conf import get_options
 from django_redisq.flow import parse_step_id
 from django_redisq.store.broker import Broker
 from django_redisq.store.workflows import WorkflowStore
-from django_redisq.workflows import WorkflowNotFound, WorkflowResult
+from django_redisq.workflow_result import PAGE, WorkflowNotFound, WorkflowResult
+from django_redisq.workflow_steps import UNREGISTERED, is_unregistered
 
-__all__ = ["StepView", "WorkflowNotFound", "WorkflowView", "describe", "families", "resume_replayed", "totals", "workflow_of"]
+MAX_PAGE = 1000
+"""Most steps one page of ``describe`` shows."""
+AFTER_SHOWN = 10
+"""Parents a step's row names before it abbreviates them."""
+
+__all__ = ["MAX_PAGE", "PAGE", "StepView", "WorkflowNotFound", "WorkflowView", "describe", "families", "repair", "resume_replayed", "totals", "workflow_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,10 +41,21 @@ class StepView:
     finished_at: datetime | None
     attempts: int
     error: str
+    unregistered: bool = False  # its task path is no longer registered (renamed or removed by a deploy)
 
     @property
     def dead(self) -> bool:
         return self.state == "dead"
+
+    @property
+    def after(self) -> str:
+        return self.after_text()
+
+    def after_text(self, sep: str = ", ") -> str:
+        """Its parents, the first few and the last when there are many (a chord's callback has one per member)."""
+        p = self.parents
+        shown = sep.join(map(str, p if len(p) <= AFTER_SHOWN else p[:AFTER_SHOWN - 1]))
+        return shown if len(p) <= AFTER_SHOWN else f"{shown}{sep}…{p[-1]} ({len(p):,} steps)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +68,23 @@ class WorkflowView:
     created_at: datetime | None
     finished_at: datetime | None
     steps: list[StepView] = field(default_factory=list)
+    total: int = 0
+    done: int = 0  # steps done (the store's count), and failed ones: no step's data is read for either
+    failed: int = 0
+    offset: int = 0  # the page shown: steps[offset:offset + limit]
+    limit: int = PAGE
+
+    @property
+    def last_index(self) -> int:
+        return self.offset + len(self.steps) - 1
+
+    @property
+    def previous_offset(self) -> int | None:
+        return max(0, self.offset - self.limit) if self.offset > 0 else None
+
+    @property
+    def next_offset(self) -> int | None:
+        return self.offset + self.limit if self.offset + self.limit < self.total else None
 
     def as_json(self) -> dict[str, Any]:
         def when(d: datetime | None) -> str | None:
@@ -58,30 +92,44 @@ class WorkflowView:
 
         return {"id": self.id, "backend": self.alias, "status": self.status, "stored_status": self.stored_status, "error": self.error,
                 "created_at": when(self.created_at), "finished_at": when(self.finished_at),
+                "total": self.total, "done": self.done, "failed": self.failed, "offset": self.offset, "limit": self.limit,
                 "steps": [{"index": s.index, "task_id": s.task_id, "task": s.task, "queue": s.queue, "state": s.state,
                            "status": s.status, "parents": s.parents, "enqueued_at": when(s.enqueued_at),
                            "started_at": when(s.started_at), "finished_at": when(s.finished_at), "attempts": s.attempts,
-                           "error": s.error} for s in self.steps]}
+                           "error": s.error, "unregistered": s.unregistered} for s in self.steps]}
 
 
-def describe(workflow_id: str, alias: str = "default") -> WorkflowView:
-    """The workflow read now; ``WorkflowNotFound`` if there is none."""
+def describe(workflow_id: str, alias: str = "default", offset: int = 0, limit: int = PAGE) -> WorkflowView:
+    """The workflow read now, with steps ``offset`` to ``offset + limit``; ``WorkflowNotFound`` if there is none.
+
+    A bounded read that writes nothing: the status and counts, then one page of steps (``WorkflowResult.page``)."""
     if not isinstance(workflow_id, str) or not 0 < len(workflow_id) <= 48:
         raise WorkflowNotFound(f"no workflow {workflow_id!r}")
     wf = WorkflowResult(alias, workflow_id).refresh()
-    state = wf.state
-    meta = state.meta if state else {}
+    header = wf.header
+    meta = header.meta if header else {}
+    offset, limit = max(0, offset), max(1, min(limit, MAX_PAGE))
     steps = []
-    for i, (res, st) in enumerate(zip(wf.results, wf.states, strict=True)):
-        info = state.steps[i] if state else {}
+    for i, (res, st, info) in enumerate(wf.page(offset, limit), start=offset):
         error = ""
         if res.errors:
             last = res.errors[-1]
             error = (last.traceback or "").strip().splitlines()[-1] if last.traceback else last.exception_class_path
-        steps.append(StepView(i, res.id, info.get("t", ""), info.get("q", ""), st, str(res.status), list(info.get("p", [])),
-                              res.enqueued_at, res.started_at, res.finished_at, len(res.worker_ids), error))
+        gone = is_unregistered(res)
+        steps.append(StepView(i, res.id, UNREGISTERED + res.task.module_path if gone else info.get("t", res.task.module_path),
+                              info.get("q", ""), st, str(res.status), list(info.get("p", [])), res.enqueued_at, res.started_at,
+                              res.finished_at, len(res.worker_ids), error, gone))
     return WorkflowView(wf.id, alias, str(wf.status), meta.get("status", ""), wf.error,
-                        ms_to_datetime(meta.get("created_at")), ms_to_datetime(meta.get("finished_at")), steps)
+                        ms_to_datetime(meta.get("created_at")), ms_to_datetime(meta.get("finished_at")), steps,
+                        total=wf.total, done=header.done if header else 0, failed=len(header.failed) if header else 0,
+                        offset=offset, limit=limit)
+
+
+def repair(workflow_id: str, alias: str = "default") -> int:
+    """The one write of the workflow pages (``WorkflowResult.repair``): how many steps it recorded or failed."""
+    if not isinstance(workflow_id, str) or not 0 < len(workflow_id) <= 48:
+        raise WorkflowNotFound(f"no workflow {workflow_id!r}")
+    return WorkflowResult(alias, workflow_id).repair()
 
 
 def resume_replayed(broker: Broker, queue: str, ids: Sequence[str]) -> int:

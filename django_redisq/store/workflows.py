@@ -67,6 +67,21 @@ class WorkflowState:
     steps: list[dict[str, Any]]
 
 
+@dataclass(frozen=True, slots=True)
+class WorkflowHeader:
+    """A bounded read of one workflow: its meta without the steps' list, how many steps are done, the failed ones."""
+
+    id: str
+    meta: dict[str, str]
+    total: int
+    done: int
+    failed: set[int]
+
+
+HEADER_FIELDS = ("status", "total", "error", "failed_step", "cancelled_by", "created_at", "finished_at")
+"""The meta fields a bounded read returns (never ``steps``, the JSON list of every step, O(steps) bytes)."""
+
+
 class WorkflowStore:
     """The workflow steps of one backend, on its broker's client and scripts."""
 
@@ -255,3 +270,65 @@ class WorkflowStore:
     def spec(self, workflow_id: str, step: int) -> dict[str, Any] | None:
         found = self.broker.client.hget(self.keys(workflow_id).spec, str(step))
         return json.loads(found) if found else None
+
+    def _header(self, k: WorkflowKeys, pipe: Any) -> None:
+        pipe.hmget(k.meta, list(HEADER_FIELDS))
+        pipe.scard(k.done)
+        pipe.smembers(k.failed)
+
+    @staticmethod
+    def _made_header(workflow_id: str, meta: list[Any], done: int, failed: set[str]) -> WorkflowHeader | None:
+        found = {name: str(v) for name, v in zip(HEADER_FIELDS, meta, strict=True) if v is not None}
+        if "status" not in found:
+            return None
+        return WorkflowHeader(workflow_id, found, int(found.get("total") or 0), int(done), {int(x) for x in failed})
+
+    def header(self, workflow_id: str) -> WorkflowHeader | None:
+        """The workflow's status, counts and failed steps without its steps' list: one round trip, O(failed steps)."""
+        pipe = self.broker.client.pipeline(transaction=False)
+        self._header(self.keys(workflow_id), pipe)
+        return self._made_header(workflow_id, *pipe.execute())
+
+    def step_record(self, workflow_id: str, step: int) -> tuple[WorkflowHeader, dict[str, Any] | None, bool] | None:
+        """``header``, the step's stored spec (None for a first step: it was queued at creation) and whether it is
+        done, in one round trip: what a result of one step not queued yet needs, whatever the workflow's size."""
+        k = self.keys(workflow_id)
+        pipe = self.broker.client.pipeline(transaction=False)
+        self._header(k, pipe)
+        pipe.hget(k.spec, str(step))
+        pipe.sismember(k.done, str(step))
+        meta, done, failed, spec, is_done = pipe.execute()
+        header = self._made_header(workflow_id, meta, done, failed)
+        if header is None:
+            return None
+        return header, (json.loads(spec) if spec else None), bool(is_done)
+
+    def summary(self, workflow_id: str) -> list[dict[str, Any]]:
+        """Every step as written (task path, queue, parents; ``id`` of a depends_on parent): one field, O(steps) bytes,
+        fixed at creation (a reader keeps it)."""
+        found = self.broker.client.hget(self.keys(workflow_id).meta, "steps")
+        try:
+            steps = json.loads(found) if found else []
+        except (ValueError, RecursionError):
+            steps = []
+        return steps if isinstance(steps, list) else []
+
+    def done_among(self, workflow_id: str, steps: Sequence[int]) -> set[int]:
+        """Which of ``steps`` are done (SMISMEMBER: O(len(steps)))."""
+        if not steps:
+            return set()
+        found = self.broker.client.smismember(self.keys(workflow_id).done, [str(s) for s in steps])
+        return {s for s, yes in zip(steps, found, strict=True) if yes}
+
+    def task_states(self, ids: Sequence[str], queues: Sequence[str]) -> list[tuple[str, str]]:
+        """The ``(queue, stored state)`` of each task id, looked up in every queue (one HGET each, one round trip);
+        ``("", "")`` for none."""
+        physical = self.broker.options.physical_all(list(queues))
+        pipe = self.broker.client.pipeline(transaction=False)
+        for task_id in ids:
+            for key in self.broker.task_hashes(task_id, physical):
+                pipe.hget(key, "state")
+        replies = pipe.execute()
+        n = len(physical)
+        return [next(((q, str(x)) for q, x in zip(physical, replies[i * n:(i + 1) * n], strict=True) if x), ("", ""))
+                for i in range(len(ids))]

@@ -6,6 +6,8 @@ import pytest
 
 from django_redisq.compat import InvalidTask, TaskResultStatus
 from django_redisq.exceptions import InvalidArguments
+from django_redisq.ops.workflows import workflow_of
+from django_redisq.workflows import get_workflow
 from tests.helpers import run_in_thread
 from tests.testapp import workflow_tasks as wt
 
@@ -46,14 +48,17 @@ def test_a_parent_that_fails_for_good_fails_the_dependent(r, make_worker):
     assert "tag" not in names()
 
 
-def test_a_parent_running_when_adopted_is_recorded_by_the_next_read(r, make_worker, broker):
-    """The worker fetched the parent before the marker: the read of the dependent records the parent itself."""
+def test_a_parent_running_when_adopted_is_recorded_by_the_repair_not_by_a_read(r, make_worker, broker):
+    """The worker fetched the parent before the marker: a read of the dependent writes nothing; the repair (which the
+    waiter's ``wait`` runs) records the parent, and the dependent runs."""
     r1 = wt.add.enqueue(2, 2)
     broker.heartbeat(["default"], "w1", {})
     held = broker.fetch("default", "w1", 1)  # running in a worker that has not seen the marker
     r3 = wt.tag.using(depends_on=[r1]).enqueue("late")
     broker.ack("default", "w1", held[0].id, "4")  # settled without the workflow hook
-    assert r3.refresh() is None
+    wf = get_workflow(workflow_of(r3.id))
+    assert r3.refresh() is None and wf.refresh().header.done == 0  # a read records nothing
+    assert wf.repair() == 1 and wf.refresh().header.done == 1
     run_in_thread(make_worker("default"))
     r3.refresh()
     assert r3.status == TaskResultStatus.SUCCESSFUL and names() == ["tag"]

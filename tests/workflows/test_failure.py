@@ -169,9 +169,12 @@ def test_cancelling_one_step_fails_its_workflow_and_runs_on_error_once(r, make_w
     assert names() == ["on_failure"]
 
 
-def test_a_step_dead_lettered_where_no_hook_saw_it_is_failed_by_the_next_read(r, make_worker, broker):
+def test_a_step_dead_lettered_where_no_hook_saw_it_reads_failed_and_is_failed_by_the_repair(r, make_worker, broker):
+    """A read shows it FAILED and writes nothing; ``repair`` (run by ``wait``) fails the workflow for good."""
     wf = chain(wt.add.s(1, 1), wt.double.s()).enqueue()
     broker.cancel("default", [wf.refresh().results[0].id], "elsewhere")  # the store's step alone: no workflow hook ran
     assert r.hget(WorkflowKeys(wf.id).meta, "status") == "running"
     assert wf.refresh().status == TaskResultStatus.FAILED and "dead-lettered" in wf.error
+    assert r.hget(WorkflowKeys(wf.id).meta, "status") == "running"  # the read wrote nothing
+    assert wf.wait(timeout=5).status == TaskResultStatus.FAILED and "dead-lettered" in wf.error
     assert r.hget(WorkflowKeys(wf.id).meta, "status") == "failed" and r.ttl(WorkflowKeys(wf.id).meta) > 0
