@@ -132,7 +132,7 @@ class WorkflowResult:
     def _status(self, store: WorkflowStore, header: WorkflowHeader) -> tuple[TaskResultStatus, int | None]:
         """From the stored status, and the dead step a running workflow's probe found (dead-lettered where no hook
         saw it: FAILED all the same, as ``repair`` will record it). A failed workflow whose failed steps are all
-        replayed (none dead) reads RUNNING."""
+        replayed (each back in a queue: none dead or missing) reads RUNNING."""
         status, queues = header.meta.get("status", "running"), sorted(self._backend.queues)
         if status == "succeeded":
             return TaskResultStatus.SUCCESSFUL, None
@@ -140,7 +140,8 @@ class WorkflowResult:
             return TaskResultStatus.FAILED, None
         if status == "failed":
             failed = sorted(header.failed)[:PROBE]
-            dead = any(st == "dead" for _, st in store.task_states(self._ids(header, failed), queues))
+            # a failed step with no task at all (never queued: too large; or its dead letter expired) cannot resume
+            dead = any(st in ("dead", "") for _, st in store.task_states(self._ids(header, failed), queues))
             return (TaskResultStatus.FAILED if dead or not failed else TaskResultStatus.RUNNING), None
         states = [st for _, st in store.task_states(self._ids(header, range(min(PROBE, header.total))), queues)]
         if "dead" in states:
