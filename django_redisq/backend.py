@@ -447,7 +447,7 @@ class RedisQueueBackend(BaseTaskBackend):
         """A ``TaskResult`` from a task hash."""
         try:
             msg = json.loads(data["msg"])
-        except ValueError:
+        except (ValueError, RecursionError):
             msg = None
         if not isinstance(msg, dict):
             msg = {}  # a message that does not decode: the worker dead-letters it; show the rest
@@ -484,7 +484,7 @@ class RedisQueueBackend(BaseTaskBackend):
         if status == TaskResultStatus.SUCCESSFUL and "result" in data:
             try:
                 object.__setattr__(result, "_return_value", json.loads(data["result"]))
-            except ValueError:
+            except (ValueError, RecursionError):
                 object.__setattr__(result, "_return_value", data["result"])
         return result
 

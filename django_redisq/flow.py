@@ -247,7 +247,7 @@ def markers(raw_message: str, saved_metadata: str) -> list[tuple[str, int]]:
             continue
         try:
             data = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         if from_message:
             data = data.get("m") if isinstance(data, dict) else None

@@ -54,7 +54,7 @@ def progress(alias: str, task_id: str, task: str, queue: str, report_json: str) 
     and ``attempt``: at most as often as reports are stored (twice a second per task). Called by the worker."""
     try:
         extra = json.loads(report_json)
-    except ValueError:
+    except (ValueError, RecursionError):
         return
     _publish(alias, task_id, task, queue, "progress", extra if isinstance(extra, dict) else None)
 

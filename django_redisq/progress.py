@@ -116,6 +116,6 @@ def decode(raw: Any, stored_at: datetime | None = None) -> Progress | None:
         data = json.loads(raw)
         done, total = _number(data["done"], "done"), _number(data["total"], "total")
         message, attempt = str(data.get("message", ""))[:MESSAGE_MAX], int(data.get("attempt", 0))
-    except (ValueError, TypeError, KeyError, AttributeError):
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
         return None
     return Progress(done, total, message, attempt, stored_at)

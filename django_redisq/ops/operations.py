@@ -186,7 +186,7 @@ class Operations:
         """The message with its queue set to ``to``; unchanged if it does not decode (its worker dead-letters it)."""
         try:
             data = json.loads(msg)
-        except ValueError:
+        except (ValueError, RecursionError):
             return msg
         if not isinstance(data, dict):
             return msg

@@ -277,7 +277,7 @@ class QueueReads(TaskReads):
                        alive=ago <= self.options.worker_timeout, holding=int(holding), running=min(int(holding), len(marked(mark))))
         try:
             info = json.loads(info_json) if info_json else {}
-        except ValueError:
+        except (ValueError, RecursionError):
             info = {}
         if isinstance(info, dict):
             w.host, w.pid = str(info.get("host", "")), info.get("pid")

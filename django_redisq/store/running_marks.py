@@ -34,7 +34,7 @@ def marked(raw: object) -> set[str]:
         return set()
     try:
         ids = json.loads(raw if isinstance(raw, str | bytes) else str(raw))
-    except ValueError:
+    except (ValueError, RecursionError):
         return set()
     return {str(i) for i in ids} if isinstance(ids, list) else set()
 

@@ -302,7 +302,7 @@ class TaskReads(MergedDeadScan):
             if not isinstance(msg, dict):
                 raise ValueError(f"a JSON {type(msg).__name__}, not an object")
             detail.args, detail.kwargs = msg.get("args", []), msg.get("kwargs", {})
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             detail.message_error = f"the stored message does not decode: {exc}" if detail.raw_message else "no message stored"
         for e in stored_errors(data.get("errors"), data.get("errors_dropped")):
             detail.attempts.append(Attempt(e["exc"], e["msg"], e["tb"], ms_to_datetime(e["at"])))

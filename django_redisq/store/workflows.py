@@ -166,7 +166,7 @@ class WorkflowStore:
             meta: Any = None
             try:
                 meta = json.loads(saved) if saved else (json.loads(msg).get("m") if msg else None)
-            except (ValueError, AttributeError):
+            except (ValueError, AttributeError, RecursionError):
                 meta = None
             meta = dict(meta) if isinstance(meta, dict) else {}
             pairs = meta.get(MARKER) if isinstance(meta.get(MARKER), list) else []
@@ -248,7 +248,7 @@ class WorkflowStore:
             return None
         try:
             steps = json.loads(meta.get("steps") or "[]")
-        except ValueError:
+        except (ValueError, RecursionError):
             steps = []
         return WorkflowState(workflow_id, dict(meta), {int(s) for s in done}, {int(s) for s in failed}, steps)
 
