@@ -101,7 +101,9 @@ CASES: list[tuple[str, list[Rule]]] = [
     ("bury-twice-unicode", [Rule("broker.bury", "unicode", nth=1, times=2)]),
     # workflow release: recording a step, queueing its dependents, failing the workflow
     *[(f"workflows.done-always-{e}", [Rule("workflows.done", e, nth=1, times=ALWAYS)]) for e in ("response", "recursion")],
-    *[(f"{t}-always-response", [Rule(t, "response", nth=1, times=ALWAYS)]) for t in WORKFLOW[1:]],
+    *[(f"{t}-always-response", [Rule(t, "response", nth=1, times=ALWAYS)]) for t in ("workflows.release", "workflows.enqueue_step")],
+    # once: a workflow whose failing failed must still end failed (and queue its on_error), not stay running
+    ("workflows.fail-once-response", [Rule("workflows.fail", "response", nth=1)]),
     # the event pump: a read or an ack that fails, an enqueue of an event's task that fails
     ("topics.read-twice-response", [Rule("topics.read", "response", nth=1, times=2)]),
     ("topics.ack-once-bug", [Rule("topics.ack", "bug", nth=1)]),
