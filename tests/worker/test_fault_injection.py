@@ -30,6 +30,7 @@ from django_redisq import connection
 from django_redisq.worker.worker import Worker
 from tests.faults import EXCEPTIONS, TRANSIENT, FaultPlan, Rule, injecting
 from tests.helpers import wait_for
+from tests.testapp import fault_tasks as ft
 from tests.worker import fault_checks as fc
 
 pytestmark = [pytest.mark.fault_run, pytest.mark.timeout(120)]
@@ -153,3 +154,24 @@ def test_the_harness_injects_what_it_is_told(r):
     problems, dead, plan = run_case(r, plan)
     assert plan.injected["broker.ack_many"] == 3 and plan.calls["broker.ack_many"] >= 4
     _assert_kept(r, plan, problems, dead)
+
+
+def test_one_bad_member_never_holds_back_its_batch(r):
+    """A task whose result cannot be stored, acked in one batch with good ones (one lane, a backlog): each good one
+    runs once. On 7929b28 the whole batch's ack raised, the sweep handed every member back as a lost fetch (its
+    delivery undone) and the good ones ran again with the bad one, batch after batch: about 25 runs each in 5 s."""
+    with fault_settings():
+        good = [ft.ok.enqueue(i) for i in range(12)]
+        bad = ft.bad_result.enqueue("surrogate")
+        good += [ft.ok.enqueue(i) for i in range(12, 24)]
+        worker = Worker(["default"], concurrency=1, prefetch=32, events=False, scheduler=False)
+        runner = threading.Thread(target=worker.run, name="redisq-test-run", daemon=True)
+        runner.start()
+        try:
+            ids = {g.id for g in good}
+            wait_for(lambda: all(r.hget(f"redisq:{{default}}:t:{i}", "state") in fc.FINAL for i in [*ids, bad.id]), timeout=5)
+            twice = {i: n for i, n in fc.runs(r).items() if i in ids and n > 1}
+        finally:
+            worker.request_stop()
+            runner.join(30)
+    assert not twice, f"good tasks acked with a bad one ran again: {twice}"
