@@ -38,6 +38,10 @@ worker identities are unique per process) and the recovery time under fire:
                      the busiest worker (the attempt it ran fails with ``worker_lost`` and is
                      retried; the lane starts a new child)
 
+``--flows N`` adds N workflows (chains and chords), N events (a topic of two subscriptions) and a few tasks
+returning a lone surrogate, each accounted for by bench/chaos_flows.py (lost / looped / doubled / unexplained,
+steps begun before a parent ended).
+
 ``--pool threads|processes|asyncio`` is passed to every worker (default threads).
 With ``processes`` the tasks run in the workers' child processes, so a run's pid
 in the effects store is a child's: a sampler maps each child pid to its worker
@@ -116,6 +120,9 @@ import redis  # noqa: E402
 
 from django_redisq.testing import RedisServer  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/ is not a package
+import chaos_flows  # noqa: E402
+
 QUEUES = ("default", "emails")  # chaos_slow runs on "emails", the rest on "default"
 PRIORITIES = (0, 0, 0, -10, -60)
 """Priorities the producers give their quick, flaky and limited tasks (so reaps, retries and fences carry them; the
@@ -187,6 +194,7 @@ class Config:
     reap_limit: float = REAP_LIMIT  # the checks' bound on a SIGKILLed worker's reap (no fault in the window)
     workdir: str = ""
     keep: bool = False  # keep the run directory (logs, AOF) after a passing run
+    flows: int = 0  # workflows (chains and chords) and as many events to produce beside the tasks (bench/chaos_flows.py)
 
     def validate(self) -> None:
         if self.pool not in POOLS:
@@ -793,6 +801,20 @@ def produce(argv: list[str]) -> None:
     store.hset("chaos:producers", str(args.index), json.dumps(stats))
 
 
+def flows(argv: list[str]) -> None:
+    """The flows' producer process: workflows and events through the public API (bench/chaos_flows.py)."""
+    p = argparse.ArgumentParser(prog="chaos.py flows")
+    p.add_argument("--count", type=int, required=True)
+    p.add_argument("--seconds", type=float, required=True)
+    p.add_argument("--seed", type=int, default=1)
+    args = p.parse_args(argv)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.worker_settings")
+    import django
+
+    django.setup()
+    chaos_flows.produce_flows(args.count, args.seconds, args.seed)
+
+
 # -- the run ---------------------------------------------------------------------
 
 
@@ -807,6 +829,7 @@ def run_chaos(cfg: Config) -> dict[str, Any]:
     effects = RedisServer()
     procs: Procs | None = None
     producers: list[subprocess.Popen[bytes]] = []
+    flows_proc: subprocess.Popen[bytes] | None = None
     sampling = threading.Event()
     try:
         main.start()
@@ -817,6 +840,9 @@ def run_chaos(cfg: Config) -> dict[str, Any]:
         env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
         for k in [k for k in env if k.startswith("REDISQ_OPT_")]:
             del env[k]  # default settings: HEARTBEAT_INTERVAL 2 s, WORKER_TIMEOUT 10 s
+        if cfg.flows:  # every worker serves the flows' subscriptions (tests/worker_settings.py reads these)
+            env.update(REDISQ_SUBSCRIPTIONS=json.dumps(chaos_flows.SUBSCRIPTIONS), REDISQ_TOPICS=json.dumps(chaos_flows.TOPICS),
+                       DJANGO_SETTINGS_MODULE=chaos_flows.SETTINGS)
         procs = Procs(cfg, env, workdir)
         for _ in range(cfg.workers):
             procs.start()
@@ -831,6 +857,12 @@ def run_chaos(cfg: Config) -> dict[str, Any]:
                  "--rate", str(max(count / cfg.duration, 0.1)), "--seed", str(cfg.seed), "--config", conf],
                 cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
             ))
+            out.close()
+        if cfg.flows:  # not among procs.producers: a burst's SIGUSR1 is for the task producers
+            out = open(workdir / "flows.log", "wb")
+            flows_proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "flows", "--count", str(cfg.flows),
+                                           "--seconds", str(cfg.duration), "--seed", str(cfg.seed)],
+                                          cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
             out.close()
         procs.producers = producers
         wait_ready(effects, producers)
@@ -847,7 +879,7 @@ def run_chaos(cfg: Config) -> dict[str, Any]:
                 log(f"fault {len(chaos.faults)}/{cfg.faults}: {f.kind} {f.target} {len(f.ids) or ''} {f.note}".rstrip())
         chaos_seconds = time.monotonic() - t0
         log(f"chaos done: {len(chaos.faults)} faults in {time.monotonic() - t0:.0f}s; waiting for producers")
-        for p in producers:
+        for p in producers + ([flows_proc] if flows_proc else []):
             try:
                 p.wait(max(1.0, cfg.duration + 120 - (time.monotonic() - t0)))
             except subprocess.TimeoutExpired:
@@ -861,6 +893,8 @@ def run_chaos(cfg: Config) -> dict[str, Any]:
         chaos.resolve()
         procs.scan()
         report = account(main, effects, chaos.faults, procs.all, cfg, workdir, procs.owners)
+        if cfg.flows:
+            report["flows"] = chaos_flows.account_flows(main.url, effects.url, chaos.faults, EXPLAINERS)
         report["faults_total"] = len(chaos.faults)
         report["sigterm_escalated_to_kill"] = procs.escalated
         report["settle_seconds"] = round(settled_at, 1)
@@ -871,7 +905,7 @@ def run_chaos(cfg: Config) -> dict[str, Any]:
         return report
     finally:
         sampling.set()
-        for p in producers:
+        for p in producers + ([flows_proc] if flows_proc else []):
             if p.poll() is None:
                 p.kill()
                 p.wait(10)
@@ -1323,6 +1357,8 @@ def checks(r: dict[str, Any]) -> list[str]:
         bad.append(f"detection (death -> the killed worker reaped) {reaped} s > {reap_limit} s")
     if r["worker_logs"].get("thread_crashes"):
         bad.append(f"worker threads crashed: {r['worker_logs']['thread_crashes']}")
+    if "flows" in r:
+        bad += chaos_flows.flow_checks(r["flows"])
     return bad
 
 
@@ -1404,7 +1440,8 @@ def table(r: dict[str, Any]) -> str:
         ("chaos / settle time", f"{r['chaos_seconds']} s / {r['settle_seconds']} s"),
     ]
     width = max(len(k) for k, _ in rows)
-    return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
+    flows = "\n" + chaos_flows.flow_table(r["flows"]) if "flows" in r else ""
+    return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows) + flows
 
 
 def _weights(text: str) -> dict[str, float]:
@@ -1423,6 +1460,9 @@ def _pair(text: str) -> tuple[float, float]:
 def main(argv: list[str]) -> int:
     if argv[:1] == ["produce"]:
         produce(argv[1:])
+        return 0
+    if argv[:1] == ["flows"]:
+        flows(argv[1:])
         return 0
     p = argparse.ArgumentParser(prog="chaos.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tasks", type=int, default=Config.tasks)
@@ -1444,9 +1484,10 @@ def main(argv: list[str]) -> int:
     p.add_argument("--seed", type=int, default=Config.seed)
     p.add_argument("--workdir", default="", help="keep logs and the AOF here (default: a temporary directory, removed on success)")
     p.add_argument("--json", default="", help="also write the report here")
+    p.add_argument("--flows", type=int, default=0, help="workflows (chains, chords) and events to add to the mix (default: none)")
     a = p.parse_args(argv)
     cfg = Config(tasks=a.tasks, producers=a.producers, workers=a.workers, concurrency=a.concurrency, pool=a.pool, faults=a.faults,
-                 duration=a.duration, gap=a.gap, settle=a.settle, seed=a.seed, workdir=a.workdir)
+                 duration=a.duration, gap=a.gap, settle=a.settle, seed=a.seed, workdir=a.workdir, flows=a.flows)
     if a.weights is not None:
         cfg.weights = a.weights
     if a.sequence:

@@ -143,3 +143,29 @@ def test_short_chaos_run_with_the_process_pool(tmp_path):
     assert report["children_of_killed_workers"] >= 2, table  # the kills found the children they had to end
     assert report["children_outliving_killed_worker"] == 0, table
     assert report["children_seen"] >= 4, table
+
+
+# the faults that reach workflows and events differently: a kill mid-release, a Redis restart mid-pump, errors
+FLOW_SEQUENCE = ["sigkill", "restart", "client_kill", "same_name_restart", "pause", "error_replies"]
+
+
+@pytest.mark.slow
+@pytest.mark.fault_run
+@pytest.mark.timeout(200)
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="bench/chaos.py is a developer tool written for Python 3.12+")
+def test_short_chaos_run_with_workflows_and_events(tmp_path):
+    """Plain tasks, chains, chords and published events (two subscriptions) under kills and Redis faults (about a
+    minute and a half): beside the plain tasks' checks, no workflow step lost, run before its parents or run twice
+    unexplained, every workflow succeeded, and every event became one task per subscription, run once unless a
+    fault explains a second run (bench/chaos_flows.py)."""
+    chaos = _load_chaos()
+    cfg = chaos.Config(
+        tasks=200, producers=1, workers=2, concurrency=3, duration=30, gap=(2.0, 3.5), faults=len(FLOW_SEQUENCE), settle=60,
+        seed=23, max_pause=2.0, workdir=str(tmp_path), sequence=FLOW_SEQUENCE, flows=40,
+        kinds={"quick": 0.6, "slow": 0.1, "flaky": 0.1, "fail": 0.05, "order": 0.15},
+    )
+    report = chaos.run_chaos(cfg)
+    table = chaos.table(report)
+    print(table)
+    assert chaos.checks(report) == [], table + "\n" + repr(report["examples"]) + "\n" + repr(report["flows"]["examples"])
+    assert report["flows"]["steps"]["made"] >= 150 and report["flows"]["events"]["made"] >= 35, table
