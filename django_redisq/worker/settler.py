@@ -41,6 +41,8 @@ SETTLE_WITHIN = 0.05
 Batch = list[tuple[Delivery, Outcome]]
 RETRIED, DEAD_LETTERED, LEASE_LOST = "retried", "dead_lettered", "lease_lost"
 """What ``Settler.on_event`` is told once Redis has taken a step (signals and metrics listen)."""
+SETTLE_TRIES = 3
+"""Tries of a settle step that fails with anything but a transient Redis error, before its task is dead-lettered."""
 SETTLE_FAILED = "settle_failed"
 """The dead-letter reason of a task that ran but whose settle step failed for good (``SettleFailed``)."""
 
@@ -241,24 +243,30 @@ class Settler:
     def with_retries(self, step: Callable[[], Any], what: str) -> Any:
         """Run one settle step, retrying while Redis says "not now", until it lands (its answer) or is ``Missed``.
 
-        Raises ``SettleFailed`` for a failure that would repeat (a non-transient Redis error, any other exception).
+        Raises ``SettleFailed`` for a failure that repeats (a non-transient Redis error, any other exception) after
+        ``SETTLE_TRIES`` tries.
         """
+        failures = 0
         for attempt in itertools.count():
             try:
                 return step()
             except LeaseLost as exc:
                 logger.warning("%s; another worker has it now", exc)
                 return Missed.LOST
-            except RedisError as exc:
-                if not is_transient(exc):  # an answer that would repeat (a script bug, a value Redis refuses)
-                    raise SettleFailed(what, exc) from exc
-                if self.force.is_set():
+            except Exception as exc:
+                if not (isinstance(exc, RedisError) and is_transient(exc)):
+                    # an answer that would repeat (a script bug, a value Redis refuses, bad data): tried a few times
+                    # only, in case it was a passing one, then the task ends in the dead letters
+                    failures += 1
+                    if failures >= SETTLE_TRIES:
+                        raise SettleFailed(what, exc) from exc
+                    logger.warning("%s failed (%s: %s); trying again", what, type(exc).__name__, exc)
+                elif self.force.is_set():
                     return Missed.STOPPED
-                logger.warning("%s failed (%s: %s); retrying", what, type(exc).__name__, exc)
-                step = getattr(exc, "again", None) or step  # NotDurable: the step is on the master; only its WAIT is repeated
+                else:
+                    logger.warning("%s failed (%s: %s); retrying", what, type(exc).__name__, exc)
+                    step = getattr(exc, "again", None) or step  # NotDurable: the step is on the master; only its WAIT is repeated
                 time.sleep(min(2.0, 0.02 * 2**attempt))
-            except Exception as exc:  # a bug or bad data: it would fail the same way again
-                raise SettleFailed(what, exc) from exc
         return Missed.STOPPED
 
     def flush_loop(self, held: list[Unsettled], stop: threading.Event) -> None:

@@ -7,6 +7,7 @@ import redis
 from django.core.exceptions import ImproperlyConfigured
 
 from django_redisq.compat import TaskResultStatus
+from django_redisq.worker.settler import SETTLE_TRIES
 from django_redisq.worker.worker import Worker
 from tests.helpers import blocked_in, drain, keys, message, seed_pending, wait_for, where_is
 from tests.testapp import tasks
@@ -221,7 +222,7 @@ def test_a_dead_letter_can_be_replayed_again_and_again(r, make_worker, broker):
 
 
 def test_a_settle_step_that_redis_refuses_is_not_retried_forever(r, make_worker, monkeypatch, caplog):
-    """A script error is an answer, not an outage: not retried, and the task ends as a dead letter that says so
+    """A script error is an answer, not an outage: tried SETTLE_TRIES times, not retried for ever; the task ends as a dead letter that says so
     (handing it back would run it again and again: tests/worker/test_every_task_ends.py)."""
     res = tasks.noop.delay(1)
     w = make_worker(burst=False, name="refused")
@@ -239,7 +240,7 @@ def test_a_settle_step_that_redis_refuses_is_not_retried_forever(r, make_worker,
         assert r.hget(keys().task(res.id), "reason") == "settle_failed"
         assert "simulated script error" in r.hget(keys().task(res.id), "error")
         assert not any("retrying" in m for m in caplog.messages), caplog.messages
-        assert len(calls) == 1  # not retried in a loop
+        assert len(calls) == SETTLE_TRIES  # tried a few times (a passing bug), not retried in a loop
     finally:
         w.request_stop()
         t.join(10)
