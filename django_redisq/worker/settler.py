@@ -117,7 +117,10 @@ class Settler:
                 if o.kind == SUCCESS or (d.queue, d.id) in broken:
                     continue
                 try:
-                    self._retry(d, o) if o.kind == RETRY else self._bury(d, o)
+                    if o.kind == RETRY:
+                        self._retry(d, o)
+                    else:
+                        self._bury(d, o)
                 except SettleFailed as exc:
                     broken[(d.queue, d.id)] = exc
             for i, (d, o) in enumerate(batch):
