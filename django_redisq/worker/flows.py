@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 from functools import partial
 
-from django_redisq.flow import error_id, markers, step_id
+from django_redisq.flow import MARKER, error_id, markers, step_id
 from django_redisq.store.replies import Delivery
 from django_redisq.store.workflows import StepTooLarge, WorkflowStore
 from django_redisq.worker.outcome import Missed, Outcome, Retrying, SettleFailed
@@ -43,6 +43,11 @@ class WorkflowHooks:
     def __init__(self, store: WorkflowStore) -> None:
         self.store = store
         self.broker = store.broker
+
+    @staticmethod
+    def concerns(d: Delivery) -> bool:
+        """Whether ``d`` may be a workflow step: a substring test, so a plain task costs no call on the hot path."""
+        return MARKER in d.raw or (bool(d.metadata) and MARKER in d.metadata)
 
     def record(self, d: Delivery, o: Outcome, retrying: Retrying) -> bool:
         """Record a successful step in its workflows and release its dependents; False: not now (hold the ack).

@@ -135,7 +135,7 @@ class Settler:
         if self.flows is None:
             return hold
         for d, o in batch:
-            if o.kind != SUCCESS:
+            if o.kind != SUCCESS or not self.flows.concerns(d):
                 continue
             try:
                 if not self._guarded(partial(self.flows.record, d, o, self.with_retries), f"recording workflow step {d.id}"):
