@@ -104,7 +104,7 @@ def main() -> int:
         from django.test import Client
         from django.urls import reverse
 
-        from django_redisq.conf import get_options
+        from django_redisq.settings.read import get_options
         from django_redisq.store.broker import Broker
         from tests.seed import seed_dead
 

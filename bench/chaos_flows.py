@@ -39,7 +39,7 @@ POISON_EVERY = 10
 def produce_flows(count: int, seconds: float, seed: int) -> None:
     """Enqueue ``count`` workflows (chains and chords, alternately) and ``count`` events, spread over ``seconds``."""
     from django_redisq import chain, chord
-    from django_redisq.events import publish
+    from django_redisq.events.publish import publish
     from tests.testapp import chaos_flow_tasks as cf
     from tests.testapp.chaos_tasks import effects_store
 

@@ -95,7 +95,7 @@ def lifecycle_cost(n: int, lifecycle: bool, url: str, c: Any) -> tuple[float, fl
 
 
 def publish_rate(n: int, n_subs: int, c: Any) -> float:
-    from django_redisq.events import publish
+    from django_redisq.events.publish import publish
 
     c.flushall()
     with settings_for(n_subs):
@@ -116,7 +116,7 @@ def delay_rate(n: int, c: Any) -> float:
 
 
 def end_to_end(n: int, n_subs: int, url: str, c: Any) -> float:
-    from django_redisq.events import publish
+    from django_redisq.events.publish import publish
 
     c.flushall()
     with settings_for(n_subs):

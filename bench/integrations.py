@@ -80,8 +80,9 @@ def measure(url: str, rounds: int, n: int, seconds: float) -> dict[tuple[str, st
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from django_redisq import progress, tracing
-    from django_redisq.conf import get_options
+    from django_redisq import progress
+    from django_redisq.core import tracing
+    from django_redisq.settings.read import get_options
     from django_redisq.store.broker import Broker
     from django_redisq.worker.progress import ProgressWriter
     from django_redisq.worker.worker import Worker

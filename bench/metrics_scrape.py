@@ -103,8 +103,8 @@ def main() -> None:
         configure(server.url)
         from django.test import Client
 
-        from django_redisq.conf import get_options
         from django_redisq.ops.inspector import Inspector
+        from django_redisq.settings.read import get_options
         from django_redisq.store.broker import Broker
         from tests.seed import seed_dead
 

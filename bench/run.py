@@ -882,7 +882,7 @@ class Bench:
         from django.test import override_settings
 
         from django_redisq import connection
-        from django_redisq.partitions import physical
+        from django_redisq.core.partitions import physical
 
         cfg, n, conc = self.cfg, self.cfg["partition_n"], self.cfg["concurrency"]
         rows: list[tuple[str, ...]] = []

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from django_redisq.exceptions import InvalidArguments, LeaseLost, RedisQError, Retry, TaskCancelled, TaskTimeout
-from django_redisq.flow import chain, chord, group
 from django_redisq.progress import Progress, report_progress
 from django_redisq.task import RedisTask, task
+from django_redisq.workflows.canvas import chain, chord, group
 
 if TYPE_CHECKING:
     from django_redisq.compat import TaskResult
@@ -41,8 +41,8 @@ async def aget_progress(task_id_or_result: str | TaskResult, *, backend: str = "
 
 
 def get_workflow(workflow_id: str, *, backend: str = "default") -> Any:
-    """The workflow (``WorkflowResult``) with this id, read now; ``WorkflowNotFound`` if there is none (workflows.py)."""
-    from django_redisq.workflows import get_workflow as find
+    """The workflow (``WorkflowResult``) with this id, read now; ``WorkflowNotFound`` if there is none (workflows/enqueue.py)."""
+    from django_redisq.workflows.enqueue import get_workflow as find
 
     return find(workflow_id, backend=backend)
 

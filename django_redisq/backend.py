@@ -16,8 +16,6 @@ from django.apps import apps
 from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 
-from django_redisq import discovery, partitions, tracing
-from django_redisq.clock import ms_to_datetime
 from django_redisq.compat import (
     DEFAULT_TASK_BACKEND_ALIAS,
     BaseTaskBackend,
@@ -32,16 +30,20 @@ from django_redisq.compat import (
     task_backends,
     task_enqueued,
 )
-from django_redisq.conf import TOP_LEVEL, build_options, check_errors
+from django_redisq.core import partitions, tracing
+from django_redisq.core.clock import ms_to_datetime
+from django_redisq.core.limits import task_limits
+from django_redisq.core.message import OVERRIDES, encode_arguments
+from django_redisq.core.message import encode as encode_message
+from django_redisq.core.metadata import attach, stored
+from django_redisq.core.metadata import encode as encode_metadata
+from django_redisq.core.options import Options
+from django_redisq.core.states import STATE_TO_STATUS
 from django_redisq.exceptions import InvalidArguments, TaskNotFound
-from django_redisq.limits import task_limits
-from django_redisq.message import OVERRIDES, encode_arguments
-from django_redisq.message import encode as encode_message
-from django_redisq.metadata import attach, stored
-from django_redisq.metadata import encode as encode_metadata
-from django_redisq.options import Options
 from django_redisq.progress import Progress
 from django_redisq.progress import decode as decode_progress
+from django_redisq.settings import discovery
+from django_redisq.settings.read import TOP_LEVEL, build_options, check_errors
 from django_redisq.store.broker import Broker
 from django_redisq.store.priority import stored_priority
 from django_redisq.store.replies import Enqueued
@@ -50,15 +52,6 @@ from django_redisq.task import RedisTask, get_registered, plain_signature
 if TYPE_CHECKING:  # the async steps load on first use: a worker (threads) or a sync caller never needs them
     from django_redisq.store.async_broker import AsyncBroker
 
-# The one table from our task states to Django's statuses.
-STATE_TO_STATUS: dict[str, TaskResultStatus] = {
-    "pending": TaskResultStatus.READY,
-    "scheduled": TaskResultStatus.READY,
-    "running": TaskResultStatus.RUNNING,
-    "finished": TaskResultStatus.SUCCESSFUL,
-    "dead": TaskResultStatus.FAILED,
-    "moving": TaskResultStatus.FAILED,  # a dead letter being replayed into another queue
-}
 
 
 NOT_INSTALLED = ("{where} uses django_redisq's RedisQueueBackend, but django_redisq is not in INSTALLED_APPS: "
@@ -104,7 +97,7 @@ class RedisQueueBackend(BaseTaskBackend):
         self._enqueueing: set[int] = set()  # ids of tasks validate_task checks for an enqueue (none lenient)
         self._signatures: dict[Any, tuple[inspect.Signature, int, int]] = {}  # task function -> _arity(its signature)
         if isinstance(params.get("OPTIONS"), dict) and params["OPTIONS"].get("LIFECYCLE_EVENTS") is True:
-            from django_redisq import lifecycle  # task transitions published as events (off by default)
+            from django_redisq.events import lifecycle  # task transitions published as events (off by default)
 
             lifecycle.connect()
 
@@ -177,7 +170,8 @@ class RedisQueueBackend(BaseTaskBackend):
     def check(self, **kwargs: Any) -> list[Any]:
         from django.core.checks import Error
 
-        from django_redisq import schedules, subscriptions
+        from django_redisq.events import subscriptions
+        from django_redisq.schedules import registry as schedules
 
         where = f"TASKS[{self.alias!r}]"
         errors = check_errors(self.alias, self.params, obj=where) + schedules.check_errors(self.alias, self.params, obj=where)
@@ -224,7 +218,7 @@ class RedisQueueBackend(BaseTaskBackend):
             delay_ms = max(0, int((task.run_after - timezone.now()).total_seconds() * 1000))
         idem = task.key_for(args, kwargs) if isinstance(task, RedisTask) else ""
         metadata = getattr(task, "metadata", None)  # Django's metadata proposal: a field of newer Tasks
-        metadata = tracing.with_trace(metadata, trace)  # the producer span's context, for the worker's spans (tracing.py)
+        metadata = tracing.with_trace(metadata, trace)  # the producer span's context, for the worker's spans (core/tracing.py)
         if metadata:
             try:
                 metadata = encode_metadata(metadata, self.conf.for_queue(task.queue_name).metadata_max_bytes)[0]
@@ -267,12 +261,12 @@ class RedisQueueBackend(BaseTaskBackend):
     def _enqueue_many(self, task: Task, arg_sets: Iterable[tuple[Sequence[Any], dict[str, Any]]],
                       span: tracing.Sending | tracing._Noop) -> list[TaskResult]:
         self._validated(task)
-        if getattr(task, "depends_on", ()):  # runs once those tasks succeeded: a small workflow (workflows.py)
-            from django_redisq.workflows import enqueue_dependent
+        if getattr(task, "depends_on", ()):  # runs once those tasks succeeded: a small workflow (workflows/enqueue.py)
+            from django_redisq.workflows.enqueue import enqueue_dependent
 
             dependents = [enqueue_dependent(self, task, list(a), dict(k), span.carrier) for a, k in arg_sets]
             if dependents:
-                span.identify([r.id for r in dependents])  # the steps' ids; their spec carries span.carrier (tracing.py)
+                span.identify([r.id for r in dependents])  # the steps' ids; their spec carries span.carrier (core/tracing.py)
             return dependents
         prepared = [self._prepare(task, a, k, span.carrier) for a, k in arg_sets]
         if not prepared:
@@ -306,7 +300,7 @@ class RedisQueueBackend(BaseTaskBackend):
     async def _aenqueue_many(self, task: Task, arg_sets: Iterable[tuple[Sequence[Any], dict[str, Any]]],
                              span: tracing.Sending | tracing._Noop) -> list[TaskResult]:
         self._validated(task)
-        if getattr(task, "depends_on", ()):  # a small workflow (workflows.py), stored from a thread
+        if getattr(task, "depends_on", ()):  # a small workflow (workflows/enqueue.py), stored from a thread
             return await asyncio.to_thread(self._enqueue_many, task, list(arg_sets), span)  # in this producer span
         prepared = [self._prepare(task, a, k, span.carrier) for a, k in arg_sets]
         if not prepared:
@@ -332,7 +326,7 @@ class RedisQueueBackend(BaseTaskBackend):
         return results
 
     def _placed(self, queue: str, items: Sequence[tuple[str, str, str, int, str, int, str]]) -> list[tuple[str, list[int]]]:
-        """Partitioned ``queue``: the physical queue of each item (partitions.py), as (queue, item indexes)."""
+        """Partitioned ``queue``: the physical queue of each item (core/partitions.py), as (queue, item indexes)."""
         n = self.conf.partitions(queue)
         groups: dict[str, list[int]] = {}
         for i, item in enumerate(items):
@@ -371,8 +365,8 @@ class RedisQueueBackend(BaseTaskBackend):
         return dataclasses.replace(result, id=holder, status=status, enqueued_at=None)
 
     def enqueue_workflow(self, node: Any, on_error: Any = None) -> Any:
-        """Enqueue a ``chain``, ``group`` or ``chord`` (flow.py); returns a ``WorkflowResult`` (workflows.py)."""
-        from django_redisq.workflows import enqueue_workflow
+        """Enqueue a ``chain``, ``group`` or ``chord`` (workflows/canvas.py); returns a ``WorkflowResult`` (workflows/enqueue.py)."""
+        from django_redisq.workflows.enqueue import enqueue_workflow
 
         return enqueue_workflow(self, node, on_error)
 
@@ -391,7 +385,7 @@ class RedisQueueBackend(BaseTaskBackend):
         if outcome == "missing":
             raise TaskNotFound(f"no task {result_id!r} in the queues of backend {self.alias!r}")
         if outcome == "cancelled" and found and "_workflow" in str(found[1].get("msg", "")) + str(found[1].get("metadata", "")):
-            from django_redisq.workflows import fail_cancelled  # a workflow step: its workflow fails (workflows.py)
+            from django_redisq.workflows.enqueue import fail_cancelled  # a workflow step: its workflow fails (workflows/enqueue.py)
 
             fail_cancelled(self, found[0], result_id, who)
         return outcome
@@ -436,7 +430,7 @@ class RedisQueueBackend(BaseTaskBackend):
 
     def _found_result(self, result_id: str, found: tuple[str, dict[str, str]] | None) -> TaskResult:
         if found is None or "msg" not in found[1]:
-            from django_redisq.workflows import waiting_result  # a workflow step not queued yet?
+            from django_redisq.workflows.enqueue import waiting_result  # a workflow step not queued yet?
 
             if (waiting := waiting_result(self, result_id)) is not None:
                 return waiting

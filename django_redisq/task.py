@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec,
 
 from django.db import transaction
 
-from django_redisq.backoff import check_backoff
 from django_redisq.compat import (
     DEFAULT_TASK_BACKEND_ALIAS,
     DEFAULT_TASK_PRIORITY,
@@ -27,8 +26,9 @@ from django_redisq.compat import (
     TaskContext,
     TaskResult,
 )
-from django_redisq.flow import Signature
-from django_redisq.limits import check_max_running, check_rate
+from django_redisq.core.backoff import check_backoff
+from django_redisq.core.limits import check_max_running, check_rate
+from django_redisq.workflows.canvas import Signature
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -78,7 +78,7 @@ class RedisTask(_TaskOf[P, R]):
     (new-features #142) names two of them its own way: ``max_attempts=N`` is
     ``max_retries=N - 1`` (either sets both), and ``backoff``, a function
     ``(exception, task_result) -> seconds | None``, replaces the exponential
-    ``backoff_base`` / ``backoff_max`` delay (None: no more attempts; see backoff.py).
+    ``backoff_base`` / ``backoff_max`` delay (None: no more attempts; see core/backoff.py).
     """
 
     max_retries: int | None = None
@@ -90,9 +90,9 @@ class RedisTask(_TaskOf[P, R]):
     no_retry_on: tuple[type[BaseException], ...] = ()
     idempotency_key: str | Callable[..., str] | None = None
     timeout: float | None = None  # seconds a run may take on a worker; 0 = no limit
-    max_running: int | None = None  # at most this many run at once, fleet-wide (limits.py)
+    max_running: int | None = None  # at most this many run at once, fleet-wide (core/limits.py)
     rate_limit: str | None = None  # at most this many starts per period, fleet-wide: "10/s", "100/m"
-    depends_on: tuple[str, ...] = ()  # ids of tasks that must succeed first (``using(depends_on=[result, ...])``, workflows.py)
+    depends_on: tuple[str, ...] = ()  # ids of tasks that must succeed first (``using(depends_on=[result, ...])``, workflows/enqueue.py)
 
     def __post_init__(self) -> None:
         try:
@@ -164,7 +164,7 @@ class RedisTask(_TaskOf[P, R]):
         return replace(changed, **ours) if ours else changed
 
     def s(self, *args: Any, **kwargs: Any) -> Signature:
-        """A workflow step of this call that gets its parent's result first (flow.py: ``chain``, ``group``, ``chord``)."""
+        """A workflow step of this call that gets its parent's result first (workflows/canvas.py: ``chain``, ``group``, ``chord``)."""
         return Signature(self, args, kwargs)
 
     def si(self, *args: Any, **kwargs: Any) -> Signature:

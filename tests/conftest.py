@@ -17,7 +17,7 @@ import redis
 from django.test import override_settings
 
 from django_redisq import connection
-from django_redisq.conf import get_options
+from django_redisq.settings.read import get_options
 from django_redisq.store.broker import Broker
 from django_redisq.testing import RedisClusterServer, RedisServer, SentinelSetup, find_redis_server
 
@@ -275,7 +275,7 @@ def spans() -> Iterator[Any]:
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from django_redisq import tracing
+    from django_redisq.core import tracing
 
     exporter = InMemorySpanExporter()
     provider = TracerProvider()

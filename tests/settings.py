@@ -41,7 +41,7 @@ TASKS = {
         "BACKEND": "django_redisq.backend.RedisQueueBackend",
         "QUEUES": ["default", "emails", "low"],
         "OPTIONS": {"REDIS_URL": "redis://127.0.0.1:1/0", "BACKOFF_BASE": 0.01, "BACKOFF_MAX": 0.05,
-                    # tasks outside tests/testapp/tasks.py that tests enqueue: a worker imports these too (discovery.py)
+                    # tasks outside tests/testapp/tasks.py that tests enqueue: a worker imports these too (settings/discovery.py)
                     "IMPORTS": ["tests.testapp.contract_tasks", "tests.testapp.retry_tasks", "tests.testapp.metadata_tasks",
                                 "tests.testapp.integration_tasks", "tests.testapp.workflow_tasks"]},
     }

@@ -17,9 +17,9 @@ from django.utils import timezone
 
 from django_redisq import connection
 from django_redisq.compat import BaseTaskBackend, TaskResult, TaskResultDoesNotExist, TaskResultStatus, task_backends, task_enqueued
-from django_redisq.conf import get_options
 from django_redisq.connection import async_pools as aconnection
 from django_redisq.connection import async_wire as achannel
+from django_redisq.settings.read import get_options
 from django_redisq.testing import RedisServer
 from tests.helpers import keys
 from tests.testapp import tasks

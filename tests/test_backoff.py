@@ -3,7 +3,7 @@ from datetime import timedelta
 
 import pytest
 
-from django_redisq.backoff import compute_backoff
+from django_redisq.core.backoff import compute_backoff
 from tests.test_contract import TASK_FIELDS
 
 
@@ -40,7 +40,7 @@ def _delivery(failures: int = 0):
 
 @pytest.mark.parametrize(("answer", "delay_ms"), [(0, 0), (30, 30_000), (0.25, 250), (timedelta(minutes=2), 120_000)])
 def test_a_backoff_function_gives_the_delay_in_seconds(answer, delay_ms):
-    from django_redisq.options import Options
+    from django_redisq.core.options import Options
     from django_redisq.task import RedisTask
     from django_redisq.worker.outcome import RETRY, failure
     from tests.testapp.contract_tasks import ours_add
@@ -51,8 +51,8 @@ def test_a_backoff_function_gives_the_delay_in_seconds(answer, delay_ms):
 
 
 def test_retry_with_a_delay_wins_over_the_backoff_function_and_none_stops_retrying():
+    from django_redisq.core.options import Options
     from django_redisq.exceptions import Retry
-    from django_redisq.options import Options
     from django_redisq.task import RedisTask
     from django_redisq.worker.outcome import DEAD, RETRY, failure
     from tests.testapp.contract_tasks import ours_add

@@ -45,9 +45,9 @@ from hypothesis import strategies as st
 
 from django_redisq import InvalidArguments, connection
 from django_redisq.compat import UTC, InvalidTask, TaskResultDoesNotExist, TaskResultStatus
-from django_redisq.conf import build_options, get_options, validate
+from django_redisq.core.options import Options
 from django_redisq.exceptions import RedisUnavailable
-from django_redisq.options import Options
+from django_redisq.settings.read import build_options, get_options, validate
 from django_redisq.store import server as store_server
 from django_redisq.store.keys import QueueKeys
 from django_redisq.testing import RedisServer, free_port

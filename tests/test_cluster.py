@@ -25,8 +25,8 @@ from redis.cluster import RedisCluster
 
 from django_redisq import connection
 from django_redisq.compat import TaskResultStatus, task_backends
-from django_redisq.conf import get_options
 from django_redisq.ops.inspector import Inspector
+from django_redisq.settings.read import get_options
 from django_redisq.store.keys import QueueKeys
 from django_redisq.worker.worker import Worker
 from tests.conftest import topology_settings
@@ -143,7 +143,7 @@ def test_aenqueue_and_aget_result(cluster):
     assert [r.status for r in after] == [TaskResultStatus.SUCCESSFUL] * 3 and runs() == {f"a-{q}": 1 for q in QUEUES}
 
 
-# -- partitioned queues (partitions.py): one logical queue over the masters --
+# -- partitioned queues (core/partitions.py): one logical queue over the masters --
 
 PARTS = 8
 LOW = ["low", *(f"low~{i}" for i in range(1, PARTS))]

@@ -22,8 +22,8 @@ from redis.cluster import RedisCluster
 
 from django_redisq import connection
 from django_redisq.compat import TaskResultStatus, task_backends
-from django_redisq.conf import get_options
 from django_redisq.ops.inspector import Inspector
+from django_redisq.settings.read import get_options
 from django_redisq.store.keys import QueueKeys
 from tests.conftest import FAULT_RUNS, topology_settings
 from tests.helpers import wait_for

@@ -7,8 +7,8 @@ from django.core.management.base import SystemCheckError
 from django.test import override_settings
 
 from django_redisq.compat import task_backends
-from django_redisq.conf import build_options, get_options, validate
-from django_redisq.options import Options
+from django_redisq.core.options import Options
+from django_redisq.settings.read import build_options, get_options, validate
 
 BACKEND = "django_redisq.backend.RedisQueueBackend"
 

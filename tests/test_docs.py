@@ -9,7 +9,7 @@
   checks; a block titled ``tasks.py`` is exec'd as a module and must define registered tasks;
   an ``OPTIONS`` (or ``TASKS[alias]``) fragment must pass the checks too; any other block
   must compile.
-- The reference pages list exactly what the code has: settings (conf.py, options.py), the
+- The reference pages list exactly what the code has: settings (settings/read.py, core/options.py), the
   ``runworker`` and ``redisq`` options (their argparse parsers), system check ids, signals,
   metrics; and a producer in another language can enqueue as the wire-protocol page says.
 """
@@ -33,8 +33,8 @@ import django
 import pytest
 from django.test import override_settings
 
-from django_redisq.conf import KNOWN, check_errors
-from django_redisq.options import GLOBALS, PARTITIONS, QUEUE_LIMITS, TUNABLES, Options
+from django_redisq.core.options import GLOBALS, PARTITIONS, QUEUE_LIMITS, TUNABLES, Options
+from django_redisq.settings.read import KNOWN, check_errors
 from django_redisq.task import RedisTask, task
 from tests.conftest import ROOT
 
@@ -190,7 +190,7 @@ def _registries_restored() -> Iterator[None]:
     """The blocks register tasks (and stubs of the tasks a settings block names) and @periodic schedules
     process-wide: undone after each test, or every later worker of the suite would serve them (a process-pool
     child would import their modules, which no file holds)."""
-    task_module, schedules_module = importlib.import_module("django_redisq.task"), importlib.import_module("django_redisq.schedules")
+    task_module, schedules_module = importlib.import_module("django_redisq.task"), importlib.import_module("django_redisq.schedules.registry")
     registry, code_schedules = dict(task_module._registry), dict(schedules_module._code)
     yield
     task_module._registry.clear()
@@ -224,7 +224,7 @@ def check_tasks(params: dict[str, Any]) -> None:
     opts = params.setdefault("OPTIONS", {})
     stub_tasks([s["task"] for s in (opts.get("SCHEDULES") or {}).values() if isinstance(s, dict) and "task" in s])
     with override_settings(CACHES={"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": "redis://127.0.0.1:6379/0"}}):
-        from django_redisq import schedules
+        from django_redisq.schedules import registry as schedules
 
         problems = check_errors("default", params) + schedules.check_errors("default", params)
     assert not problems, [f"{p.id}: {p.msg}" for p in problems]

@@ -18,7 +18,7 @@ import redis
 
 from django_redisq import connection
 from django_redisq.compat import TaskResultStatus
-from django_redisq.conf import get_options, validate
+from django_redisq.settings.read import get_options, validate
 from django_redisq.store.broker import Broker
 from tests.helpers import held_by, keys, run_in_thread, seed_pending, wait_for, where_is
 from tests.testapp import tasks

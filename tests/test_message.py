@@ -4,8 +4,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from django_redisq.core.message import Message, decode, encode, encode_arguments
 from django_redisq.exceptions import BadMessage, InvalidArguments, UnknownSchema
-from django_redisq.message import Message, decode, encode, encode_arguments
 
 
 def test_round_trip():

@@ -20,8 +20,8 @@ from django.conf import settings
 from django.test import override_settings
 
 from django_redisq.compat import FRAMEWORK_HAS_METADATA, TaskResult, TaskResultDoesNotExist, TaskResultStatus, task_backends
-from django_redisq.conf import get_options
 from django_redisq.exceptions import InvalidArguments
+from django_redisq.settings.read import get_options
 from django_redisq.store.broker import Broker
 from tests.helpers import drain, keys, where_is
 from tests.test_contract import TASK_FIELDS

@@ -99,7 +99,7 @@ def test_a_task_a_tasks_module_imports_from_elsewhere_is_accepted(r):
 
 def test_a_project_installed_as_a_package_is_followed_within_its_apps_packages(monkeypatch):
     """Deployed with pip (into site-packages), a project's modules are still followed from its apps' tasks modules."""
-    from django_redisq import discovery
+    from django_redisq.settings import discovery
 
     monkeypatch.setattr(discovery, "_LIBRARY_DIRS", (str(ROOT / "tests"),))  # as if tests/ were installed
     reach = discovery.Reach()
@@ -158,7 +158,7 @@ def test_queue_for_queues_is_a_check_error_with_a_did_you_mean_never_a_traceback
 
 
 def test_an_option_one_level_too_high_is_named():
-    from django_redisq.conf import validate
+    from django_redisq.settings.read import validate
 
     found = {cid: (msg, hint) for cid, msg, hint in validate("default", {"QUEUES": ["default"], "REDIS_URL": "redis://x"})}
     assert found["E080"][0] == "TASKS['default'] has an unknown key 'REDIS_URL'."
@@ -168,7 +168,7 @@ def test_an_option_one_level_too_high_is_named():
 
 
 def test_imports_that_are_not_module_paths_or_do_not_import_are_check_errors(r):
-    from django_redisq.conf import validate
+    from django_redisq.settings.read import validate
 
     assert [cid for cid, _, _ in validate("default", {"OPTIONS": {"IMPORTS": "shop.jobs"}})] == ["E019"]
     assert [cid for cid, _, _ in validate("default", {"OPTIONS": {"IMPORTS": ["shop/jobs.py"]}})] == ["E019"]

@@ -194,8 +194,8 @@ def test_redisq_task_says_in_one_line_when_redis_is_down(r: Any) -> None:
 def test_with_lifecycle_events_each_stored_report_is_a_progress_event(r: Any, make_worker: Callable[..., Any]) -> None:
     import json as _json
 
+    from django_redisq.events.subscriptions import LIFECYCLE_TOPIC
     from django_redisq.store.keys import TopicKeys
-    from django_redisq.subscriptions import LIFECYCLE_TOPIC
     from tests.conftest import topology_settings
 
     with topology_settings(LIFECYCLE_EVENTS=True):

@@ -20,7 +20,7 @@ PATHS = [
     ("django_redisq.task", "task"),
     ("django_redisq.backend", "RedisQueueBackend"),
     ("django_redisq.views", "metrics"),
-    ("django_redisq.schedules", "periodic"),
+    ("django_redisq.schedules.registry", "periodic"),
     ("django_redisq.signals", "task_retried"),
     ("django_redisq.signals", "task_dead_lettered"),
     ("django_redisq.signals", "task_recovered"),

@@ -11,9 +11,9 @@ from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 from django.test import override_settings
 
-from django_redisq import schedules
 from django_redisq.compat import UTC
-from django_redisq.schedules import ALIASES, Schedule, build, find_task, periodic
+from django_redisq.schedules import registry as schedules
+from django_redisq.schedules.registry import ALIASES, Schedule, build, find_task, periodic
 
 BERLIN = ZoneInfo("Europe/Berlin")
 

@@ -29,8 +29,8 @@ from django.test import override_settings
 import django_redisq
 from django_redisq import connection
 from django_redisq.compat import TaskResultStatus
-from django_redisq.conf import build_options, get_options
 from django_redisq.exceptions import RedisUnavailable
+from django_redisq.settings.read import build_options, get_options
 from django_redisq.store import server as store_server
 from django_redisq.testing import RedisServer, free_port
 from tests.conftest import WorkerProcess
@@ -218,7 +218,7 @@ def test_describe_and_client_repr_never_show_the_password():
 
 
 def test_settings_errors_never_show_the_password():
-    from django_redisq.conf import validate
+    from django_redisq.settings.read import validate
 
     for url in (f"http://:{PASSWORD}@127.0.0.1/0", f"redis//:{PASSWORD}@127.0.0.1"):
         no_secret_in(repr(validate("default", {"OPTIONS": {"REDIS_URL": url}})))
@@ -318,7 +318,7 @@ def test_runworker_over_tls_with_an_acl_user(tls_server, r):
     flush(server)
     url = url_for(server, f"alice:{ALICE_PW}", "rediss", tls_port, f"?ssl_ca_certs={d / 'ca.crt'}")
     producer = redis.Redis.from_url(url, decode_responses=True)
-    from django_redisq.message import encode
+    from django_redisq.core.message import encode
 
     producer.hset("redisq:{default}:t:tls-1", mapping={
         "msg": encode([2, 3], {}), "task": "tests.testapp.tasks.add",
@@ -346,7 +346,7 @@ def test_plain_redis_on_the_tls_port_fails_and_tls_without_the_ca_is_refused(tls
         no_secret_in(str(exc.value))
 
 
-# -- no credential in a settings message: every check that can show one (django_redisq/redact.py) -----------
+# -- no credential in a settings message: every check that can show one (django_redisq/core/redact.py) -----------
 
 SETTING_PW = "Setting-Secret-pw-5150"
 SENTINEL_OPTS = {"SENTINELS": [("10.0.0.1", 26379), ("10.0.0.2", 26379)], "SENTINEL_MASTER": "mymaster"}
@@ -399,7 +399,7 @@ def test_no_settings_check_shows_a_credential(check_id, options, caches):
     from django.core.management import call_command
     from django.core.management.base import SystemCheckError
 
-    from django_redisq.conf import validate
+    from django_redisq.settings.read import validate
 
     params = {"BACKEND": "django_redisq.backend.RedisQueueBackend", "QUEUES": ["default"], "OPTIONS": options}
     with override_settings(CACHES=caches or settings.CACHES):
@@ -416,7 +416,7 @@ def test_no_settings_check_shows_a_credential(check_id, options, caches):
 
 
 def test_redact_masks_every_form_a_credential_takes():
-    from django_redisq.redact import redact, shown
+    from django_redisq.core.redact import redact, shown
 
     pw = SETTING_PW
     texts = {
@@ -442,7 +442,7 @@ def test_redact_masks_every_form_a_credential_takes():
 
 def test_redact_masks_headers_and_yaml_style_secrets():
     """``Authorization: Bearer <token>`` (an HTTP client's error) and unquoted ``key: value`` lines (a YAML or .env dump)."""
-    from django_redisq.redact import redact, shown
+    from django_redisq.core.redact import redact, shown
 
     pw = SETTING_PW
     texts = {
@@ -493,7 +493,7 @@ def test_a_500_of_bad_settings_logs_no_credential(path, caplog, admin_client):
 
 def test_a_tls_master_behind_clear_text_sentinels_is_a_check_warning():
     """W060: rediss:// to the master, nothing for the sentinels: their answers (and password) cross the network clear."""
-    from django_redisq.conf import check_errors
+    from django_redisq.settings.read import check_errors
 
     base = {"BACKEND": "django_redisq.backend.RedisQueueBackend", "QUEUES": ["default"]}
     clear = {"REDIS_URL": "rediss://:hunter2@mymaster/0", "SENTINELS": [("10.0.0.1", 26379)], "SENTINEL_MASTER": "mymaster"}

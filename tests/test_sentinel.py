@@ -19,7 +19,7 @@ import redis
 
 from django_redisq import connection
 from django_redisq.compat import TaskResultStatus, task_backends
-from django_redisq.conf import get_options
+from django_redisq.settings.read import get_options
 from django_redisq.store.keys import QueueKeys
 from django_redisq.worker.worker import Worker
 from tests.conftest import topology_settings

@@ -36,9 +36,9 @@ from redis.sentinel import SentinelManagedSSLConnection
 
 from django_redisq import connection
 from django_redisq.compat import TaskResultStatus
-from django_redisq.conf import build_options, get_options, validate
 from django_redisq.connection import async_pools as aconnection
 from django_redisq.exceptions import RedisUnavailable
+from django_redisq.settings.read import build_options, get_options, validate
 from django_redisq.store import server as store_server
 from django_redisq.store.keys import QueueKeys
 from django_redisq.testing import RedisServer, SentinelSetup, _call, find_redis_server, free_port

@@ -60,9 +60,9 @@ import redis
 from hypothesis import HealthCheck, event, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
 
-from django_redisq.conf import get_options
+from django_redisq.core.message import encode
 from django_redisq.exceptions import Fenced, LeaseLost, QueuePaused
-from django_redisq.message import encode
+from django_redisq.settings.read import get_options
 from django_redisq.store.broker import Broker
 from django_redisq.store.priority import MARKER, MARKERS_MAX, ready_page
 from django_redisq.store.replies import BUSY, DONE, NOMSG, RUN

@@ -16,7 +16,7 @@ import redis
 from redis.cluster import RedisCluster
 
 from django_redisq import connection
-from django_redisq.conf import get_options
+from django_redisq.settings.read import get_options
 from django_redisq.store.keys import QueueKeys
 from tests.conftest import TOPOLOGY
 from tests.testapp import tasks

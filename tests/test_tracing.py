@@ -24,7 +24,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from django_redisq import tracing
+from django_redisq.core import tracing
 from tests.helpers import by_kind
 from tests.testapp.tasks import add, always_fails
 
@@ -47,7 +47,7 @@ def test_one_trace_from_the_view_through_the_producer_to_each_attempt(r: Any, sp
     trace_id = view.get_span_context().trace_id
     assert producer.context.trace_id == consumer.context.trace_id == trace_id
     assert producer.parent.span_id == view.get_span_context().span_id
-    assert consumer.parent.span_id == producer.context.span_id  # the creation context is the parent (tracing.py says why)
+    assert consumer.parent.span_id == producer.context.span_id  # the creation context is the parent (core/tracing.py says why)
     assert producer.name == "send default" and consumer.name == "process default"
     assert dict(producer.attributes) == {
         "messaging.system": "redisq", "messaging.destination.name": "default", "messaging.operation.type": "send",

@@ -23,14 +23,15 @@ from django.db import transaction
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from django_redisq import chain, chord, tracing
+from django_redisq import chain, chord
 from django_redisq.compat import TaskResultStatus
-from django_redisq.conf import get_options
-from django_redisq.events import publish, publish_on_commit
-from django_redisq.flow import error_id
+from django_redisq.core import tracing
+from django_redisq.events.publish import publish, publish_on_commit
+from django_redisq.settings.read import get_options
 from django_redisq.store.broker import Broker
 from django_redisq.store.keys import QueueKeys, TopicKeys, WorkflowKeys
 from django_redisq.worker.pump import EventPump
+from django_redisq.workflows.canvas import error_id
 from tests.events.conftest import H, events_settings, runs
 from tests.helpers import by_kind, run_in_thread, wait_for
 from tests.testapp import workflow_tasks as wt

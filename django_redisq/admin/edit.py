@@ -25,8 +25,8 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllow
 from django.urls import reverse
 
 from django_redisq.admin.common import AdminPage
+from django_redisq.core.message import dumps, encode_arguments
 from django_redisq.exceptions import InvalidArguments, MessageChanged, TaskNotFound
-from django_redisq.message import dumps, encode_arguments
 from django_redisq.ops.inspector import TaskDetail, UnknownQueue
 from django_redisq.ops.operations import Operations
 from django_redisq.task import get_registered

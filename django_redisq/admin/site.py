@@ -35,7 +35,6 @@ from django_redisq.admin.edit import edit_form, edit_view
 from django_redisq.admin.pause import queue_action_view
 from django_redisq.admin.topics import topic_rewind_view, topics_view
 from django_redisq.admin.workflow import workflow_view
-from django_redisq.conf import get_options
 from django_redisq.exceptions import RedisError, RedisUnavailable
 from django_redisq.models import DeadLetter
 from django_redisq.ops.inspector import DeadFilter, Inspector, Pagination, UnknownQueue, UnknownSchedule, WorkerInfo, backend_aliases, schedule_rows
@@ -52,6 +51,7 @@ from django_redisq.ops.operations import (
     ScheduleOperations,
 )
 from django_redisq.ops.workflows import workflow_of
+from django_redisq.settings.read import get_options
 
 ID_RE = TASK_ID_RE
 TOP_RE = re.compile(r"^\d{1,17}$")

@@ -29,7 +29,7 @@ from redis.asyncio.retry import Retry as AsyncRetry
 from django_redisq import connection
 from django_redisq.connection import topology
 from django_redisq.connection.async_wire import AsyncWire
-from django_redisq.options import Options
+from django_redisq.core.options import Options
 
 try:
     from redis.connection import HiredisRespSerializer

@@ -22,8 +22,8 @@ from redis.backoff import AbstractBackoff, ExponentialWithJitterBackoff, NoBacko
 from redis.retry import Retry
 
 from django_redisq.connection import topology
+from django_redisq.core.options import Options
 from django_redisq.exceptions import NotDurable
-from django_redisq.options import Options
 
 BLOCK_TIMEOUT = 1.0
 """Seconds a worker blocks waiting for work; bounds how long a stop request waits."""
@@ -167,7 +167,7 @@ def pool_kwargs(options: Options) -> dict[str, Any]:
     if options.cache_alias:
         try:
             from django_redis import get_redis_connection
-        except ImportError as exc:  # conf.py reports it first, as check E018
+        except ImportError as exc:  # settings/read.py reports it first, as check E018
             raise ImproperlyConfigured('CACHE_ALIAS needs the django-redis package: pip install "django-redisq[django-redis]".') from exc
 
         base = get_redis_connection(options.cache_alias).connection_pool

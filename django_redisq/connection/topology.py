@@ -35,12 +35,12 @@ from redis.cluster import REDIS_ALLOWED_KEYS, ClusterPipeline, RedisCluster
 from redis.commands.core import Script
 from redis.exceptions import RedisClusterException
 
-from django_redisq.redact import redact, shown
+from django_redisq.core.redact import redact, shown
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
-    from django_redisq.options import Options
+    from django_redisq.core.options import Options
 
 SENTINEL_KWARGS_KEYS = frozenset({
     "username", "password", "ssl", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs", "ssl_check_hostname",

@@ -17,10 +17,10 @@ from django.conf import settings
 from django.utils.module_loading import import_string
 
 from django_redisq.backend import RedisQueueBackend
-from django_redisq.clock import ms_to_datetime
-from django_redisq.conf import get_options
+from django_redisq.core.clock import ms_to_datetime
 from django_redisq.exceptions import RedisQError, UnknownQueue
-from django_redisq.schedules import Schedule, load
+from django_redisq.schedules.registry import Schedule, load
+from django_redisq.settings.read import get_options
 from django_redisq.store.dead_scan import DeadFilter
 from django_redisq.store.queue_reads import QueueReads
 from django_redisq.store.records import Attempt, Pagination, QueueFigures, QueueStats, Scan, TaskDetail, TaskRow, WorkerInfo

@@ -18,10 +18,10 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from django_redisq.compat import prometheus
+from django_redisq.core.redact import redact
 from django_redisq.exceptions import RedisError
 from django_redisq.ops import workflows
 from django_redisq.ops.inspector import Inspector, backend_aliases
-from django_redisq.redact import redact
 from django_redisq.store.records import QueueFigures
 
 logger = logging.getLogger("django_redisq")

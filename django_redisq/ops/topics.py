@@ -19,13 +19,13 @@ from typing import Any
 
 from django.utils.dateparse import parse_datetime
 
-from django_redisq.conf import get_options
+from django_redisq.core.options import Options
+from django_redisq.core.redact import redact
+from django_redisq.events.subscriptions import Subscription, subscriptions_of, topics_of
 from django_redisq.exceptions import RedisError, RedisQError
-from django_redisq.options import Options
-from django_redisq.redact import redact
+from django_redisq.settings.read import get_options
 from django_redisq.store.broker import Broker
 from django_redisq.store.topics import NoSuchGroup, Topics, before, id_ms
-from django_redisq.subscriptions import Subscription, subscriptions_of, topics_of
 
 logger = logging.getLogger("django_redisq")
 ID_RE = re.compile(r"^\d{1,20}-\d{1,20}$")

@@ -11,13 +11,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django_redisq.clock import ms_to_datetime
-from django_redisq.conf import get_options
-from django_redisq.flow import parse_step_id
+from django_redisq.core.clock import ms_to_datetime
+from django_redisq.settings.read import get_options
 from django_redisq.store.broker import Broker
 from django_redisq.store.workflows import WorkflowStore
-from django_redisq.workflow_result import PAGE, WorkflowNotFound, WorkflowResult
-from django_redisq.workflow_steps import UNREGISTERED, is_unregistered
+from django_redisq.workflows.canvas import parse_step_id
+from django_redisq.workflows.result import PAGE, WorkflowNotFound, WorkflowResult
+from django_redisq.workflows.steps import UNREGISTERED, is_unregistered
 
 MAX_PAGE = 1000
 """Most steps one page of ``describe`` shows."""

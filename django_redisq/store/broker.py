@@ -22,9 +22,9 @@ from redis.exceptions import NoScriptError
 
 from django_redisq.connection.clients import BLOCK_TIMEOUT, get_client
 from django_redisq.connection.wire import wire_for
+from django_redisq.core.limits import rate_spec
+from django_redisq.core.options import Options
 from django_redisq.exceptions import Fenced, LeaseLost, NotDurable, QueuePaused
-from django_redisq.limits import rate_spec
-from django_redisq.options import Options
 from django_redisq.store import scripts
 from django_redisq.store.durable import STEPS as DURABLE_STEPS
 from django_redisq.store.durable import call as durable_call

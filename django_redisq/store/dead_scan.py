@@ -1,7 +1,7 @@
 """A partitioned queue's dead letters as one list: the k-way merge of its partitions' dead sets.
 
 Part of ``Inspector`` (through ``TaskReads``, store/task_reads.py), used by ``scan_dead`` for
-a queue with PARTITIONS > 1 (partitions.py).
+a queue with PARTITIONS > 1 (core/partitions.py).
 
 The merged order is died-at newest first, ties by partition number, then each set's own
 order: the order of one queue holding them all. A position is a rank in it, and the sum

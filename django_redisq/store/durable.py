@@ -32,11 +32,11 @@ import redis
 from redis.cluster import RedisCluster
 from redis.exceptions import AskError, MovedError, NoScriptError, ResponseError
 
+from django_redisq.core.redact import redact, shown
 from django_redisq.exceptions import NotDurable
-from django_redisq.redact import redact, shown
 
 if TYPE_CHECKING:
-    from django_redisq.options import Options
+    from django_redisq.core.options import Options
 
 logger = logging.getLogger("django_redisq")
 

@@ -71,7 +71,7 @@ Events (store/topics.py): a topic's keys share the hash tag ``{topic:<name>}``, 
 ``T`` is ``<KEY_PREFIX>:{topic:<name>}``.
 
 ``P`` is ``<KEY_PREFIX>:{<queue>}`` (``redisq:{default}`` by default). A partitioned queue
-(``QUEUE_OPTIONS[q]["PARTITIONS"] = N``, partitions.py) has every key above once per partition:
+(``QUEUE_OPTIONS[q]["PARTITIONS"] = N``, core/partitions.py) has every key above once per partition:
 partition 0 under ``{<queue>}`` (today's keys), partition ``i`` under ``{<queue>~i}``, e.g.
 ``redisq:{events~3}:pending``; ``~`` is not allowed in queue names (``NAME_RE``), so these never
 collide with a configured queue. Nothing else is kept for the logical queue.
@@ -87,7 +87,7 @@ not 0), ``maxr`` / ``rate`` (its own fleet-wide limits, when it has them), ``slo
 ``errors_len`` / ``errors_dropped`` (see store/scripts/lib/errors.lua), ``replayed``,
 ``edited`` (replays with arguments edited in the admin), ``replayed_from``, ``moving_to`` (a dead letter being replayed into that queue).
 
-A workflow (flow.py, workflows.py) keeps its bookkeeping in a hash-tag slot of its own,
+A workflow (workflows/canvas.py, workflows.py) keeps its bookkeeping in a hash-tag slot of its own,
 ``W`` = ``<KEY_PREFIX>:{wf:<id>}``; its steps are ordinary tasks in their queues' slots:
 
 =================================  ======  =================================================
@@ -112,7 +112,7 @@ They expire RESULT_TTL after the workflow succeeds or is cancelled, and with the
 
 from __future__ import annotations
 
-from django_redisq.options import DEFAULT_PREFIX, NAME_RE, WORKER_NAME_MAX
+from django_redisq.core.options import DEFAULT_PREFIX, NAME_RE, WORKER_NAME_MAX
 
 __all__ = ["DEFAULT_PREFIX", "NAME_RE", "STATES", "WORKER_NAME_MAX", "QueueKeys", "TopicKeys", "WorkflowKeys"]
 

@@ -16,7 +16,7 @@ import redis
 from django_redisq.exceptions import MessageChanged, TaskNotFound
 
 if TYPE_CHECKING:
-    from django_redisq.options import Options
+    from django_redisq.core.options import Options
     from django_redisq.store.keys import QueueKeys
 
 CANCEL_OUTCOMES = {1: "cancelled", 2: "requested", 3: "finished", 0: "missing"}

@@ -1,4 +1,4 @@
-"""The figures of a partitioned queue's partitions summed into one row per logical queue (partitions.py).
+"""The figures of a partitioned queue's partitions summed into one row per logical queue (core/partitions.py).
 
 ``Inspector.stats`` and ``Inspector.figures`` read every physical queue in the same
 round trips; these turn their rows back into the logical queues the admin, the
@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from django_redisq import partitions
+from django_redisq.core import partitions
 from django_redisq.store.durations import slowest
 from django_redisq.store.records import QueueFigures, QueueStats, WorkerInfo
 
@@ -34,7 +34,7 @@ def _summed(group: Sequence[Any], names: Sequence[str]) -> dict[str, int]:
 
 
 def merged_stats(queues: Sequence[str], rows: list[QueueStats], raw: dict[str, list[Any]]) -> list[QueueStats]:
-    """One ``QueueStats`` per logical queue: the figures of its partitions summed (partitions.py)."""
+    """One ``QueueStats`` per logical queue: the figures of its partitions summed (core/partitions.py)."""
     out = []
     for group in _groups(queues, rows):
         first = group[0]
@@ -64,7 +64,7 @@ def merged_stats(queues: Sequence[str], rows: list[QueueStats], raw: dict[str, l
 
 
 def merged_figures(queues: Sequence[str], rows: list[QueueFigures]) -> list[QueueFigures]:
-    """One ``QueueFigures`` per logical queue: the figures of its partitions summed (partitions.py)."""
+    """One ``QueueFigures`` per logical queue: the figures of its partitions summed (core/partitions.py)."""
     out = []
     for group in _groups(queues, rows):
         first = group[0]

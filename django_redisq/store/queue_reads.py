@@ -18,12 +18,12 @@ from typing import Any
 import redis
 from redis.commands.core import Script
 
-from django_redisq import partitions
-from django_redisq.clock import ms_to_datetime
 from django_redisq.compat import UTC
 from django_redisq.connection import get_client
+from django_redisq.core import partitions
+from django_redisq.core.clock import ms_to_datetime
+from django_redisq.core.options import Options
 from django_redisq.exceptions import UnknownQueue
-from django_redisq.options import Options
 from django_redisq.store.durations import slowest
 from django_redisq.store.keys import QueueKeys
 from django_redisq.store.partition_stats import merged_figures, merged_stats
@@ -99,7 +99,7 @@ class QueueReads(TaskReads):
 
     @property
     def physical_queues(self) -> list[str]:
-        """Every partition of every queue (partitions.py): the queues themselves when none is partitioned."""
+        """Every partition of every queue (core/partitions.py): the queues themselves when none is partitioned."""
         return self.options.physical_all(self.options.queues)
 
     def keys(self, queue: str) -> QueueKeys:

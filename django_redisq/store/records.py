@@ -13,7 +13,7 @@ from typing import Any
 
 from django.core.paginator import Paginator
 
-from django_redisq.clock import ms_to_datetime
+from django_redisq.core.clock import ms_to_datetime
 from django_redisq.progress import Progress
 from django_redisq.store.durations import TaskTimes
 

@@ -15,9 +15,9 @@ from redis.sentinel import MasterNotFoundError
 from django_redisq.connection import topology
 from django_redisq.connection.clients import BLOCK_TIMEOUT, get_client, is_transient
 from django_redisq.connection.topology import describe
+from django_redisq.core.options import Options
+from django_redisq.core.redact import redact
 from django_redisq.exceptions import RedisUnavailable
-from django_redisq.options import Options
-from django_redisq.redact import redact
 
 # BLOCK_TIMEOUT (how long a fetch blocks) and is_transient (may a failed step be tried again) are the connection's,
 # named here for the worker, which reaches Redis only through the store

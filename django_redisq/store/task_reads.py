@@ -22,8 +22,8 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from django_redisq.clock import ms_to_datetime
-from django_redisq.partitions import logical
+from django_redisq.core.clock import ms_to_datetime
+from django_redisq.core.partitions import logical
 from django_redisq.progress import decode as decode_progress
 from django_redisq.store import scripts
 from django_redisq.store.dead_scan import SCAN_CHUNK, DeadFilter, MergedDeadScan
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     import redis
     from redis.commands.core import Script
 
-    from django_redisq.options import Options
+    from django_redisq.core.options import Options
     from django_redisq.store.keys import QueueKeys
 
 SCAN_BUDGET = 50_000

@@ -56,7 +56,7 @@ class NoSuchGroup(LookupError):
 @dataclass(slots=True)
 class Entry:
     """One stream entry read for a subscription: its id, the raw payload field, how often it was delivered,
-    and the raw trace field (``tc``: the publisher's trace context as JSON, tracing.py; ``""`` when it has none)."""
+    and the raw trace field (``tc``: the publisher's trace context as JSON, core/tracing.py; ``""`` when it has none)."""
 
     id: str
     payload: str

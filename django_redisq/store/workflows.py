@@ -16,11 +16,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from django_redisq import tracing
-from django_redisq.flow import MARKER, error_id, markers, release_call, step_id
-from django_redisq.message import dumps, encode
+from django_redisq.core import tracing
+from django_redisq.core.message import dumps, encode
 from django_redisq.store.broker import Broker
 from django_redisq.store.keys import WorkflowKeys
+from django_redisq.workflows.canvas import MARKER, error_id, markers, release_call, step_id
 
 FAILED_KEPT = 30 * 86400.0
 """Seconds a failed workflow's keys are kept when DEAD_LETTER_TTL is 0 (its dead letters are then kept until
@@ -127,7 +127,7 @@ class WorkflowStore:
     def release(self, workflow_id: str, released: Sequence[Released], link: str = "") -> int:
         """Queue each released step by its fixed id, in its own queue (an id already stored is left alone); how many were new.
 
-        ``link``: the traceparent of the attempt that released them (tracing.py), when traced."""
+        ``link``: the traceparent of the attempt that released them (core/tracing.py), when traced."""
         new = 0
         for r in released:
             args, kwargs, delay = release_call(r.spec, r.inputs)

@@ -50,7 +50,7 @@ def redisq_queue(redisq_server: RedisServer) -> Iterator[Drain]:
     from django.test import override_settings
 
     from django_redisq import connection
-    from django_redisq.conf import CONNECTION_KEYS
+    from django_redisq.settings.read import CONNECTION_KEYS
 
     tasks = copy.deepcopy(getattr(settings, "TASKS", {}))
     ours = [alias for alias, params in tasks.items() if params.get("BACKEND") == BACKEND]

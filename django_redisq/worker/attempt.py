@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from django_redisq.compat import Task, TaskContext, TaskResult, normalize_json
+from django_redisq.core.message import Message, dumps
+from django_redisq.core.metadata import encode, to_save
+from django_redisq.core.options import Options
 from django_redisq.exceptions import InvalidArguments
-from django_redisq.message import Message, dumps
-from django_redisq.metadata import encode, to_save
-from django_redisq.options import Options
 from django_redisq.store.replies import Delivery
 
 
@@ -48,7 +48,7 @@ class Attempt:
     opts: Options
     final: bool = False  # the task ran but its result cannot be stored: retrying cannot help
     context: TaskContext | None = None  # given to a task that takes one
-    metadata: str | None = None  # what the end of the attempt saves (metadata.py); None: unchanged
+    metadata: str | None = None  # what the end of the attempt saves (core/metadata.py); None: unchanged
     worker_id: str = ""  # the worker running it (progress reports prove it still holds the task)
 
     def keep_metadata(self) -> None:

@@ -30,10 +30,10 @@ from __future__ import annotations
 import logging
 from functools import partial
 
-from django_redisq.flow import MARKER, error_id, markers, step_id
 from django_redisq.store.replies import Delivery
 from django_redisq.store.workflows import StepTooLarge, WorkflowStore
 from django_redisq.worker.outcome import Missed, Outcome, Retrying, SettleFailed
+from django_redisq.workflows.canvas import MARKER, error_id, markers, step_id
 
 logger = logging.getLogger("django_redisq")
 

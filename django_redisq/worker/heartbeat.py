@@ -33,8 +33,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from django_redisq.core.options import Options
 from django_redisq.exceptions import RedisError
-from django_redisq.options import Options
 from django_redisq.store.broker import Broker
 from django_redisq.store.presence import CHECK_EVERY, Presence
 

@@ -24,10 +24,10 @@ from typing import Any
 
 import asgiref
 
-from django_redisq.backoff import call_backoff, compute_backoff
 from django_redisq.compat import Task
+from django_redisq.core.backoff import call_backoff, compute_backoff
+from django_redisq.core.options import Options
 from django_redisq.exceptions import InvalidBackoff, RedisQError, Retry, TaskCancelled, TaskTimeout, WorkerLost
-from django_redisq.options import Options
 from django_redisq.store.replies import Delivery
 from django_redisq.task import RedisTask
 
@@ -45,8 +45,8 @@ class Outcome:
     failed: bool = False  # the task ran and raised (counts as a failed attempt)
     task_name: str = ""
     duration: float = 0.0
-    metadata: str | None = None  # the task's metadata as JSON, to save before settling; None: unchanged (metadata.py)
-    trace_from: str = ""  # the attempt's span as a traceparent (tracing.py): what the workflow steps it releases link to
+    metadata: str | None = None  # the task's metadata as JSON, to save before settling; None: unchanged (core/metadata.py)
+    trace_from: str = ""  # the attempt's span as a traceparent (core/tracing.py): what the workflow steps it releases link to
 
 
 class Missed(enum.Enum):

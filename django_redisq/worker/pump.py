@@ -37,7 +37,7 @@ step (topic_rewind.lua); each read returns it with the entries in one step
 (topic_read.lua), so a replayed event gets a new task id, never a duplicate of
 the first run's.
 
-Tracing: an entry's field ``tc`` (the publisher's trace context, tracing.py) goes
+Tracing: an entry's field ``tc`` (the publisher's trace context, core/tracing.py) goes
 into its task's metadata ``_trace``, so the handler's attempt continues the
 publisher's trace. It is copied whether or not this process traces (the task may
 run in one that does), and only what ``tracing.clean_carrier`` keeps: a damaged
@@ -52,16 +52,16 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from django_redisq import partitions, tracing
+from django_redisq.core import partitions, tracing
+from django_redisq.core.limits import task_limits
+from django_redisq.core.message import encode, encode_arguments
+from django_redisq.core.options import Options
+from django_redisq.events.subscriptions import START_IDS, Subscription, Topic, event_kwargs, subscriptions_of, topics_of, unfit
 from django_redisq.exceptions import InvalidArguments, RedisError
-from django_redisq.limits import task_limits
-from django_redisq.message import encode, encode_arguments
-from django_redisq.options import Options
-from django_redisq.schedules import find_task
+from django_redisq.schedules.registry import find_task
 from django_redisq.store.broker import Broker
 from django_redisq.store.topics import BATCH as TRIM_BATCH
 from django_redisq.store.topics import Entry, NoSuchGroup, Topics
-from django_redisq.subscriptions import START_IDS, Subscription, Topic, event_kwargs, subscriptions_of, topics_of, unfit
 
 logger = logging.getLogger("django_redisq")
 
@@ -81,7 +81,7 @@ TRIM_CALLS = 20
 cap, so a round keeps up with 20 x BATCH / (TRIM_EVERY x KEEP_EVERY) events a second beyond MAX_LEN."""
 PRUNE_EVERY = 60
 BAD_EVENT, UNDELIVERABLE = "bad_event", "event_undeliverable"
-BAD_EVENT_EXC = "django_redisq.events.InvalidEvent"
+BAD_EVENT_EXC = "django_redisq.events.publish.InvalidEvent"
 
 
 class BadEvent(ValueError):

@@ -17,7 +17,7 @@ is what lets an executor try queues in ``ranked()`` order and fetch from the
 first that gives something. The strict order costs nothing: ``ranked()``
 returns the same tuple every time.
 
-A partitioned queue (partitions.py) is served as its physical queues, which
+A partitioned queue (core/partitions.py) is served as its physical queues, which
 share its place and weight: in strict order they take turns (the partition
 tried first rotates with each ``ranked()``), in weighted order each has the
 queue's weight divided by their count, so the queue as a whole keeps its share.
@@ -29,14 +29,14 @@ import itertools
 import random
 from collections.abc import Mapping, Sequence
 
-from django_redisq.partitions import physical
+from django_redisq.core.partitions import physical
 
 
 class QueueOrder:
     """The order in which a worker's queues are served: strict, or weighted random.
 
     ``queues`` are logical; ``partitions`` gives those that are partitioned their count,
-    and ``self.queues`` are then the physical queues served (partitions.py).
+    and ``self.queues`` are then the physical queues served (core/partitions.py).
     """
 
     __slots__ = ("_dividing", "_logical", "_rng", "_turn", "groups", "queues", "weighted", "weights")

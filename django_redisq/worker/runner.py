@@ -26,8 +26,7 @@ from typing import Any
 from asgiref.sync import async_to_sync, sync_to_async
 from django.db import close_old_connections
 
-from django_redisq import lifecycle, progress, tracing
-from django_redisq.clock import ms_to_datetime
+from django_redisq import progress
 from django_redisq.compat import (
     Task,
     TaskContext,
@@ -40,11 +39,14 @@ from django_redisq.compat import (
     timeout,
     uncancel,
 )
+from django_redisq.core import tracing
+from django_redisq.core.clock import ms_to_datetime
+from django_redisq.core.message import Message, decode
+from django_redisq.core.metadata import attach, stored
+from django_redisq.core.options import Options
+from django_redisq.core.partitions import logical
+from django_redisq.events import lifecycle
 from django_redisq.exceptions import BadMessage, TaskCancelled, TaskTimeout, UnknownSchema
-from django_redisq.message import Message, decode
-from django_redisq.metadata import attach, stored
-from django_redisq.options import Options
-from django_redisq.partitions import logical
 from django_redisq.store.broker import Broker
 from django_redisq.store.replies import Delivery
 from django_redisq.task import RedisTask, get_registered
@@ -175,7 +177,7 @@ class Runner:
     def _execute(self, a: Attempt) -> Outcome:
         start = time.perf_counter()
         _close_connections()
-        span = self._span(a)  # tracing.py: a consumer span, or NOOP when no tracer provider is configured
+        span = self._span(a)  # core/tracing.py: a consumer span, or NOOP when no tracer provider is configured
         try:
             task_started.send(sender=a.prep.sender, task_result=a.result)
             try:
@@ -278,7 +280,7 @@ class Runner:
 
     @staticmethod
     def _span(a: Attempt) -> tracing.Processing | tracing._Noop:
-        """The attempt's consumer span, continuing the trace its message carries (tracing.py)."""
+        """The attempt's consumer span, continuing the trace its message carries (core/tracing.py)."""
         return tracing.process(a.message.task, a.message.queue, a.d.id, a.d.deliveries, a.message.metadata)
 
     @contextmanager
@@ -295,7 +297,7 @@ class Runner:
             writer.flush()
 
     def _save_progress(self, broker: Broker, a: Attempt, report_json: str) -> bool:
-        """Store one report; a stored one is also a lifecycle event where LIFECYCLE_EVENTS is on (lifecycle.py)."""
+        """Store one report; a stored one is also a lifecycle event where LIFECYCLE_EVENTS is on (events/lifecycle.py)."""
         saved = broker.save_progress(a.d.queue, a.d.id, a.worker_id, report_json)
         if saved and self.options.lifecycle_events:
             lifecycle.progress(self.alias, a.d.id, a.message.task, a.message.queue, report_json)

@@ -9,7 +9,7 @@ the others learn they lost. Ticks come from the Redis clock only; the local
 clock is never read for a tick boundary. It sleeps until the next tick, at
 most ``MAX_SLEEP`` so a paused process notices soon.
 
-The catch-up policy (``schedules.py`` has the constants) decides what runs
+The catch-up policy (``schedules/registry.py`` has the constants) decides what runs
 when the last claimed tick is older than the newest due one: ``latest`` runs
 the newest if it is younger than its period (at most an hour), ``skip`` only
 if it is on time (within 10 s or its period), ``all`` the newest 100. Ticks
@@ -29,13 +29,13 @@ import heapq
 import logging
 import threading
 
+from django_redisq.core.message import encode_arguments
+from django_redisq.core.options import Options
 from django_redisq.exceptions import RedisError
-from django_redisq.message import encode_arguments
-from django_redisq.options import Options
-from django_redisq.schedules import ALL_MAX, LATEST_WINDOW_MS, ON_TIME_MS, Schedule, load
+from django_redisq.schedules.registry import ALL_MAX, LATEST_WINDOW_MS, ON_TIME_MS, Schedule, load
+from django_redisq.schedules.ticks import MARKER_TTL_MS, id_base, own_limits, task_priority, tick_message, wants_tick
 from django_redisq.store.broker import Broker
 from django_redisq.store.schedule_steps import Claim, Fired
-from django_redisq.ticks import MARKER_TTL_MS, id_base, own_limits, task_priority, tick_message, wants_tick
 
 logger = logging.getLogger("django_redisq")
 

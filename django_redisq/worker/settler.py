@@ -204,7 +204,7 @@ class Settler:
         return dead
 
     def _save_metadata(self, batch: Batch) -> None:
-        """Save the metadata the batch's tasks changed (metadata.py), before their ack, retry or burial.
+        """Save the metadata the batch's tasks changed (core/metadata.py), before their ack, retry or burial.
 
         One round trip per queue, only for batches that hold such a task; a task
         whose lease was lost keeps the metadata of the copy that holds it now.

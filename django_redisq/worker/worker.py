@@ -44,8 +44,8 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.crypto import get_random_string
 
+from django_redisq.core.options import NAME_RE, WORKER_NAME_MAX
 from django_redisq.exceptions import RedisError
-from django_redisq.options import NAME_RE, WORKER_NAME_MAX
 from django_redisq.store import server
 from django_redisq.store.broker import Broker
 from django_redisq.store.replies import CORRUPT, NOMSG, Delivery
@@ -131,7 +131,7 @@ class Worker:
         self.queues = list(queues or self.options.queues)
         weights = None
         if isinstance(queues, Mapping) and queues:
-            from django_redisq.profiles import parse_weight
+            from django_redisq.settings.profiles import parse_weight
 
             weights = {q: parse_weight(w, q) for q, w in queues.items()}
         if len(set(self.queues)) != len(self.queues):
@@ -156,7 +156,7 @@ class Worker:
         self._count_lock = threading.Lock()
         self.broker = Broker(self.options)
         self.runner = runner or Runner(self.options, backend)
-        # a partitioned queue is served as its partitions, each a queue of its own below (partitions.py)
+        # a partitioned queue is served as its partitions, each a queue of its own below (core/partitions.py)
         self.logical_queues = list(self.queues)
         self.order = QueueOrder(self.queues, weights, {q: n for q in self.queues if (n := self.options.partitions(q)) > 1})
         self.queues = list(self.order.queues)

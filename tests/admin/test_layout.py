@@ -23,7 +23,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from django_redisq import connection
-from django_redisq.events import publish
+from django_redisq.events.publish import publish
 from tests import helpers
 from tests.admin.test_browser import shot
 from tests.events.conftest import THREE

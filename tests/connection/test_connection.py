@@ -9,8 +9,8 @@ import redis
 from django.test import override_settings
 
 from django_redisq import connection
-from django_redisq.conf import get_options
 from django_redisq.exceptions import RedisUnavailable
+from django_redisq.settings.read import get_options
 from django_redisq.store.server import check_server, describe
 from django_redisq.testing import RedisServer
 from tests.helpers import keys, where_is

@@ -8,8 +8,8 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 from django_redisq import connection
-from django_redisq.conf import build_options, validate
 from django_redisq.connection import topology
+from django_redisq.settings.read import build_options, validate
 
 
 def ids(options: dict[str, Any]) -> list[str]:

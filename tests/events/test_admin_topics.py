@@ -6,7 +6,7 @@ import pytest
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.urls import reverse
 
-from django_redisq.conf import get_options
+from django_redisq.settings.read import get_options
 from django_redisq.store.broker import Broker
 from django_redisq.store.topics import Topics
 from tests.admin.test_site import client_for, follow_post, staff

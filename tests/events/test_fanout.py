@@ -6,13 +6,13 @@ import json
 import threading
 from typing import Any
 
-from django_redisq.conf import get_options
-from django_redisq.events import publish
+from django_redisq.events.publish import publish
+from django_redisq.events.subscriptions import subscriptions_of
 from django_redisq.exceptions import RedisError
+from django_redisq.settings.read import get_options
 from django_redisq.store.broker import Broker
 from django_redisq.store.keys import QueueKeys, TopicKeys
 from django_redisq.store.topics import Topics
-from django_redisq.subscriptions import subscriptions_of
 from django_redisq.worker.pump import MAX_DELIVERIES, EventPump
 from tests.events.conftest import HANDLERS, THREE, H, events_settings, runs
 from tests.helpers import wait_for

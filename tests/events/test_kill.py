@@ -9,9 +9,9 @@ import signal
 import threading
 import time
 
-from django_redisq.events import publish
+from django_redisq.events.publish import publish
+from django_redisq.events.subscriptions import Subscription
 from django_redisq.store.keys import QueueKeys
-from django_redisq.subscriptions import Subscription
 from tests.events.conftest import HANDLERS, THREE, events_settings, runs
 from tests.helpers import wait_for
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from django.core.checks import run_checks
 
+from django_redisq.events.subscriptions import LIFECYCLE_TOPIC
 from django_redisq.store.keys import TopicKeys
-from django_redisq.subscriptions import LIFECYCLE_TOPIC
 from tests.events.conftest import H, events_settings
 from tests.helpers import wait_for
 from tests.testapp.tasks import add, always_fails

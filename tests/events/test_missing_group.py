@@ -10,9 +10,9 @@ import threading
 import pytest
 from django.core.management import call_command
 
-from django_redisq.conf import get_options
-from django_redisq.events import publish
+from django_redisq.events.publish import publish
 from django_redisq.ops.metrics import exposition
+from django_redisq.settings.read import get_options
 from django_redisq.store.broker import Broker
 from django_redisq.store.keys import QueueKeys, TopicKeys
 from django_redisq.worker.pump import EventPump

@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from django_redisq.conf import get_options
-from django_redisq.events import publish
+from django_redisq.events.publish import publish
+from django_redisq.settings.read import get_options
 from django_redisq.store.broker import Broker
 from django_redisq.store.keys import QueueKeys, TopicKeys
 from django_redisq.store.topics import Entry

@@ -9,7 +9,7 @@ import pytest
 import redis
 
 from django_redisq import connection
-from django_redisq.events import publish
+from django_redisq.events.publish import publish
 from django_redisq.store.keys import TopicKeys
 from tests.conftest import topology_settings
 from tests.events.conftest import HANDLERS, THREE, runs

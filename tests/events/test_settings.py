@@ -6,7 +6,7 @@ import pytest
 from django.core.checks import run_checks
 from django.db import transaction
 
-from django_redisq.events import InvalidEvent, publish, publish_on_commit
+from django_redisq.events.publish import InvalidEvent, publish, publish_on_commit
 from django_redisq.store.keys import TopicKeys
 from tests.events.conftest import H, events_settings
 

@@ -14,7 +14,7 @@ from django.conf import settings
 from django.core.management import CommandError, call_command
 from django.test import override_settings
 
-from django_redisq.conf import validate
+from django_redisq.settings.read import validate
 from django_redisq.testing import RedisServer, find_redis_server
 from tests.conftest import ROOT
 from tests.helpers import seed_dead, seed_pending

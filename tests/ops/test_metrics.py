@@ -9,8 +9,8 @@ from django.test import Client, override_settings
 from prometheus_client.parser import text_string_to_metric_families
 
 from django_redisq import signals
-from django_redisq.conf import get_options
 from django_redisq.ops.inspector import Inspector
+from django_redisq.settings.read import get_options
 from django_redisq.store.broker import Broker
 from tests.helpers import keys, seed_dead, seed_pending, seed_processing, seed_scheduled
 from tests.testapp import tasks

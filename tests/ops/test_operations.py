@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from django_redisq.conf import get_options
 from django_redisq.ops import operations
 from django_redisq.ops.inspector import DeadFilter, Inspector, UnknownQueue
 from django_redisq.ops.operations import DELETE, REPLAY, Operations, Progress
+from django_redisq.settings.read import get_options
 from tests import helpers
 from tests.seed import seed_dead
 from tests.testapp import tasks

@@ -11,10 +11,10 @@ from datetime import datetime
 import pytest
 from django.core.management import CommandError, call_command
 
-from django_redisq.conf import get_options
 from django_redisq.ops.inspector import Inspector, UnknownSchedule, schedule_rows
 from django_redisq.ops.operations import ScheduleOperations
-from django_redisq.ticks import id_base
+from django_redisq.schedules.ticks import id_base
+from django_redisq.settings.read import get_options
 from tests.helpers import keys, redis_ms, wait_for
 from tests.testapp.tasks import TICKS
 from tests.worker.test_scheduler import TASK, at_phase, claim_now, downtime, every, marker, pending_ticks, scheduler, with_schedules

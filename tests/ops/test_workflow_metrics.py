@@ -15,9 +15,9 @@ def flows(samples: dict) -> dict[str, float]:
 
 
 def test_running_succeeded_failed_cancelled_and_resumed(r, make_worker):
-    from django_redisq.conf import get_options
     from django_redisq.ops.inspector import Inspector
     from django_redisq.ops.operations import Operations
+    from django_redisq.settings.read import get_options
 
     ok = chain(wt.add.s(1, 1), wt.add.s(1)).enqueue()
     bad = chain(wt.fails_unless.s("m"), wt.add.s(1)).enqueue()

@@ -28,8 +28,8 @@ from redis.cluster import RedisCluster
 
 from django_redisq import connection
 from django_redisq.compat import TaskResultStatus, task_backends
-from django_redisq.conf import get_options, validate
 from django_redisq.exceptions import NotDurable, RedisUnavailable
+from django_redisq.settings.read import get_options, validate
 from django_redisq.store.keys import QueueKeys
 from django_redisq.testing import RedisServer, SentinelSetup, _call, _wait_for, find_redis_server
 from django_redisq.worker.worker import Worker

@@ -120,7 +120,7 @@ def test_the_admin_and_the_cli_show_the_limits(r, settings, admin_client, make_w
     from django.core.management import call_command
     from django.urls import reverse
 
-    from django_redisq.conf import get_options
+    from django_redisq.settings.read import get_options
     from django_redisq.store.broker import Broker
 
     tasks_setting = copy.deepcopy(settings.TASKS)
@@ -140,8 +140,8 @@ def test_the_admin_and_the_cli_show_the_limits(r, settings, admin_client, make_w
 
 
 def test_tasks_waiting_for_a_slot_count_as_pending(r):
-    from django_redisq.conf import get_options
     from django_redisq.ops.inspector import Inspector
+    from django_redisq.settings.read import get_options
     from django_redisq.store.broker import Broker
 
     tasks.limited.enqueue_many([([f"k{i}"], {"seconds": 0}) for i in range(5)])

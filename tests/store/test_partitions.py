@@ -1,4 +1,4 @@
-"""Partitioned queues (partitions.py) on the single test server: one logical queue over 8 hash tags.
+"""Partitioned queues (core/partitions.py) on the single test server: one logical queue over 8 hash tags.
 
 ``QUEUE_OPTIONS["low"]["PARTITIONS"] = 8`` stores ``low`` as ``low``, ``low~1`` .. ``low~7``.
 Enqueue spreads tasks round-robin (or by idempotency key), a worker serving ``low`` drains
@@ -19,10 +19,11 @@ from django.conf import settings
 from django.core.management import call_command
 from django.test import override_settings
 
-from django_redisq import connection, partitions
+from django_redisq import connection
 from django_redisq.compat import TaskResultStatus, task_backends
-from django_redisq.conf import get_options, validate
+from django_redisq.core import partitions
 from django_redisq.ops.inspector import Inspector
+from django_redisq.settings.read import get_options, validate
 from django_redisq.store.keys import QueueKeys
 from django_redisq.worker.queue_order import QueueOrder
 from django_redisq.worker.worker import Worker

@@ -73,7 +73,7 @@ def test_an_idle_worker_wakes_at_once_for_a_prioritized_task(r, settings):
 
 
 def test_a_periodic_task_fires_at_its_priority(r):
-    from django_redisq.conf import get_options
+    from django_redisq.settings.read import get_options
     from django_redisq.store.broker import Broker
     from django_redisq.store.schedule_steps import Claim
 

@@ -22,8 +22,8 @@ from asgiref.sync import sync_to_async
 
 from django_redisq.backend import RedisQueueBackend
 from django_redisq.compat import FRAMEWORK_HAS_METADATA, InvalidTask, TaskContext, TaskResult, normalize_json
+from django_redisq.core.metadata import RESERVED_PREFIX
 from django_redisq.exceptions import Retry
-from django_redisq.metadata import RESERVED_PREFIX
 from django_redisq.task import RedisTask
 
 BACKEND = f"{__name__}.MetadataBackend"

@@ -13,13 +13,13 @@ from dataclasses import dataclass, field
 import redis
 
 from django_redisq import chain, chord
-from django_redisq.conf import get_options
-from django_redisq.events import publish
-from django_redisq.flow import step_id
+from django_redisq.events.publish import publish
+from django_redisq.events.subscriptions import subscriptions_of
+from django_redisq.settings.read import get_options
 from django_redisq.store.broker import Broker
 from django_redisq.store.keys import TopicKeys
 from django_redisq.store.workflows import WorkflowStore
-from django_redisq.subscriptions import subscriptions_of
+from django_redisq.workflows.canvas import step_id
 from tests.helpers import keys
 from tests.testapp import fault_tasks as ft
 

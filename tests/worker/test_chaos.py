@@ -74,8 +74,8 @@ def test_redis_crash_keeps_tasks_only_with_appendonly(appendonly):
     import signal
 
     from django_redisq import connection
-    from django_redisq.conf import build_options
-    from django_redisq.message import encode
+    from django_redisq.core.message import encode
+    from django_redisq.settings.read import build_options
     from django_redisq.store.broker import Broker
     from django_redisq.testing import RedisServer
 

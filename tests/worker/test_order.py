@@ -1,4 +1,4 @@
-"""Queue order (worker/queue_order.py), worker profiles (profiles.py) and their checks; no worker runs here."""
+"""Queue order (worker/queue_order.py), worker profiles (settings/profiles.py) and their checks; no worker runs here."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from django.conf import settings
 from django.core.management import CommandError, call_command
 from django.test import override_settings
 
-from django_redisq.conf import validate
-from django_redisq.profiles import POOL_NAMES, get_profile, parse_queue_args
+from django_redisq.settings.profiles import POOL_NAMES, get_profile, parse_queue_args
+from django_redisq.settings.read import validate
 from django_redisq.store.replies import RUN, Delivery
 from django_redisq.worker.held import Held
 from django_redisq.worker.pools import POOLS

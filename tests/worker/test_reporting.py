@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from django_redisq.conf import validate
 from django_redisq.exceptions import Retry, TaskCancelled
+from django_redisq.settings.read import validate
 from django_redisq.worker.reporting import ErrorReporter
 from tests.conftest import topology_settings
 from tests.testapp.tasks import add, always_fails, flaky

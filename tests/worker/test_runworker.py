@@ -83,7 +83,7 @@ def test_second_signal_exits_at_once_and_leaves_the_task_for_the_reaper(r, run_w
     assert place.startswith("processing:aborter.")  # the name plus this process's incarnation
     from dataclasses import replace
 
-    from django_redisq.conf import get_options
+    from django_redisq.settings.read import get_options
     from django_redisq.store.broker import Broker
 
     broker = Broker(replace(get_options("default"), worker_timeout=1))

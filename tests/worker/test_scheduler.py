@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from django.test import override_settings
 
-from django_redisq.conf import get_options
+from django_redisq.settings.read import get_options
 from django_redisq.store.broker import Broker
 from django_redisq.worker.scheduler import Scheduler
 from tests.helpers import keys, redis_ms, wait_for

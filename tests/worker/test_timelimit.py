@@ -17,8 +17,8 @@ from django.core.exceptions import ImproperlyConfigured
 
 from django_redisq import TaskTimeout, task
 from django_redisq.compat import InvalidTask, TaskResultStatus
-from django_redisq.conf import build_options, get_options, validate
-from django_redisq.options import Options
+from django_redisq.core.options import Options
+from django_redisq.settings.read import build_options, get_options, validate
 from django_redisq.worker import timelimit
 from tests import helpers
 from tests.helpers import keys, run_in_thread, where_is

@@ -7,7 +7,7 @@ import pytest
 from django_redisq.compat import InvalidTask, TaskResultStatus
 from django_redisq.exceptions import InvalidArguments
 from django_redisq.ops.workflows import workflow_of
-from django_redisq.workflows import get_workflow
+from django_redisq.workflows.enqueue import get_workflow
 from tests.helpers import run_in_thread
 from tests.testapp import workflow_tasks as wt
 

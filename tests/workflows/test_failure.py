@@ -10,9 +10,9 @@ import pytest
 
 from django_redisq import chain, chord
 from django_redisq.compat import TaskResultStatus
-from django_redisq.conf import get_options
 from django_redisq.ops.inspector import Inspector
 from django_redisq.ops.operations import Operations
+from django_redisq.settings.read import get_options
 from django_redisq.store.keys import WorkflowKeys
 from tests.conftest import topology_settings
 from tests.helpers import keys, run_in_thread
@@ -125,7 +125,7 @@ def test_a_result_over_result_max_bytes_fails_the_step_clearly(r, make_worker):
 
 def test_bad_parts_are_refused_at_enqueue(r):
     from django_redisq.exceptions import InvalidArguments
-    from django_redisq.flow import InvalidWorkflow
+    from django_redisq.workflows.canvas import InvalidWorkflow
 
     with pytest.raises(InvalidWorkflow):
         chain(wt.add.s(1), "not a signature")

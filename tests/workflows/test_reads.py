@@ -14,8 +14,8 @@ from django.urls import reverse
 from django_redisq import chain, chord
 from django_redisq.compat import TaskResultStatus, task_backends
 from django_redisq.store.keys import WorkflowKeys
-from django_redisq.workflow_steps import UNREGISTERED, UnregisteredTask
-from django_redisq.workflows import get_workflow
+from django_redisq.workflows.enqueue import get_workflow
+from django_redisq.workflows.steps import UNREGISTERED, UnregisteredTask
 from tests.admin.test_site import client_for, fast_passwords, staff  # noqa: F401 - the autouse fixture
 from tests.testapp import workflow_tasks as wt
 

@@ -1,5 +1,5 @@
-"""What a workflow's shape must fit at creation (issue 36): its depth (flow.py ``MAX_DEPTH``) and each step's fan-in
-(workflow_limits.py: refused only when even the parents' smallest results cannot fit MAX_MESSAGE_BYTES)."""
+"""What a workflow's shape must fit at creation (issue 36): its depth (workflows/canvas.py ``MAX_DEPTH``) and each step's fan-in
+(workflows/limits.py: refused only when even the parents' smallest results cannot fit MAX_MESSAGE_BYTES)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from django.conf import settings
 from django.test import override_settings
 
 from django_redisq import chain, chord, group
-from django_redisq.flow import MAX_DEPTH, InvalidWorkflow, compile_flow
+from django_redisq.workflows.canvas import MAX_DEPTH, InvalidWorkflow, compile_flow
 from tests.testapp import workflow_tasks as wt
 
 

@@ -19,12 +19,12 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from django_redisq.exceptions import RedisError
-from django_redisq.health import Thresholds, breaches, configured
 from django_redisq.management.commands import _out
 from django_redisq.management.commands._args import non_negative
 from django_redisq.management.commands._text import printable
 from django_redisq.ops.inspector import Inspector
 from django_redisq.ops.topics import TopicOps
+from django_redisq.settings.health import Thresholds, breaches, configured
 
 OK, BREACHED, UNREACHABLE = _out.OK, _out.FAILED, _out.UNREACHABLE
 

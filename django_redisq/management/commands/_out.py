@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from django_redisq.core.redact import redact
 from django_redisq.exceptions import RedisError, RedisUnavailable
 from django_redisq.management.commands._text import printable
-from django_redisq.redact import redact
 
 if TYPE_CHECKING:  # runworker imports this module: the worker's start needs none of the inspector's reads
     from django_redisq.ops.inspector import Inspector

@@ -14,11 +14,11 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from django_redisq.core.partitions import logical
 from django_redisq.management.commands import _out
 from django_redisq.management.commands._text import printable
 from django_redisq.ops.inspector import Inspector
 from django_redisq.ops.operations import TASK_ID_RE
-from django_redisq.partitions import logical
 from django_redisq.progress import Progress
 
 BAR_WIDTH = 30

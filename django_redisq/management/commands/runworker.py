@@ -145,9 +145,9 @@ class Command(BaseCommand):
         self._configure_logging(opts["verbosity"])
         from django.conf import settings
 
-        from django_redisq import discovery
+        from django_redisq.settings import discovery
 
-        try:  # what enqueue checks a task against (discovery.py): the apps' tasks modules and OPTIONS["IMPORTS"]
+        try:  # what enqueue checks a task against (settings/discovery.py): the apps' tasks modules and OPTIONS["IMPORTS"]
             discovery.load(discovery.imports_of(getattr(settings, "TASKS", {}).get(opts["backend"])))
         except ImportError as exc:
             raise CommandError(f"TASKS[{opts['backend']!r}]['OPTIONS']['IMPORTS']: {exc}") from None
@@ -203,8 +203,8 @@ class Command(BaseCommand):
 
     def _served(self, opts: dict[str, Any]) -> tuple[list[str] | dict[str, int], int, str, int | None]:
         """Queues (a dict of weights for the weighted order), concurrency, pool, prefetch: the command line, else the profile."""
-        from django_redisq.conf import get_options
-        from django_redisq.profiles import get_profile, parse_queue_args
+        from django_redisq.settings.profiles import get_profile, parse_queue_args
+        from django_redisq.settings.read import get_options
 
         if opts["profile"] is None:
             try:
@@ -226,7 +226,7 @@ class Command(BaseCommand):
         """A backend or queue the settings do not name is a wrong command line (exit 2), said before anything starts."""
         from django.conf import settings
 
-        from django_redisq.conf import get_options
+        from django_redisq.settings.read import get_options
 
         if alias not in getattr(settings, "TASKS", {}):
             raise _out.usage(f"TASKS has no backend {alias!r}; configured: {', '.join(getattr(settings, 'TASKS', {})) or 'none'}.")

@@ -14,7 +14,7 @@
 -- ARGV[1] -> P:             the queue's key prefix (counters: P:failed, every failed attempt that reached
 --                           this script; P:retried, those scheduled for another attempt)
 -- ARGV[2] -> id
--- ARGV[3] -> delay in ms    (computed by backoff.py; the due time is Redis TIME + delay)
+-- ARGV[3] -> delay in ms    (computed by core/backoff.py; the due time is Redis TIME + delay)
 -- ARGV[4] -> error JSON     {"exc": dotted class path, "msg": text, "tb": traceback, "at": ms};
 --                           "at" is replaced by Redis time (lib/errors.lua keeps the history)
 -- ARGV[5] -> worker id      (the guard is released only if this worker holds it)

@@ -7,7 +7,7 @@
 -- KEYS[2] -> T:gen     (HASH subscription -> generation; 0 for a group made here)
 -- KEYS[3] -> T:meta    (HASH: 'acked:<group>' read; 'regrouped:<group>', 'regrouped' incremented)
 -- ARGV[1] -> the payload JSON (a JSON object, checked by the caller): the entry's field p
--- ARGV[2] -> the publisher's trace context (JSON object of W3C fields, tracing.py): the entry's
+-- ARGV[2] -> the publisher's trace context (JSON object of W3C fields, core/tracing.py): the entry's
 --            field tc; '' -> no field (tracing off: nothing more is written)
 -- ARGV[3] -> n: the consumer groups that follow, 2 ARGV each: group name, start id ('$' or '0')
 --            (an existing group is left as it is)

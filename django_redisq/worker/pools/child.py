@@ -102,7 +102,7 @@ def _setup(config: ChildConfig) -> Any:
     settings.TASKS = config.tasks
     for module in config.modules:
         import_module(module)
-    from django_redisq import discovery
+    from django_redisq.settings import discovery
 
     discovery.load(discovery.imports_of(config.tasks.get(config.alias)))
     log = logging.getLogger("django_redisq")
@@ -111,7 +111,7 @@ def _setup(config: ChildConfig) -> Any:
         handler = logging.StreamHandler()
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s [child %(process)d] %(message)s"))
         log.addHandler(handler)
-    from django_redisq.conf import get_options
+    from django_redisq.settings.read import get_options
     from django_redisq.worker.runner import Runner
 
     return Runner(get_options(config.alias), config.alias)

@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from django_redisq.conf import get_options
+from django_redisq.settings.read import get_options
 from django_redisq.store.broker import Broker
 from django_redisq.store.keys import QueueKeys
 from tests.helpers import keys, message, seed_dead, seed_processing, where_is

@@ -43,7 +43,7 @@ def test_bury_without_ownership(r, broker):
 def test_dead_letter_queue_is_bounded_by_count(r, broker, settings, limit, kept):
     settings.TASKS = {**settings.TASKS, "default": {**settings.TASKS["default"], "OPTIONS": {
         **settings.TASKS["default"]["OPTIONS"], "DEAD_LETTER_MAX": limit}}}
-    from django_redisq.conf import get_options
+    from django_redisq.settings.read import get_options
     from django_redisq.store.broker import Broker
 
     b = Broker(get_options("default"))

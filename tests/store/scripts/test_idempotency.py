@@ -9,7 +9,7 @@ dead letter frees it. Time passes on the Redis side: keys get short PEXPIREs.
 import pytest
 
 from django_redisq.compat import TaskResultStatus
-from django_redisq.conf import get_options
+from django_redisq.settings.read import get_options
 from django_redisq.store.broker import Broker
 from django_redisq.store.keys import QueueKeys
 from tests.helpers import keys, message, wait_for, where_is

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from django_redisq.conf import get_options
+from django_redisq.settings.read import get_options
 from django_redisq.store.broker import Broker
 from django_redisq.store.replies import LIMITED, RUN
 from tests.helpers import keys, where_is

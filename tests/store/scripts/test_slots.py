@@ -14,8 +14,8 @@ from hashlib import sha1
 
 import pytest
 
-from django_redisq.conf import get_options
 from django_redisq.ops.inspector import Inspector
+from django_redisq.settings.read import get_options
 from django_redisq.store import scripts
 from django_redisq.store.broker import Broker
 from django_redisq.store.dead_scan import DeadFilter

@@ -1,11 +1,11 @@
-"""The trace field of a stream entry (``tc``, tracing.py): written by topic_publish.lua only when given, returned by
+"""The trace field of a stream entry (``tc``, core/tracing.py): written by topic_publish.lua only when given, returned by
 topic_read.lua and topic_claim.lua beside the payload, ``""`` for an entry without it (each on one Redis and the cluster)."""
 
 from __future__ import annotations
 
 import pytest
 
-from django_redisq.conf import get_options
+from django_redisq.settings.read import get_options
 from django_redisq.store.broker import Broker
 from django_redisq.store.keys import TopicKeys
 from django_redisq.store.topics import Topics

@@ -7,7 +7,7 @@ import json
 import pytest
 import redis
 
-from django_redisq.conf import get_options
+from django_redisq.settings.read import get_options
 from django_redisq.store.broker import Broker
 from django_redisq.store.keys import QueueKeys, TopicKeys
 from django_redisq.store.topics import NoSuchGroup, Topics, before

@@ -29,11 +29,11 @@ from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
 from django_redisq.compat import task_backends
-from django_redisq.flow import chain, chord, compile_flow, group, release_call, step_id
 from django_redisq.store.broker import Broker
 from django_redisq.store.keys import WorkflowKeys
 from django_redisq.store.workflows import WorkflowStore
-from django_redisq.workflows import enqueue_workflow
+from django_redisq.workflows.canvas import chain, chord, compile_flow, group, release_call, step_id
+from django_redisq.workflows.enqueue import enqueue_workflow
 from tests.helpers import keys
 from tests.testapp import workflow_tasks as wt
 

@@ -1,4 +1,4 @@
-"""One workflow step's ``TaskResult``, built from what a bounded read found (workflows.py's ``WorkflowResult``).
+"""One workflow step's ``TaskResult``, built from what a bounded read found (workflows/enqueue.py's ``WorkflowResult``).
 
 A step is read from its task hash when it has one (queued, running, finished,
 dead), else from its workflow's record (not queued yet: READY, or FAILED
@@ -15,10 +15,12 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from django_redisq.clock import ms_to_datetime
 from django_redisq.compat import InvalidTask, Task, TaskError, TaskResult, TaskResultStatus
+from django_redisq.core.clock import ms_to_datetime
+from django_redisq.core.states import STATE_TO_STATUS
+from django_redisq.store.records import stored_errors
 
-STEP_NOT_RUN = "django_redisq.workflows.StepNotRun"
+STEP_NOT_RUN = "django_redisq.workflows.enqueue.StepNotRun"
 UNREGISTERED = "task no longer registered: "
 """How a step whose task path no worker or web process registers is shown (admin, ``redisq workflow``)."""
 
@@ -56,9 +58,6 @@ def from_hash(backend: Any, task_id: str, queue: str, data: dict[str, str]) -> T
         return backend.build_result(task_id, queue, data)
     except InvalidTask:
         pass
-    from django_redisq.backend import STATE_TO_STATUS  # the one table (backend.py)
-    from django_redisq.store.records import stored_errors
-
     try:
         msg = json.loads(data.get("msg") or "{}")
     except (ValueError, RecursionError):

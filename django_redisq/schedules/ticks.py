@@ -10,9 +10,9 @@ from __future__ import annotations
 import hashlib
 import inspect
 
-from django_redisq.limits import task_limits
-from django_redisq.message import encode as encode_message
-from django_redisq.schedules import TICK_KWARG, Schedule, find_task
+from django_redisq.core.limits import task_limits
+from django_redisq.core.message import encode as encode_message
+from django_redisq.schedules.registry import TICK_KWARG, Schedule, find_task
 
 MARKER_TTL_MS = 7 * 86_400_000
 """A marker lives at least this long after its last claim (and 3 periods, if longer)."""

@@ -8,7 +8,7 @@ plus ``"o": {"max_retries": 0, ...}`` when ``task.using(...)`` changed an option
 ``OVERRIDES`` for this call (so the worker honours it), and ``"m": {...}`` for the
 task's metadata where Django has it (``Task.metadata``: what the task was
 enqueued with; metadata saved later goes to the hash's ``metadata`` field, which
-wins, see metadata.py).
+wins, see core/metadata.py).
 
 The task's dotted path is the task hash's ``task`` field and the queue is the
 one whose keys hold it, so a message of a small call stays under Redis's 64-byte

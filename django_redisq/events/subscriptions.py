@@ -2,7 +2,7 @@
 
 A topic is a Redis stream; a subscription is one consumer group on it whose
 every entry becomes one ordinary task (worker/pump.py). Both are read from the
-settings alone, so the publisher (events.py), the worker's pump, the operators'
+settings alone, so the publisher (events/publish.py), the worker's pump, the operators'
 views (ops/topics.py) and the system checks agree on what exists. Check ids:
 E100-E108. A bad subscription is reported by the checks and skipped (and
 logged) by a worker, like a bad schedule.
@@ -16,8 +16,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from django_redisq.options import NAME_RE, Options
-from django_redisq.redact import shown
+from django_redisq.core.options import NAME_RE, Options
+from django_redisq.core.redact import shown
 
 STARTS = ("latest", "earliest")
 """``latest``: events published after the subscription first exists; ``earliest``: everything retained."""
@@ -31,7 +31,7 @@ DEFAULT_HEALTH_MAX_LAG = 10_000
 """A subscription further behind than this many entries is a breach of ``redisq health``."""
 EVENT_KWARGS = ("event_id", "topic")
 LIFECYCLE_TOPIC = "redisq.tasks"
-"""The built-in topic of task transitions, with ``LIFECYCLE_EVENTS: True`` (lifecycle.py)."""
+"""The built-in topic of task transitions, with ``LIFECYCLE_EVENTS: True`` (events/lifecycle.py)."""
 START_IDS = {"latest": "$", "earliest": "0"}
 
 
@@ -91,7 +91,7 @@ def topics_of(options: Options) -> dict[str, Topic]:
 @dataclass(frozen=True)
 class Plan:
     """What a publisher needs, built once per Options object: each topic's ``(group, start id)`` (every topic a
-    publish may name), and the task id prefixes of the subscriptions to the lifecycle topic (lifecycle.py)."""
+    publish may name), and the task id prefixes of the subscriptions to the lifecycle topic (events/lifecycle.py)."""
 
     groups: dict[str, list[tuple[str, str]]]
     lifecycle_bases: tuple[str, ...]
@@ -127,7 +127,7 @@ def subscriptions_of(options: Options) -> list[Subscription]:
 
 
 def _task_queue(path: str) -> str | None:
-    from django_redisq.schedules import find_task
+    from django_redisq.schedules.registry import find_task
 
     found = find_task(path)
     return getattr(found, "queue_name", None) if found is not None else None
@@ -180,7 +180,7 @@ def _topic_problems(w: str, entry: Any) -> list[tuple[str, str, str]]:
 
 def problems(params: Any) -> list[tuple[str, str, str]]:
     """Every problem of the SUBSCRIPTIONS and TOPICS of ``TASKS[alias]`` as ``(id, message, hint)``, tasks looked up."""
-    from django_redisq.schedules import find_task
+    from django_redisq.schedules.registry import find_task
 
     if not isinstance(params, dict) or not isinstance(params.get("OPTIONS", {}), dict):
         return []  # conf.validate reports it
@@ -260,6 +260,6 @@ def check_errors(alias: str, params: Any, obj: Any = None) -> list[Any]:
     """System check errors for SUBSCRIPTIONS and TOPICS of ``TASKS[alias]`` (run once the apps are loaded)."""
     from django.core.checks import Error
 
-    from django_redisq.redact import redact
+    from django_redisq.core.redact import redact
 
     return [Error(redact(msg), hint=redact(hint), obj=obj, id=f"django_redisq.{cid}") for cid, msg, hint in problems(params)]

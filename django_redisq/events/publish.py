@@ -1,7 +1,7 @@
 """Publishing events: ``publish`` appends one to a topic, ``publish_on_commit`` once the transaction commits.
 
 An event is a JSON object on a topic (a Redis stream, store/topics.py). Every
-subscription of the topic (``OPTIONS["SUBSCRIPTIONS"]``, subscriptions.py) turns
+subscription of the topic (``OPTIONS["SUBSCRIPTIONS"]``, events/subscriptions.py) turns
 each event into one ordinary task of its own (worker/pump.py), so retries, time
 limits, dead letters and the admin apply to event handlers unchanged.
 
@@ -9,7 +9,7 @@ limits, dead letters and the admin apply to event handlers unchanged.
 subscription groups exist (so a ``latest`` subscription configured before the
 first worker started still gets this event) and XADDs the event.
 
-Traced (a tracer provider configured, tracing.py), the publish is a PRODUCER span
+Traced (a tracer provider configured, core/tracing.py), the publish is a PRODUCER span
 ``send <topic>`` whose context goes into the entry (field ``tc``) and from there
 into each subscriber task's metadata, so every handler's attempt continues the
 publisher's trace. ``publish_on_commit`` keeps the context of its call for the
@@ -23,11 +23,11 @@ from typing import Any
 
 from django.db import transaction
 
-from django_redisq import tracing
+from django_redisq.core import tracing
+from django_redisq.core.message import encode_arguments
+from django_redisq.core.options import NAME_RE, Options
+from django_redisq.events.subscriptions import publish_plan
 from django_redisq.exceptions import InvalidArguments, RedisQError
-from django_redisq.message import encode_arguments
-from django_redisq.options import NAME_RE, Options
-from django_redisq.subscriptions import publish_plan
 
 __all__ = ["InvalidEvent", "publish", "publish_on_commit"]
 

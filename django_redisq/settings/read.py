@@ -19,10 +19,10 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning
 from django.core.exceptions import ImproperlyConfigured
 
-from django_redisq import partitions
 from django_redisq.connection import topology
-from django_redisq.limits import check_max_running, check_rate
-from django_redisq.options import (
+from django_redisq.core import partitions
+from django_redisq.core.limits import check_max_running, check_rate
+from django_redisq.core.options import (
     DEFAULT_PREFIX,
     DEFAULT_URL,
     ERROR_REPORTING,
@@ -34,16 +34,16 @@ from django_redisq.options import (
     TUNABLES,
     Options,
 )
-from django_redisq.redact import redact, shown
+from django_redisq.core.redact import redact, shown
 from django_redisq.store import durable
 
 CONNECTION_KEYS = ("REDIS_URL", "CACHE_ALIAS", "EMBEDDED", "EMBEDDED_PATH", "CLUSTER", "SENTINELS", "SENTINEL_MASTER", "SENTINEL_KWARGS")
 KNOWN = set(TUNABLES) | set(GLOBALS) | set(CONNECTION_KEYS) | set(QUEUE_LIMITS) | {"KEY_PREFIX", "QUEUE_OPTIONS", "SCHEDULES", "HEALTH"}
-KNOWN |= {"WORKERS"}  # named worker profiles (profiles.py)
+KNOWN |= {"WORKERS"}  # named worker profiles (settings/profiles.py)
 KNOWN |= {"DURABLE_REPLICAS", "DURABLE_TIMEOUT"}  # durable mode (store/durable.py)
-KNOWN |= {"IMPORTS"}  # modules a worker imports besides the apps' tasks modules (discovery.py)
+KNOWN |= {"IMPORTS"}  # modules a worker imports besides the apps' tasks modules (settings/discovery.py)
 KNOWN |= {"ERROR_REPORTING"}  # when a task's exception is reported to logging and Sentry (worker/reporting.py)
-KNOWN |= {"SUBSCRIPTIONS", "TOPICS", "LIFECYCLE_EVENTS"}  # events (subscriptions.py, lifecycle.py)
+KNOWN |= {"SUBSCRIPTIONS", "TOPICS", "LIFECYCLE_EVENTS"}  # events (events/subscriptions.py, events/lifecycle.py)
 TOP_LEVEL = ("BACKEND", "QUEUES", "OPTIONS")
 """The keys of ``TASKS[alias]`` Django reads; any other is a misspelling (``QUEUE``) or an option put one level too high."""
 SETTINGS_HINT = "See the settings reference: https://django-redisq.readthedocs.io/en/latest/reference/settings/"
@@ -196,12 +196,12 @@ def _problems(alias: str, params: Any) -> list[tuple[str, str, str]]:
                                  f"Per-queue options: {', '.join([*TUNABLES, *QUEUE_LIMITS, PARTITIONS])}."))
             elif msg := _check_number(name, value, TUNABLES[name][1], TUNABLES[name][2], f"{w}['QUEUE_OPTIONS'][{q!r}]: "):
                 problems.append(("E012", msg, SETTINGS_HINT))
-    if "HEALTH" in opts:  # thresholds of `redisq health` (health.py)
-        from django_redisq.health import validate_health
+    if "HEALTH" in opts:  # thresholds of `redisq health` (settings/health.py)
+        from django_redisq.settings.health import validate_health
 
         problems += validate_health(w, opts["HEALTH"], queues)
-    if "WORKERS" in opts:  # named worker profiles (profiles.py)
-        from django_redisq.profiles import validate_profiles
+    if "WORKERS" in opts:  # named worker profiles (settings/profiles.py)
+        from django_redisq.settings.profiles import validate_profiles
 
         problems += validate_profiles(w, opts["WORKERS"], queues)
     ht = opts.get("HEARTBEAT_INTERVAL", Options.heartbeat_interval)

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django_redisq.options import NAME_RE
+from django_redisq.core.options import NAME_RE
 
 PROFILE_KEYS = ("QUEUES", "CONCURRENCY", "POOL", "PREFETCH")
 POOL_NAMES = ("threads", "processes", "asyncio")

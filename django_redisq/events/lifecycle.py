@@ -25,10 +25,10 @@ from typing import Any
 
 from django_redisq import signals
 from django_redisq.compat import task_backends, task_enqueued, task_finished, task_started
-from django_redisq.subscriptions import LIFECYCLE_TOPIC, publish_plan
+from django_redisq.events.subscriptions import LIFECYCLE_TOPIC, publish_plan
 
 logger = logging.getLogger("django_redisq")
-UID = "django_redisq.lifecycle"
+UID = "django_redisq.events.lifecycle"
 
 
 def _publish(alias: str, task_id: str, task: str, queue: str, state: str, extra: dict[str, Any] | None = None) -> None:

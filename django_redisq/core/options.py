@@ -1,6 +1,6 @@
 """``Options``: the frozen settings of one backend alias, and the naming rules every layer shares.
 
-A leaf: no Redis, no system checks, no Django settings. ``conf.py`` reads and
+A leaf: no Redis, no system checks, no Django settings. ``settings/read.py`` reads and
 validates ``TASKS`` into an ``Options``; the connection, store and worker layers
 take one and read it, so they import this module, never the validation.
 """
@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from django_redisq import partitions
+from django_redisq.core import partitions
 
 DEFAULT_PREFIX = "redisq"
 
@@ -44,9 +44,9 @@ GLOBALS: dict[str, tuple[str, type, float]] = {
     "SHUTDOWN_GRACE": ("shutdown_grace", float, 0),
 }
 QUEUE_LIMITS = {"MAX_RUNNING": "max_running", "RATE_LIMIT": "rate_limit"}
-"""Fleet-wide limits of one queue (limits.py): only in QUEUE_OPTIONS, never for every queue at once."""
+"""Fleet-wide limits of one queue (core/limits.py): only in QUEUE_OPTIONS, never for every queue at once."""
 PARTITIONS = "PARTITIONS"
-"""QUEUE_OPTIONS[q]["PARTITIONS"]: the physical queues (hash tags) one logical queue is spread over (partitions.py)."""
+"""QUEUE_OPTIONS[q]["PARTITIONS"]: the physical queues (hash tags) one logical queue is spread over (core/partitions.py)."""
 ERROR_REPORTING = ("attempt", "dead", "off")
 """OPTIONS["ERROR_REPORTING"]: a task's exception is reported once per failed attempt, once per dead letter, or not (worker/reporting.py)."""
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
@@ -77,7 +77,7 @@ class Options:
     dead_letter_ttl: float = 7 * 86400.0
     dead_letter_max: int = 100_000
     result_max_bytes: int = 1024 * 1024  # an encoded return value larger than this is not stored (worker/runner.py)
-    metadata_max_bytes: int = 64 * 1024  # a task's metadata as JSON, at enqueue and at each save (metadata.py)
+    metadata_max_bytes: int = 64 * 1024  # a task's metadata as JSON, at enqueue and at each save (core/metadata.py)
     timeout: float = 1800.0  # a task's time limit on a worker (worker/timelimit.py); 0 = none
     worker_concurrency: int = 0  # a queue's tasks one worker runs at once (its held budget too); 0 = no cap
     heartbeat_interval: float = 2.0
@@ -89,14 +89,14 @@ class Options:
     max_running: int = 0  # QUEUE_OPTIONS[q]["MAX_RUNNING"]: tasks of the queue running at once, fleet-wide; 0 = no limit
     rate_limit: str = ""  # QUEUE_OPTIONS[q]["RATE_LIMIT"]: "10/s"; '' = no limit
     queue_overrides: dict[str, dict[str, Any]] = field(default_factory=dict, hash=False)
-    # periodic schedules as given; checked by schedules.py (system checks), a bad one is skipped by the worker
+    # periodic schedules as given; checked by schedules/registry.py (system checks), a bad one is skipped by the worker
     schedules: Any = field(default=None, hash=False)
-    # named worker profiles as given (runworker --profile); checked by profiles.py
+    # named worker profiles as given (runworker --profile); checked by settings/profiles.py
     workers: Any = field(default=None, hash=False)
-    # events (subscriptions.py): SUBSCRIPTIONS and TOPICS as given, checked there
+    # events (events/subscriptions.py): SUBSCRIPTIONS and TOPICS as given, checked there
     subscriptions: Any = field(default=None, hash=False)
     topics: Any = field(default=None, hash=False)
-    lifecycle_events: bool = False  # LIFECYCLE_EVENTS: publish every task's transitions to the topic redisq.tasks (lifecycle.py)
+    lifecycle_events: bool = False  # LIFECYCLE_EVENTS: publish every task's transitions to the topic redisq.tasks (events/lifecycle.py)
     durable_replicas: int = 0  # DURABLE_REPLICAS: replicas that must have an enqueue/ack/retry/bury (WAIT); 0 = off
     durable_timeout: float = 0.5  # DURABLE_TIMEOUT: seconds they may take (durable.DEFAULT_TIMEOUT)
     error_reporting: str = "attempt"  # ERROR_REPORTING: "attempt", "dead" or "off" (worker/reporting.py)
@@ -118,7 +118,7 @@ class Options:
         return int(over.get(PARTITIONS, 1)) if over else 1
 
     def physical(self, queue: str) -> list[str]:
-        """The physical queues of logical ``queue``: ``[queue]`` unless it is partitioned (partitions.py)."""
+        """The physical queues of logical ``queue``: ``[queue]`` unless it is partitioned (core/partitions.py)."""
         over = self.queue_overrides.get(queue)
         if not over or over.get(PARTITIONS, 1) == 1:
             return [queue]

@@ -24,8 +24,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
-from django_redisq.options import NAME_RE
-from django_redisq.redact import redact
+from django_redisq.core.options import NAME_RE
+from django_redisq.core.redact import redact
 
 T = TypeVar("T")
 
@@ -278,7 +278,7 @@ def _unfit(task: Any, args: Any, kwargs: dict[str, Any]) -> tuple[str, str] | No
         sig = inspect.signature(task.func)
     except (TypeError, ValueError):
         return None
-    tick = {TICK_KWARG: ""} if TICK_KWARG in sig.parameters else {}  # the worker adds it (ticks.py)
+    tick = {TICK_KWARG: ""} if TICK_KWARG in sig.parameters else {}  # the worker adds it (schedules/ticks.py)
     try:
         sig.bind(*([None] if task.takes_context else []), *args, **kwargs, **tick)
     except TypeError as exc:
@@ -330,7 +330,7 @@ def build(name: str, entry: Any, queues: tuple[str, ...], default_tz: str, find_
     if not isinstance(args, (list, tuple)) or not isinstance(kwargs, dict) or any(not isinstance(k, str) for k in kwargs):
         problems.append(Problem("E027", f"{where}: args must be a list and kwargs a dict with str keys.", "Use JSON values."))
     else:
-        from django_redisq.message import encode_arguments
+        from django_redisq.core.message import encode_arguments
 
         try:
             encode_arguments(args, kwargs, 1 << 20)

@@ -1,4 +1,4 @@
-"""Reading a workflow back: ``WorkflowResult`` (bounded reads; ``repair`` the one write), for workflows.py.
+"""Reading a workflow back: ``WorkflowResult`` (bounded reads; ``repair`` the one write), for workflows/enqueue.py.
 
 What a read costs, and why: a poll must not grow with the workflow. ``refresh``
 reads the workflow's status, counts and failed steps (store ``header``), and
@@ -26,9 +26,9 @@ from typing import Any, overload
 
 from django_redisq.compat import TaskResult, TaskResultStatus, task_backends
 from django_redisq.exceptions import RedisQError
-from django_redisq.flow import step_id
 from django_redisq.store.workflows import WorkflowHeader, WorkflowState, WorkflowStore
-from django_redisq.workflow_steps import from_hash, not_queued
+from django_redisq.workflows.canvas import step_id
+from django_redisq.workflows.steps import from_hash, not_queued
 
 FINAL = (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED)
 FULL_EVERY = 1.0

@@ -4,7 +4,7 @@ Design, and why:
 
 - Every step is an ordinary task (its own retries, time limit, priority,
   idempotency key and dead letter) with a task id fixed when the workflow is
-  created (``<workflow>.<n>``, flow.py), so ``.results`` can name every step
+  created (``<workflow>.<n>``, workflows/canvas.py), so ``.results`` can name every step
   before it runs and releasing a step twice is a no-op (enqueue.lua refuses an
   id that exists).
 - The bookkeeping (which steps are done, their results for the steps waiting
@@ -19,7 +19,7 @@ Design, and why:
   crash between the replay and that step changes nothing a reader sees: a
   failed workflow whose failed steps are no longer dead reads RUNNING, and
   wf_done.lua un-fails it when the replayed step succeeds.
-- Traced (tracing.py), the workflow is created in one producer span whose
+- Traced (core/tracing.py), the workflow is created in one producer span whose
   context every step's spec carries (``_trace``), so each step's attempt is in
   the creator's trace, however late the worker queues it.
 """
@@ -30,21 +30,21 @@ import secrets
 import time
 from typing import Any
 
-from django_redisq import tracing
 from django_redisq.compat import TaskResult, TaskResultStatus
+from django_redisq.core import tracing
+from django_redisq.core.limits import task_limits
+from django_redisq.core.message import encode, encode_arguments
 from django_redisq.exceptions import InvalidArguments
-from django_redisq.flow import MARKER, Node, Signature, Step, compile_flow, parse_step_id, step_id
-from django_redisq.limits import task_limits
-from django_redisq.message import encode, encode_arguments
 from django_redisq.task import RedisTask
-from django_redisq.workflow_limits import check_fan_in
-from django_redisq.workflow_result import PAGE, WorkflowNotFound, WorkflowResult, _settle_parent, _store
+from django_redisq.workflows.canvas import MARKER, Node, Signature, Step, compile_flow, parse_step_id, step_id
+from django_redisq.workflows.limits import check_fan_in
+from django_redisq.workflows.result import PAGE, WorkflowNotFound, WorkflowResult, _settle_parent, _store
 
 
 def _spec(backend: Any, sig: Signature, workflow_id: str, index: int, takes_input: bool, trailing: int = 0,
           trace: dict[str, str] | None = None) -> dict[str, Any]:
     """A step as stored: everything the worker needs to queue it later, checked now (with ``trailing`` arguments added later);
-    ``trace``: the creator's trace context, in its metadata (tracing.py; None when off: nothing is added)."""
+    ``trace``: the creator's trace context, in its metadata (core/tracing.py; None when off: nothing is added)."""
     task = sig.task
     if not isinstance(task, RedisTask):
         raise InvalidArguments(f"{task!r} is not a django_redisq task: use @task from django_redisq (or this backend's).")

@@ -11,7 +11,7 @@ raised (``TypeError`` for an unsupported type), as Django's ImmediateBackend doe
 
 Where the metadata lives in Redis:
 
-- the message's ``"m"``: what the task was enqueued with (message.py);
+- the message's ``"m"``: what the task was enqueued with (core/message.py);
 - the task hash's ``metadata`` field: what was last saved, which wins.
 
 A worker gets both with the delivery (fetch.lua), so the context of any attempt,
@@ -37,7 +37,7 @@ import json
 from typing import Any, cast
 
 from django_redisq.compat import normalize_json
-from django_redisq.message import dumps
+from django_redisq.core.message import dumps
 
 RESERVED_PREFIX = "_"
 """Metadata keys starting with this are reserved for backends: hidden from ``metadata``, kept by saves."""

@@ -1,0 +1,8 @@
+"""Periodic tasks: ``@periodic`` and ``SCHEDULES`` declare them (registry), and a tick says what one firing enqueues (ticks).
+
+``from django_redisq.schedules import periodic`` is the documented path.
+"""
+
+from django_redisq.schedules.registry import Schedule, cron_in_words, every_in_words, periodic
+
+__all__ = ["Schedule", "cron_in_words", "every_in_words", "periodic"]
