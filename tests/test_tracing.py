@@ -145,7 +145,7 @@ def test_off_never_imports_opentelemetry(redis_url: str, r: Any) -> None:
         f"settings.TASKS['default']['OPTIONS']['REDIS_URL'] = {redis_url!r}\n"
         "from tests.testapp.tasks import add\n"
         "from django_redisq.worker.worker import Worker\n"
-        "from django_redisq import tracing\n"
+        "from django_redisq.core import tracing\n"
         "assert tracing.tracer() is None\n"
         "result = add.delay(1, 2); Worker(burst=True).run()\n"
         "print(add.get_result(result.id).return_value)\n"
