@@ -1,7 +1,10 @@
+import logging
 from typing import Any
 
 from django.apps import AppConfig
+from django.conf import settings
 from django.core import checks
+from django.utils.module_loading import import_string
 
 BACKEND_CLASS = "RedisQueueBackend"
 SUCCESS_LOGGER = "django_redisq.tasks.success"
@@ -10,8 +13,6 @@ SUCCESS_LOGGER = "django_redisq.tasks.success"
 
 def _ours(path: Any) -> bool:
     """Whether a TASKS entry's BACKEND is django_redisq's backend (or a subclass of it)."""
-    from django.utils.module_loading import import_string
-
     try:
         cls = import_string(path)
     except Exception:  # noqa: BLE001 - the framework's own check reports a BACKEND that does not import
@@ -26,8 +27,6 @@ def check_setup(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMess
     in the request); a warning when it is set to other backends on purpose (a test
     settings module with the ImmediateBackend), which ``SILENCED_SYSTEM_CHECKS`` takes.
     """
-    from django.conf import settings
-
     tasks = getattr(settings, "TASKS", None)
     if isinstance(tasks, dict) and any(isinstance(p, dict) and _ours(p.get("BACKEND")) for p in tasks.values()):
         return []
@@ -52,10 +51,6 @@ class RedisQConfig(AppConfig):
     default_auto_field = "django.db.models.AutoField"
 
     def ready(self) -> None:
-        import logging
-
-        from django.conf import settings
-
         checks.register(check_setup)
         # a line per successful task is opt-in: it costs a no-op drain about a fifth of its rate
         # (worker/tasklog.py); LOGGING's "loggers" naming it (at INFO) turns it on

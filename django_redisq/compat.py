@@ -178,7 +178,7 @@ __all__ = [
 def prometheus() -> Any:
     """The ``prometheus_client`` module, or a clear error naming the extra that installs it."""
     try:
-        import prometheus_client
+        import prometheus_client  # an optional extra (metrics): imported where metrics are served
     except ImportError:
         raise ImproperlyConfigured("metrics need prometheus-client: pip install 'django-redisq[metrics]'") from None
     return prometheus_client

@@ -15,6 +15,7 @@ from functools import partial
 from inspect import isclass
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, cast, overload
 
+from django.conf import settings
 from django.db import transaction
 
 from django_redisq.compat import (
@@ -25,6 +26,7 @@ from django_redisq.compat import (
     Task,
     TaskContext,
     TaskResult,
+    task_backends,
 )
 from django_redisq.core.backoff import check_backoff
 from django_redisq.core.limits import check_max_running, check_rate
@@ -52,8 +54,6 @@ _registry_lock = threading.Lock()
 
 def _tasks_configured() -> bool:
     """Whether the project sets ``TASKS`` (else Django's default backend, which E081 reports when our app is installed)."""
-    from django.conf import settings
-
     return bool(settings.is_overridden("TASKS"))  # type: ignore[misc]
 
 
@@ -264,8 +264,6 @@ def task(
         raise TypeError("run_after cannot be set in @task; use .using(run_after=...) when enqueueing.")
 
     def wrapper(f: Callable[..., Any]) -> RedisTask[Any, Any]:
-        from django_redisq.compat import task_backends
-
         cls = task_backends[backend].task_class
         if not (isclass(cls) and issubclass(cls, RedisTask)):
             cls = RedisTask

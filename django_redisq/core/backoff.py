@@ -13,6 +13,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, cast
 
+from django_redisq.compat import InvalidTask
 from django_redisq.exceptions import InvalidBackoff
 
 
@@ -42,8 +43,6 @@ MAX_DELAY = 366 * 86400
 
 def check_backoff(fn: Any) -> Callable[..., Any]:
     """``fn`` if it can be a task's ``backoff``: a plain callable; ``InvalidTask`` saying why not otherwise."""
-    from django_redisq.compat import InvalidTask
-
     if not callable(fn) or isinstance(fn, (str, bytes)):
         raise InvalidTask(f"backoff must be a function (exception, task_result) -> seconds or None, got {fn!r}.")
     if inspect.iscoroutinefunction(fn) or (not inspect.isroutine(fn) and inspect.iscoroutinefunction(type(fn).__call__)):

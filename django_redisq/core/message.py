@@ -26,6 +26,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from django_redisq.compat import normalize_json
 from django_redisq.exceptions import BadMessage, InvalidArguments, UnknownSchema
 
 VERSION = 1
@@ -82,8 +83,6 @@ def encode_arguments(args: Any, kwargs: Any, limit: int) -> tuple[list[Any], dic
     refused, where ``normalize_json`` would turn UTF-8 bytes into a ``str`` (and
     a bytearray into a list of ints) the task would not expect.
     """
-    from django_redisq.compat import normalize_json
-
     if args.__class__ in (tuple, list) and kwargs.__class__ is dict and _flat(args) and _flat_kwargs(kwargs):
         return _encode_flat(list(args), dict(kwargs), limit)
     try:

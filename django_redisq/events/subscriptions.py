@@ -16,8 +16,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from django.core.checks import Error
+
 from django_redisq.core.options import NAME_RE, Options
-from django_redisq.core.redact import shown
+from django_redisq.core.redact import redact, shown
+from django_redisq.schedules.registry import find_task
 
 STARTS = ("latest", "earliest")
 """``latest``: events published after the subscription first exists; ``earliest``: everything retained."""
@@ -127,8 +130,6 @@ def subscriptions_of(options: Options) -> list[Subscription]:
 
 
 def _task_queue(path: str) -> str | None:
-    from django_redisq.schedules.registry import find_task
-
     found = find_task(path)
     return getattr(found, "queue_name", None) if found is not None else None
 
@@ -180,8 +181,6 @@ def _topic_problems(w: str, entry: Any) -> list[tuple[str, str, str]]:
 
 def problems(params: Any) -> list[tuple[str, str, str]]:
     """Every problem of the SUBSCRIPTIONS and TOPICS of ``TASKS[alias]`` as ``(id, message, hint)``, tasks looked up."""
-    from django_redisq.schedules.registry import find_task
-
     if not isinstance(params, dict) or not isinstance(params.get("OPTIONS", {}), dict):
         return []  # conf.validate reports it
     opts = params.get("OPTIONS", {})
@@ -258,8 +257,4 @@ def event_kwargs(task: Any, event_id: str, topic: str) -> dict[str, str]:
 
 def check_errors(alias: str, params: Any, obj: Any = None) -> list[Any]:
     """System check errors for SUBSCRIPTIONS and TOPICS of ``TASKS[alias]`` (run once the apps are loaded)."""
-    from django.core.checks import Error
-
-    from django_redisq.core.redact import redact
-
     return [Error(redact(msg), hint=redact(hint), obj=obj, id=f"django_redisq.{cid}") for cid, msg, hint in problems(params)]
