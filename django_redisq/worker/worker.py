@@ -1,28 +1,28 @@
 """The worker: composes its components, runs the executor lanes, and shuts down in order.
 
-- ``worker/held.py``: what the worker holds (fetched, unsettled, running), within
+- ``worker/fetching/held.py``: what the worker holds (fetched, unsettled, running), within
   a per-queue budget, the prefetch.
-- ``worker/fetcher.py``: keeps the budget fetched; executors fetch for themselves
+- ``worker/fetching/fetcher.py``: keeps the budget fetched; executors fetch for themselves
   under a backlog, a thread per queue blocks in BLMOVE once it is dry.
-- ``worker/queue_order.py``: the queue order, strict (earlier queues first) or weighted.
-- ``worker/handback.py``: hands back what the worker fetched and could not start
+- ``worker/fetching/queue_order.py``: the queue order, strict (earlier queues first) or weighted.
+- ``worker/fetching/handback.py``: hands back what the worker fetched and could not start
   soon (every slot took a long task), so a worker with a free slot runs it.
-- ``worker/marks.py``: tells Redis which held tasks run now (``running`` apart from
+- ``worker/fetching/marks.py``: tells Redis which held tasks run now (``running`` apart from
   ``held`` in stats, the admin, metrics and health).
-- ``worker/pausing.py``: reads which queues are paused, blocks them and hands back
+- ``worker/fetching/pausing.py``: reads which queues are paused, blocks them and hands back
   their fetched tasks; unblocks them on resume.
 - executor lanes (here): take tasks in the queue order, each only within
   the heartbeat's lease, and hand them to the pool
   (``worker/pools/``: threads, processes or asyncio), which runs them with the
-  runner (``worker/runner.py``) and reports each outcome (``worker/outcome.py``).
-- ``worker/settler.py``: ack, retry or bury, in batches, within ``SETTLE_WITHIN``.
-- ``worker/heartbeat.py``: keeps the worker registered and its guards leased, and
+  runner (``worker/running/runner.py``) and reports each outcome (``worker/running/outcome.py``).
+- ``worker/settling/settler.py``: ack, retry or bury, in batches, within ``SETTLE_WITHIN``.
+- ``worker/background/heartbeat.py``: keeps the worker registered and its guards leased, and
   fences it after it was reaped.
-- ``worker/scheduler.py``: claims the due ticks of periodic schedules (its own thread;
+- ``worker/background/scheduler.py``: claims the due ticks of periodic schedules (its own thread;
   off with ``scheduler=False``, and by default in burst mode).
-- ``worker/pump.py``: turns the events of the subscriptions of our queues into tasks,
+- ``worker/background/pump.py``: turns the events of the subscriptions of our queues into tasks,
   reclaims what dead workers left pending, trims the topics (its own threads).
-- ``worker/upkeep.py`` (on the main thread): promote due tasks, reap dead workers,
+- ``worker/background/upkeep.py`` (on the main thread): promote due tasks, reap dead workers,
   tell the pool of cancelled tasks it runs.
 
 Signals belong to the management command, not here.
@@ -51,23 +51,23 @@ from django_redisq.store.broker import Broker
 from django_redisq.store.replies import CORRUPT, NOMSG, Delivery
 from django_redisq.store.server import BLOCK_TIMEOUT
 from django_redisq.store.workflows import WorkflowStore
-from django_redisq.worker.fetcher import Fetcher
-from django_redisq.worker.flows import WorkflowHooks
-from django_redisq.worker.handback import HandBack
-from django_redisq.worker.heartbeat import Heartbeat
-from django_redisq.worker.held import Held
-from django_redisq.worker.marks import Marks
-from django_redisq.worker.observer import Observer
-from django_redisq.worker.outcome import DEAD, Outcome, error_dict
-from django_redisq.worker.pausing import Pauses
+from django_redisq.worker.background.heartbeat import Heartbeat
+from django_redisq.worker.background.pump import EventPump
+from django_redisq.worker.background.scheduler import Scheduler
+from django_redisq.worker.background.upkeep import Upkeep
+from django_redisq.worker.fetching.fetcher import Fetcher
+from django_redisq.worker.fetching.handback import HandBack
+from django_redisq.worker.fetching.held import Held
+from django_redisq.worker.fetching.marks import Marks
+from django_redisq.worker.fetching.pausing import Pauses
+from django_redisq.worker.fetching.queue_order import QueueOrder
+from django_redisq.worker.observability.observer import Observer
+from django_redisq.worker.observability.tasklog import TaskLog
 from django_redisq.worker.pools import Pool, make_pool
-from django_redisq.worker.pump import EventPump
-from django_redisq.worker.queue_order import QueueOrder
-from django_redisq.worker.runner import Runner
-from django_redisq.worker.scheduler import Scheduler
-from django_redisq.worker.settler import ACK_BATCH, SETTLE_WITHIN, Batch, Settler, Unsettled
-from django_redisq.worker.tasklog import TaskLog
-from django_redisq.worker.upkeep import Upkeep
+from django_redisq.worker.running.outcome import DEAD, Outcome, error_dict
+from django_redisq.worker.running.runner import Runner
+from django_redisq.worker.settling.flows import WorkflowHooks
+from django_redisq.worker.settling.settler import ACK_BATCH, SETTLE_WITHIN, Batch, Settler, Unsettled
 
 logger = logging.getLogger("django_redisq")
 """One line per settled task (INFO; WARNING with the traceback for a failed attempt)."""
@@ -169,7 +169,7 @@ class Worker:
         self.unsettled = [Unsettled() for _ in range(self.pool.lanes)]
         # each component gets what it needs here, in this order, and none of them knows the worker
         self.observer = Observer(RedisQueueBackend, self.options.alias, self.id, self.pool.name, self.queues, concurrency,
-                                 self.options.worker_timeout, lambda: len(held.executing),  # worker/observer.py
+                                 self.options.worker_timeout, lambda: len(held.executing),  # worker/observability/observer.py
                                  held.waiting)
         beats = Broker.for_heartbeat(self.options)
         unsettled: dict[str, str] = {}  # tasks that ran and could not be settled: the settler's, for the heartbeat's sweep
@@ -193,7 +193,7 @@ class Worker:
                              by_connection=True)
         # periodic schedules: on unless burst (a draining worker would keep enqueuing); bad ones are logged and skipped
         self.scheduler = Scheduler(self.options, self.broker, self._stop) if (not burst if scheduler is None else scheduler) else None
-        # events: subscriptions of our queues become tasks (worker/pump.py); off in burst mode unless asked for
+        # events: subscriptions of our queues become tasks (worker/background/pump.py); off in burst mode unless asked for
         self.pump = EventPump(self.options, self.broker, self._stop, self.id, self.logical_queues) \
             if (not burst if events is None else events) else None
 
@@ -226,7 +226,7 @@ class Worker:
         return max(1, min(max(AUTO_PREFETCH_MAX, 2 * self.concurrency), self.concurrency + extra))
 
     def ahead(self) -> int:
-        """Tasks held unstarted beyond the free slots (no hoarding, worker/held.py): the prefetch's share beyond the
+        """Tasks held unstarted beyond the free slots (no hoarding, worker/fetching/held.py): the prefetch's share beyond the
         threads, and only what they start within half of HAND_BACK_AFTER at the average run time, even with a fixed prefetch."""
         soon = int(self.concurrency * START_SOON * self.options.hand_back_after / max(self.avg_duration, 1e-6))
         return max(0, min(self.prefetch() - self.concurrency, soon))
@@ -397,7 +397,7 @@ class Worker:
             done = self.processed
         for _, o in batch:
             self.avg_duration += 0.05 * (o.duration - self.avg_duration)
-        self.tasklog.settled(batch)  # failures at WARNING now, successes summed up at INFO (worker/tasklog.py)
+        self.tasklog.settled(batch)  # failures at WARNING now, successes summed up at INFO (worker/observability/tasklog.py)
         if self.max_tasks and done >= self.max_tasks:
             self.request_stop()
 

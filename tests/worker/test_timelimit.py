@@ -1,6 +1,6 @@
 """Time limits of tasks run on worker threads, against a real redis-server.
 
-The watchdog (worker/timelimit.py) raises ``TaskTimeout`` inside the
+The watchdog (worker/running/timelimit.py) raises ``TaskTimeout`` inside the
 task's thread; the runner arms it around the call and treats the exception as
 a failed attempt.
 """

@@ -1,11 +1,11 @@
-"""The settler's workflow hooks (worker/flows.py) at the instants the end-to-end tests cannot aim at."""
+"""The settler's workflow hooks (worker/settling/flows.py) at the instants the end-to-end tests cannot aim at."""
 
 from __future__ import annotations
 
 from django_redisq import chain
 from django_redisq.store.workflows import WorkflowStore
-from django_redisq.worker.flows import WorkflowHooks
-from django_redisq.worker.outcome import Missed
+from django_redisq.worker.running.outcome import Missed
+from django_redisq.worker.settling.flows import WorkflowHooks
 from tests.helpers import keys, where_is
 from tests.testapp import workflow_tasks as wt
 

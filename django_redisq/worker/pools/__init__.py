@@ -19,7 +19,7 @@ the worker settles it.
 from __future__ import annotations
 
 from django_redisq.worker.pools.base import POOLS, Pool
-from django_redisq.worker.runner import Runner
+from django_redisq.worker.running.runner import Runner
 
 __all__ = ["POOLS", "Pool", "make_pool"]
 

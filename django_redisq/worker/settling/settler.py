@@ -28,8 +28,8 @@ from django_redisq.exceptions import LeaseLost, RedisError
 from django_redisq.store.broker import Broker
 from django_redisq.store.replies import Delivery
 from django_redisq.store.server import is_transient
-from django_redisq.worker.flows import WorkflowHooks
-from django_redisq.worker.outcome import DEAD, RETRY, SUCCESS, Missed, Outcome, SettleFailed, error_dict
+from django_redisq.worker.running.outcome import DEAD, RETRY, SUCCESS, Missed, Outcome, SettleFailed, error_dict
+from django_redisq.worker.settling.flows import WorkflowHooks
 
 logger = logging.getLogger("django_redisq")
 
@@ -96,7 +96,7 @@ class Settler:
                  unsettled: dict[str, str] | None = None) -> None:
         """``unsettled``: shared with the heartbeat's sweep: id -> queue of each task that ran and could not be settled."""
         self.broker = broker
-        self.flows = flows  # workflow steps: recorded and their dependents released before the ack (worker/flows.py)
+        self.flows = flows  # workflow steps: recorded and their dependents released before the ack (worker/settling/flows.py)
         self.worker_id = worker_id
         self.force = force
         self.on_settled = on_settled
@@ -130,7 +130,7 @@ class Settler:
             self.on_settled(batch)
 
     def _record_steps(self, batch: Batch, broken: dict[tuple[str, str], SettleFailed]) -> set[tuple[str, str]]:
-        """Record the batch's successful workflow steps (worker/flows.py); the ``(queue, id)`` not to ack now."""
+        """Record the batch's successful workflow steps (worker/settling/flows.py); the ``(queue, id)`` not to ack now."""
         hold: set[tuple[str, str]] = set()
         if self.flows is None:
             return hold

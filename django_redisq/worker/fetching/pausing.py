@@ -31,8 +31,8 @@ from collections.abc import Callable, Sequence
 
 from django_redisq.exceptions import RedisError
 from django_redisq.store.broker import Broker
-from django_redisq.worker.handback import hand_back
-from django_redisq.worker.held import Held
+from django_redisq.worker.fetching.handback import hand_back
+from django_redisq.worker.fetching.held import Held
 
 logger = logging.getLogger("django_redisq")
 

@@ -24,7 +24,7 @@ from typing import Any
 from django_redisq.exceptions import RedisError
 from django_redisq.store.broker import Broker
 from django_redisq.store.presence import CONFIRM, POLL_EVERY, refusal
-from django_redisq.worker.held import Held
+from django_redisq.worker.fetching.held import Held
 from django_redisq.worker.pools import Pool
 
 logger = logging.getLogger("django_redisq")

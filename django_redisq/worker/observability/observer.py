@@ -3,8 +3,8 @@
 The worker's components report here (the settler each step Redis took, the
 heartbeat each beat, the reaper the tasks it gave back, the worker each
 settled batch); this module turns that into ``signals.py``'s signals, and,
-when ``runworker`` asked for them, ``worker/metrics.py``'s metrics and
-``worker/health_file.py``'s health file. Signals and metrics are off the hot path of a
+when ``runworker`` asked for them, ``worker/observability/metrics.py``'s metrics and
+``worker/observability/health_file.py``'s health file. Signals and metrics are off the hot path of a
 task that succeeds: nothing is sent for an ack.
 """
 
@@ -17,10 +17,10 @@ from typing import Any
 
 from django_redisq import signals
 from django_redisq.store.replies import Delivery, Recovered
-from django_redisq.worker.health_file import HealthFile
-from django_redisq.worker.metrics import WorkerMetrics, worker_info
-from django_redisq.worker.outcome import RETRY, Outcome
-from django_redisq.worker.settler import DEAD_LETTERED, LEASE_LOST, RETRIED, Batch
+from django_redisq.worker.observability.health_file import HealthFile
+from django_redisq.worker.observability.metrics import WorkerMetrics, worker_info
+from django_redisq.worker.running.outcome import RETRY, Outcome
+from django_redisq.worker.settling.settler import DEAD_LETTERED, LEASE_LOST, RETRIED, Batch
 
 logger = logging.getLogger("django_redisq")
 

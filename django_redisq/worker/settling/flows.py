@@ -32,7 +32,7 @@ from functools import partial
 
 from django_redisq.store.replies import Delivery
 from django_redisq.store.workflows import StepTooLarge, WorkflowStore
-from django_redisq.worker.outcome import Missed, Outcome, Retrying, SettleFailed
+from django_redisq.worker.running.outcome import Missed, Outcome, Retrying, SettleFailed
 from django_redisq.workflows.canvas import MARKER, error_id, markers, step_id
 
 logger = logging.getLogger("django_redisq")

@@ -6,8 +6,8 @@ settler turns it into an ack, a retry or a burial. ``failure`` is the one
 place that decides whether a failed attempt is retried, so a timeout on a
 thread and a hard kill in a child follow the same rules.
 
-``Missed`` and ``SettleFailed`` are what a settle step (worker/settler.py,
-worker/flows.py) answers when it does not land.
+``Missed`` and ``SettleFailed`` are what a settle step (worker/settling/settler.py,
+worker/settling/flows.py) answers when it does not land.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 from django_redisq.exceptions import RedisError
 from django_redisq.store.broker import Broker
-from django_redisq.worker.held import Held
+from django_redisq.worker.fetching.held import Held
 
 logger = logging.getLogger("django_redisq")
 
