@@ -36,9 +36,25 @@ from django_redisq.worker.fetching.queue_order import QueueOrder
 logger = logging.getLogger("django_redisq")
 
 
+class Idle(dict[str, threading.Event]):
+    """Per queue, an event set when the queue looked dry (or was resumed): then its fetcher thread fetches."""
+
+    @classmethod
+    def of(cls, queues: Sequence[str]) -> Idle:
+        """Every queue idle: each thread looks once at the start."""
+        idle = cls((q, threading.Event()) for q in queues)
+        for event in idle.values():
+            event.set()
+        return idle
+
+    def wake(self, q: str) -> None:
+        """``q`` may have work again (the pause watch saw it resumed)."""
+        self[q].set()
+
+
 class Fetcher:
     def __init__(
-        self, broker: Broker, worker_id: str, queues: Sequence[str], held: Held, stop: threading.Event,
+        self, *, broker: Broker, worker_id: str, queues: Sequence[str], held: Held, stop: threading.Event,
         on_fenced: Callable[[], None], idle: dict[str, threading.Event], paused: Callable[[], frozenset[str]],
         saw_paused: Callable[[str], None], burst: bool = False,
     ) -> None:

@@ -53,7 +53,7 @@ def hand_back(broker: Broker, worker_id: str, q: str, ids: Sequence[str], why: s
 class HandBack:
     """Hands back the tasks a worker held too long unstarted (see the module docstring)."""
 
-    def __init__(self, broker: Broker, worker_id: str, held: Held, stop: threading.Event, hold_at_most: float) -> None:
+    def __init__(self, *, broker: Broker, worker_id: str, held: Held, stop: threading.Event, hold_at_most: float) -> None:
         """``hold_at_most``: seconds a fetched task may wait unstarted (the option ``HAND_BACK_AFTER``)."""
         self.broker, self.worker_id, self.held, self.stop = broker, worker_id, held, stop
         self.hold_at_most = hold_at_most

@@ -325,6 +325,10 @@ class Held:
                     out.setdefault(d.queue, []).append(task_id)
         return out
 
+    def executing_count(self) -> int:
+        """Tasks begun and not finished (unlocked read)."""
+        return len(self.executing)
+
     def waiting(self) -> int:
         """Tasks held and not started (unlocked read)."""
         return max(0, len(self.inflight) - len(self.running))

@@ -12,24 +12,27 @@ failover, a busy script) is retried with backoff until it lands. One that
 would fail again (a result Redis refuses, bookkeeping a script cannot read, a
 bug) ends its task in the dead letters with reason ``settle_failed`` and the
 exception: handing it back would run it again, for ever. Never lost, never a loop.
+That policy is ``steps.py``'s, and every step's answer one ``StepResult``.
+
+The path runs one way: the settler calls its hooks (``hooks.py``: saved
+metadata, workflows, what the observer tells the world) at named points, and
+reads what each answers; no hook calls the settler back.
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
-from django_redisq.exceptions import LeaseLost, RedisError
 from django_redisq.store.broker import Broker
 from django_redisq.store.replies import Delivery
-from django_redisq.store.server import is_transient
-from django_redisq.worker.running.outcome import DEAD, RETRY, SUCCESS, Missed, Outcome, SettleFailed, error_dict
-from django_redisq.worker.settling.flows import WorkflowHooks
+from django_redisq.worker.running.outcome import DEAD, RETRY, SUCCESS, Outcome, error_dict
+from django_redisq.worker.settling.hooks import DEAD_LETTERED, LEASE_LOST, RETRIED, Batch, SettleHook
+from django_redisq.worker.settling.steps import SETTLE_TRIES, Landing, SettleFailed, StepResult, StepRunner
 
 logger = logging.getLogger("django_redisq")
 
@@ -38,11 +41,9 @@ ACK_BATCH = 64
 SETTLE_WITHIN = 0.05
 """Seconds a finished task may wait for the rest of its batch before it is settled anyway."""
 
-Batch = list[tuple[Delivery, Outcome]]
-RETRIED, DEAD_LETTERED, LEASE_LOST = "retried", "dead_lettered", "lease_lost"
-"""What ``Settler.on_event`` is told once Redis has taken a step (signals and metrics listen)."""
-SETTLE_TRIES = 3
-"""Tries of a settle step that fails with anything but a transient Redis error, before its task is dead-lettered."""
+__all__ = ["ACK_BATCH", "DEAD_LETTERED", "LEASE_LOST", "RETRIED", "SETTLE_FAILED", "SETTLE_TRIES", "SETTLE_WITHIN", "Batch",
+           "Settler", "Unsettled"]
+
 SETTLE_FAILED = "settle_failed"
 """The dead-letter reason of a task that ran but whose settle step failed for good (``SettleFailed``)."""
 
@@ -81,8 +82,12 @@ class Unsettled:
             return batch
 
 
+Broken = dict[tuple[str, str], SettleFailed]
+"""``(queue, id)`` of the batch's tasks whose settle step failed for good, and why: they are dead-lettered."""
+
+
 class Settler:
-    """Acks, retries and buries batches of run tasks for one worker id.
+    """Acks, retries and buries batches of run tasks for one worker id, calling its hooks on the way.
 
     Every task of a batch ends in one of three ways here: settled (acked, retried or dead-lettered), handed to another
     worker (its lease was lost), or, when a settle step fails for good, dead-lettered with reason ``settle_failed``.
@@ -91,16 +96,16 @@ class Settler:
     that can never be settled ends as ``too_many_deliveries`` instead of running for ever (DESIGN invariant 4).
     """
 
-    def __init__(self, broker: Broker, worker_id: str, force: threading.Event, on_settled: Callable[[Batch], None],
-                 on_event: Callable[[str, Delivery, Outcome], None] | None = None, flows: WorkflowHooks | None = None,
-                 unsettled: dict[str, str] | None = None) -> None:
-        """``unsettled``: shared with the heartbeat's sweep: id -> queue of each task that ran and could not be settled."""
+    def __init__(self, *, broker: Broker, worker_id: str, steps: StepRunner, hooks: Sequence[SettleHook] = (),
+                 on_settled: Callable[[Batch], None] = lambda batch: None, unsettled: dict[str, str] | None = None) -> None:
+        """``steps``: the settle policy every Redis step goes through; ``hooks``: called in order at each point;
+        ``on_settled``: the worker's own bookkeeping, last; ``unsettled``: shared with the heartbeat's sweep, id ->
+        queue of each task that ran and could not be settled."""
         self.broker = broker
-        self.flows = flows  # workflow steps: recorded and their dependents released before the ack (worker/settling/flows.py)
         self.worker_id = worker_id
-        self.force = force
+        self.steps = steps
+        self.hooks = list(hooks)
         self.on_settled = on_settled
-        self.on_event = on_event
         self.unsettled = unsettled if unsettled is not None else {}
         self.wake = threading.Event()
 
@@ -109,84 +114,125 @@ class Settler:
         if not batch:
             return
         try:
-            self._save_metadata(batch)
-            broken: dict[tuple[str, str], SettleFailed] = {}
-            hold = self._record_steps(batch, broken)
+            self._before_settle(batch)
+            broken: Broken = {}
+            hold = self._before_acks(batch, broken)
             self._ack(batch, hold | broken.keys(), broken)
             for d, o in batch:
-                if o.kind == SUCCESS or (d.queue, d.id) in broken:
-                    continue
-                try:
-                    if o.kind == RETRY:
-                        self._retry(d, o)
-                    else:
-                        self._bury(d, o)
-                except SettleFailed as exc:
-                    broken[(d.queue, d.id)] = exc
+                if o.kind != SUCCESS and (d.queue, d.id) not in broken:
+                    failed = self._retry(d, o) if o.kind == RETRY else self._bury(d, o)
+                    if failed is not None:
+                        broken[(d.queue, d.id)] = failed
             for i, (d, o) in enumerate(batch):
                 if (failure := broken.get((d.queue, d.id))) is not None:
                     batch[i] = (d, self._bury_unsettled(d, o, failure))
         finally:  # whatever happened above, the worker forgets these tasks (what Redis still holds, the sweep hands back)
-            self.on_settled(batch)
+            self._after_settle(batch)
 
-    def _record_steps(self, batch: Batch, broken: dict[tuple[str, str], SettleFailed]) -> set[tuple[str, str]]:
-        """Record the batch's successful workflow steps (worker/settling/flows.py); the ``(queue, id)`` not to ack now."""
-        hold: set[tuple[str, str]] = set()
-        if self.flows is None:
-            return hold
-        for d, o in batch:
-            if o.kind != SUCCESS or not self.flows.concerns(d):
-                continue
+    # -- the hooks' points, each guarded: a hook's error is a failed step at most, never a lost batch
+
+    def _before_settle(self, batch: Batch) -> None:
+        for hook in self.hooks:
             try:
-                if not self._guarded(partial(self.flows.record, d, o, self.with_retries), f"recording workflow step {d.id}"):
-                    hold.add((d.queue, d.id))
-            except SettleFailed as exc:
-                broken[(d.queue, d.id)] = exc
+                hook.before_settle(batch)
+            except Exception:
+                logger.exception("settle hook %s failed before settling; settling goes on", type(hook).__name__)
+
+    def _before_acks(self, batch: Batch, broken: Broken) -> set[tuple[str, str]]:
+        """Ask the hooks about each success; the ``(queue, id)`` not to ack now (``broken``: not to ack at all)."""
+        hold: set[tuple[str, str]] = set()
+        for d, o in batch:
+            if o.kind != SUCCESS:
+                continue
+            answer = self._before_ack(d, o)
+            if answer.failure is not None:
+                broken[(d.queue, d.id)] = answer.failure
+            elif not answer.landed:
+                hold.add((d.queue, d.id))
         return hold
 
-    def _ack(self, batch: Batch, skip: set[tuple[str, str]], broken: dict[tuple[str, str], SettleFailed]) -> None:
+    def _before_ack(self, d: Delivery, o: Outcome) -> StepResult[Any]:
+        for hook in self.hooks:
+            try:
+                answer = hook.before_ack(d, o)
+            except Exception as exc:  # noqa: BLE001 - kept as the dead letter's error (a marker that cannot be decoded)
+                return StepResult.broken(f"{type(hook).__name__} before acking {d.id}", exc)
+            if not answer.landed:
+                return answer
+        return StepResult.ok()
+
+    def _before_bury(self, d: Delivery, o: Outcome) -> None:
+        for hook in self.hooks:
+            try:
+                hook.before_bury(d, o)
+            except Exception:  # the step is dead-lettered whatever becomes of its workflow's bookkeeping
+                logger.exception("task %s: %s before its burial failed; it is dead-lettered all the same", d.id,
+                                 type(hook).__name__)
+
+    def _after_step(self, event: str, d: Delivery, o: Outcome) -> None:
+        for hook in self.hooks:
+            try:
+                hook.after_step(event, d, o)
+            except Exception:
+                logger.exception("a listener of %s failed", event)
+
+    def _after_settle(self, batch: Batch) -> None:
+        for hook in self.hooks:
+            try:
+                hook.after_settle(batch)
+            except Exception:
+                logger.exception("settle hook %s failed after settling", type(hook).__name__)
+        self.on_settled(batch)
+
+    # -- the steps
+
+    def _ack(self, batch: Batch, skip: set[tuple[str, str]], broken: Broken) -> None:
         """Ack the successes, a round trip per queue; if a batch's ack fails for good, each task alone (one bad
         task's ack never holds the rest)."""
-        acks: dict[str, list[tuple[Delivery, Outcome]]] = {}
+        acks: dict[str, Batch] = {}
         for d, o in batch:
             if o.kind == SUCCESS and (d.queue, d.id) not in skip:
                 acks.setdefault(d.queue, []).append((d, o))
         for q, items in acks.items():
-            try:
-                self._ack_some(q, items, batch)
-            except SettleFailed as exc:
-                if len(items) == 1:
-                    broken[(q, items[0][0].id)] = exc
-                    continue
-                logger.warning("acking %d task(s) of queue %s failed (%s); acking each alone", len(items), q, exc)
-                for item in items:
-                    try:
-                        self._ack_some(q, [item], batch)
-                    except SettleFailed as alone:
-                        broken[(q, item[0].id)] = alone
+            failure = self._ack_some(q, items)
+            if failure is None:
+                continue
+            if len(items) == 1:
+                broken[(q, items[0][0].id)] = failure
+                continue
+            logger.warning("acking %d task(s) of queue %s failed (%s); acking each alone", len(items), q, failure)
+            for item in items:
+                if (alone := self._ack_some(q, [item])) is not None:
+                    broken[(q, item[0].id)] = alone
 
-    def _ack_some(self, q: str, items: list[tuple[Delivery, Outcome]], batch: Batch) -> None:
+    def _ack_some(self, q: str, items: Batch) -> SettleFailed | None:
         results = [(d.id, o.result_json) for d, o in items]
         runs = [(o.task_name or d.task, o.duration) for d, o in items]  # run times, written by the same call (store/durations.py)
-        lost = self.with_retries(partial(self.broker.ack_many, q, self.worker_id, results, runs), f"acking {len(results)} task(s)")
-        for task_id in lost if isinstance(lost, list) else ():
+        acked = self.steps.run(partial(self.broker.ack_many, q, self.worker_id, results, runs), f"acking {len(results)} task(s)")
+        for task_id in acked.value or ():
             logger.warning("task %s was no longer held by worker %s at ack; another worker has it now", task_id, self.worker_id)
-            self._tell(LEASE_LOST, next((d, o) for d, o in batch if d.id == task_id and d.queue == q))
+            self._after_step(LEASE_LOST, *next((d, o) for d, o in items if d.id == task_id))
+        return acked.failure
 
-    def _retry(self, d: Delivery, o: Outcome) -> None:
-        done = self.with_retries(partial(self.broker.retry, d.queue, self.worker_id, d.id, o.delay_ms, o.error), f"retrying {d.id}")
+    def _retry(self, d: Delivery, o: Outcome) -> SettleFailed | None:
+        done = self.steps.run(partial(self.broker.retry, d.queue, self.worker_id, d.id, o.delay_ms, o.error), f"retrying {d.id}")
         # False: dead-lettered instead (a cancel request came while it ran)
-        self._tell(LEASE_LOST if done is Missed.LOST else RETRIED if done else DEAD_LETTERED, (d, o), done is Missed.STOPPED)
+        self._tell(done, RETRIED if done.value else DEAD_LETTERED, d, o)
+        return done.failure
 
-    def _bury(self, d: Delivery, o: Outcome) -> None:
-        if self.flows is not None:
-            try:  # the step is dead-lettered whatever becomes of its workflow's bookkeeping
-                self._guarded(partial(self.flows.before_bury, d, o, self.with_retries), f"failing the workflow of {d.id}")
-            except SettleFailed as exc:
-                logger.error("task %s: %s; it is dead-lettered all the same", d.id, exc)
-        done = self.with_retries(partial(self.broker.bury, d.queue, self.worker_id, d.id, o.error, o.reason, o.failed),
-                                 f"burying {d.id}")
-        self._tell(LEASE_LOST if done is Missed.LOST else DEAD_LETTERED, (d, o), done is Missed.STOPPED)
+    def _bury(self, d: Delivery, o: Outcome) -> SettleFailed | None:
+        self._before_bury(d, o)
+        done = self.steps.run(partial(self.broker.bury, d.queue, self.worker_id, d.id, o.error, o.reason, o.failed),
+                              f"burying {d.id}")
+        self._tell(done, DEAD_LETTERED, d, o)
+        return done.failure
+
+    def _tell(self, done: StepResult[Any], event: str, d: Delivery, o: Outcome) -> None:
+        """Tell the hooks what Redis did with a retry or a burial: ``event`` if it landed, ``LEASE_LOST`` if not ours."""
+        if done.landed:
+            self._after_step(event, d, o)
+        elif done.landing is Landing.LOST:
+            self._after_step(LEASE_LOST, d, o)
 
     def _bury_unsettled(self, d: Delivery, o: Outcome, failure: SettleFailed) -> Outcome:
         """Dead-letter a task whose settle step failed for good (reason ``settle_failed``); the outcome it ends with."""
@@ -195,82 +241,12 @@ class Settler:
         dead = Outcome(DEAD, error=error, reason=SETTLE_FAILED, failed=o.failed, task_name=o.task_name, duration=o.duration,
                        trace_from=o.trace_from)
         logger.error("task %s of queue %s ran, but %s; it is dead-lettered (reason %s)", d.id, d.queue, failure, SETTLE_FAILED)
-        try:
-            self._bury(d, dead)
-        except SettleFailed as again:  # the sweep hands it back with its delivery counted (heartbeat.py)
+        again = self._bury(d, dead)
+        if again is not None:  # the sweep hands it back with its delivery counted (background/heartbeat.py)
             logger.error("task %s could not be dead-lettered either (%s); it is handed back and ends as "
                          "too_many_deliveries if this repeats", d.id, again)
             self.unsettled[d.id] = d.queue
         return dead
-
-    def _save_metadata(self, batch: Batch) -> None:
-        """Save the metadata the batch's tasks changed (core/metadata.py), before their ack, retry or burial.
-
-        One round trip per queue, only for batches that hold such a task; a task
-        whose lease was lost keeps the metadata of the copy that holds it now.
-        A save that fails for good is logged: the task still settles, with the metadata it had.
-        """
-        changed: dict[str, list[tuple[str, str]]] = {}
-        for d, o in batch:
-            if o.metadata is not None:
-                changed.setdefault(d.queue, []).append((d.id, o.metadata))
-        for q, items in changed.items():
-            try:
-                lost = self.with_retries(partial(self.broker.save_metadata_held, q, self.worker_id, items),
-                                         f"saving the metadata of {len(items)} task(s)")
-            except SettleFailed as exc:
-                logger.error("the metadata of %d task(s) of queue %s was not saved: %s", len(items), q, exc)
-                continue
-            for task_id in lost if isinstance(lost, list) else ():
-                logger.warning("the metadata of task %s was not saved: worker %s no longer held it", task_id, self.worker_id)
-
-    def _tell(self, event: str, item: tuple[Delivery, Outcome], failed: bool = False) -> None:
-        """Tell ``on_event`` of a step Redis took; a listener's error never stops settling."""
-        if self.on_event is None or failed:
-            return
-        try:
-            self.on_event(event, *item)
-        except Exception:
-            logger.exception("a listener of %s failed", event)
-
-    @staticmethod
-    def _guarded(step: Callable[[], Any], what: str) -> Any:
-        """``step()``, any exception but ``SettleFailed`` raised as one (a workflow marker that cannot be decoded)."""
-        try:
-            return step()
-        except SettleFailed:
-            raise
-        except Exception as exc:
-            raise SettleFailed(what, exc) from exc
-
-    def with_retries(self, step: Callable[[], Any], what: str) -> Any:
-        """Run one settle step, retrying while Redis says "not now", until it lands (its answer) or is ``Missed``.
-
-        Raises ``SettleFailed`` for a failure that repeats (a non-transient Redis error, any other exception) after
-        ``SETTLE_TRIES`` tries.
-        """
-        failures = 0
-        for attempt in itertools.count():
-            try:
-                return step()
-            except LeaseLost as exc:
-                logger.warning("%s; another worker has it now", exc)
-                return Missed.LOST
-            except Exception as exc:
-                if not (isinstance(exc, RedisError) and is_transient(exc)):
-                    # an answer that would repeat (a script bug, a value Redis refuses, bad data): tried a few times
-                    # only, in case it was a passing one, then the task ends in the dead letters
-                    failures += 1
-                    if failures >= SETTLE_TRIES:
-                        raise SettleFailed(what, exc) from exc
-                    logger.warning("%s failed (%s: %s); trying again", what, type(exc).__name__, exc)
-                elif self.force.is_set():
-                    return Missed.STOPPED
-                else:
-                    logger.warning("%s failed (%s: %s); retrying", what, type(exc).__name__, exc)
-                    step = getattr(exc, "again", None) or step  # NotDurable: the step is on the master; only its WAIT is repeated
-                time.sleep(min(2.0, 0.02 * 2**attempt))
-        return Missed.STOPPED
 
     def flush_loop(self, held: list[Unsettled], stop: threading.Event) -> None:
         """Settle what executors busy with a long task have held for ``SETTLE_WITHIN``, and all of it when woken.
