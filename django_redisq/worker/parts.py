@@ -41,7 +41,7 @@ from django_redisq.worker.observability.tasklog import TaskLog
 from django_redisq.worker.pools import Pool, make_pool
 from django_redisq.worker.running.runner import Runner
 from django_redisq.worker.settling.flows import WorkflowHooks
-from django_redisq.worker.settling.hooks import Batch, MetadataHook
+from django_redisq.worker.settling.hooks import Batch, MetadataHook, SettleHook
 from django_redisq.worker.settling.settler import Settler
 from django_redisq.worker.settling.steps import SettleSteps
 
@@ -152,7 +152,7 @@ class Parts:
 def build_parts(spec: WorkerSpec, controls: Controls, runner: Runner | None = None) -> Parts:
     """Every component of a worker, each with what it needs and nothing of the worker itself."""
     options, wid = spec.options, spec.id
-    broker = Broker(options)
+    broker = Broker(options=options)
     runner = runner or Runner(options=options, backend_alias=spec.alias)
     partitioned = {q: n for q in spec.queues if (n := options.partitions(q)) > 1}
     order = QueueOrder(queues=spec.queues, weights=spec.weights, partitions=partitioned)
@@ -176,7 +176,9 @@ def build_parts(spec: WorkerSpec, controls: Controls, runner: Runner | None = No
     handback = HandBack(broker=broker, worker_id=wid, held=held, stop=controls.stop, hold_at_most=options.hand_back_after)
     marks = Marks(broker=broker, worker_id=wid, queues=queues, held=held, stop=controls.flush_stop,
                   ttl=options.worker_timeout, refresh=options.heartbeat_interval)
-    settler = build_settler(broker, wid, controls, observer, unsettled)
+    steps = SettleSteps(force=controls.force)
+    settler = Settler(broker=broker, worker_id=wid, steps=steps, hooks=settle_hooks(broker, wid, steps, observer),
+                      on_settled=controls.settled, unsettled=unsettled)
     tasklog = TaskLog()
     upkeep = Upkeep(broker=broker, worker_id=wid, queues=queues, held=held, pool=pool, stop=controls.stop,
                     reap_every=options.heartbeat_interval, burst=spec.burst, on_recovered=observer.recovered,
@@ -189,12 +191,8 @@ def build_parts(spec: WorkerSpec, controls: Controls, runner: Runner | None = No
                  upkeep=upkeep, scheduler=scheduler, pump=pump)
 
 
-def build_settler(broker: Broker, worker_id: str, controls: Controls, observer: Observer,
-                  unsettled: dict[str, str]) -> Settler:
-    """The settler and its hooks, in the order it calls them: saved metadata, workflow steps, the observer."""
-    steps = SettleSteps(force=controls.force)
-    hooks = [MetadataHook(broker=broker, worker_id=worker_id, steps=steps),
-             WorkflowHooks(store=WorkflowStore(broker), steps=steps),
-             observer]
-    return Settler(broker=broker, worker_id=worker_id, steps=steps, hooks=hooks, on_settled=controls.settled,
-                   unsettled=unsettled)
+def settle_hooks(broker: Broker, worker_id: str, steps: SettleSteps, observer: Observer) -> list[SettleHook]:
+    """The settler's hooks, in the order it calls them: saved metadata, workflow steps, the observer."""
+    return [MetadataHook(broker=broker, worker_id=worker_id, steps=steps),
+            WorkflowHooks(store=WorkflowStore(broker), steps=steps),
+            observer]

@@ -26,7 +26,11 @@ __all__ = ["POOLS", "Pool", "make_pool"]
 
 def make_pool(kind: str, runner: Runner, worker_id: str, concurrency: int, *,
               max_tasks_per_child: int | None = None, max_memory_per_child: int | None = None) -> Pool:
-    """The pool named ``kind`` (one of ``POOLS``)."""
+    """The pool named ``kind`` (one of ``POOLS``).
+
+    Each pool's module is imported only when chosen (a light import path): a thread pool never loads the process
+    pool's child machinery, nor an event loop's.
+    """
     if kind == "threads":
         from django_redisq.worker.pools.threads import ThreadPool
 

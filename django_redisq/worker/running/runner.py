@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from concurrent.futures import Executor
 from contextlib import contextmanager
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 from asgiref.sync import async_to_sync, sync_to_async
 from django.db import close_old_connections
@@ -78,6 +78,19 @@ def _limit(message: Message, prep: Prepared, opts: Options) -> float:
 
 def _now() -> Any:
     return ms_to_datetime(int(time.time() * 1000))
+
+
+class ConsumerSpan(Protocol):
+    """An attempt's consumer span as the runner uses it: ``tracing.Processing``, or a no-op when tracing is off."""
+
+    def __enter__(self) -> Any: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+    @property
+    def traceparent(self) -> str: ...
+
+    def end(self, outcome: str, exc: BaseException | None = None) -> None: ...
 
 
 class Runner:
@@ -279,7 +292,7 @@ class Runner:
             self._coros.pop(a.d.id, None)
 
     @staticmethod
-    def _span(a: Attempt) -> tracing.Processing | tracing._Noop:
+    def _span(a: Attempt) -> ConsumerSpan:
         """The attempt's consumer span, continuing the trace its message carries (core/tracing.py)."""
         return tracing.process(a.message.task, a.message.queue, a.d.id, a.d.deliveries, a.message.metadata)
 
