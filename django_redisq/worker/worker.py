@@ -1,5 +1,7 @@
 """The worker: composes its components, runs the executor lanes, and shuts down in order.
 
+``worker/parts.py`` builds the components, each with its collaborators by keyword:
+
 - ``worker/fetching/held.py``: what the worker holds (fetched, unsettled, running), within
   a per-queue budget, the prefetch.
 - ``worker/fetching/fetcher.py``: keeps the budget fetched; executors fetch for themselves
