@@ -84,7 +84,7 @@ def measure(url: str, rounds: int, n: int, seconds: float) -> dict[tuple[str, st
     from django_redisq.core import tracing
     from django_redisq.settings.read import get_options
     from django_redisq.store.broker import Broker
-    from django_redisq.worker.progress import ProgressWriter
+    from django_redisq.worker.running.progress import ProgressWriter
     from django_redisq.worker.worker import Worker
 
     r = redis.Redis.from_url(url)

@@ -76,8 +76,8 @@ def fill(broker: Any, queue: str, n: int, delay_ms: int = 0, batch: int = 1000) 
 def observe_cost(n: int = 200_000) -> float:
     """Microseconds of CPU per settled task that the per-worker metrics add."""
     from django_redisq.store.replies import RUN, Delivery
-    from django_redisq.worker.metrics import WorkerMetrics
-    from django_redisq.worker.outcome import Outcome
+    from django_redisq.worker.observability.metrics import WorkerMetrics
+    from django_redisq.worker.running.outcome import Outcome
 
     m = WorkerMetrics({"worker": "bench"}, lambda: 0, lambda: 0.0, 4)
     batch = [(Delivery(f"id{i}", f"q{i % 2}", RUN, "", 1, 0, enqueued_at=1000, started_at=1003, task=f"t{i % 8}"),

@@ -8,7 +8,7 @@ from django.utils.module_loading import import_string
 
 BACKEND_CLASS = "RedisQueueBackend"
 SUCCESS_LOGGER = "django_redisq.tasks.success"
-"""The worker's one INFO line per successful task (worker/tasklog.py): off unless LOGGING names it or ``runworker -v 2``."""
+"""The worker's one INFO line per successful task (worker/observability/tasklog.py): off unless LOGGING names it or ``runworker -v 2``."""
 
 
 def _ours(path: Any) -> bool:
@@ -53,6 +53,6 @@ class RedisQConfig(AppConfig):
     def ready(self) -> None:
         checks.register(check_setup)
         # a line per successful task is opt-in: it costs a no-op drain about a fifth of its rate
-        # (worker/tasklog.py); LOGGING's "loggers" naming it (at INFO) turns it on
+        # (worker/observability/tasklog.py); LOGGING's "loggers" naming it (at INFO) turns it on
         if SUCCESS_LOGGER not in ((getattr(settings, "LOGGING", None) or {}).get("loggers") or {}):
             logging.getLogger(SUCCESS_LOGGER).setLevel(logging.WARNING)

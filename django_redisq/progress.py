@@ -7,7 +7,7 @@ read by id like its result: ``get_progress(id_or_result)`` /
 ``aget_progress(...)`` (in ``backend.py``), the admin's task page and
 ``manage.py redisq task ID``.
 
-A tight loop cannot flood Redis: the worker's writer (``worker/progress.py``)
+A tight loop cannot flood Redis: the worker's writer (``worker/running/progress.py``)
 stores at most one report per ``INTERVAL`` seconds per task, and keeps the
 latest one it held back for the end of the attempt, so what is read at last is
 what the task reported last. The first report, and one with ``done >= total``,
@@ -65,7 +65,7 @@ class Progress:
 
 
 class Reporter(Protocol):
-    """What the worker puts in ``current`` for a running attempt (``worker/progress.py``)."""
+    """What the worker puts in ``current`` for a running attempt (``worker/running/progress.py``)."""
 
     def report(self, done: float, total: float, message: str) -> None: ...
 

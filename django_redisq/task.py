@@ -224,6 +224,11 @@ def get_registered(path: str) -> RedisTask[Any, Any] | None:
     return _registry.get(path)
 
 
+def registered_modules() -> set[str]:
+    """The modules that define the registered tasks: what a process-pool child imports to run what its worker runs."""
+    return {t.func.__module__ for t in list(_registry.values())}
+
+
 # The overloads follow django-stubs' ``django.tasks.task``: a coroutine function's task returns what it awaits
 # (``call()`` and the worker await it), and a task that takes a context is called without it.
 @overload

@@ -27,7 +27,7 @@ import redis
 from django_redisq.store.broker import Broker
 from django_redisq.store.topics import Topics
 from django_redisq.store.workflows import WorkflowStore
-from django_redisq.worker.runner import Runner
+from django_redisq.worker.running.runner import Runner
 
 TARGETS: dict[str, tuple[type, str]] = {
     **{f"broker.{m}": (Broker, m) for m in ("fetch", "wait", "ack_many", "retry", "bury", "save_metadata_held",

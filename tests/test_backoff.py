@@ -42,7 +42,7 @@ def _delivery(failures: int = 0):
 def test_a_backoff_function_gives_the_delay_in_seconds(answer, delay_ms):
     from django_redisq.core.options import Options
     from django_redisq.task import RedisTask
-    from django_redisq.worker.outcome import RETRY, failure
+    from django_redisq.worker.running.outcome import RETRY, failure
     from tests.testapp.contract_tasks import ours_add
 
     task = RedisTask(func=ours_add.func, **TASK_FIELDS, backoff=lambda exc, result: answer)
@@ -54,7 +54,7 @@ def test_retry_with_a_delay_wins_over_the_backoff_function_and_none_stops_retryi
     from django_redisq.core.options import Options
     from django_redisq.exceptions import Retry
     from django_redisq.task import RedisTask
-    from django_redisq.worker.outcome import DEAD, RETRY, failure
+    from django_redisq.worker.running.outcome import DEAD, RETRY, failure
     from tests.testapp.contract_tasks import ours_add
 
     task = RedisTask(func=ours_add.func, **TASK_FIELDS, backoff=lambda exc, result: None)

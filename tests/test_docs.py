@@ -355,7 +355,7 @@ def test_the_metrics_reference_lists_every_metric(r: Any) -> None:
     from prometheus_client import generate_latest
 
     from django_redisq.ops.metrics import exposition
-    from django_redisq.worker.metrics import WorkerMetrics, worker_info
+    from django_redisq.worker.observability.metrics import WorkerMetrics, worker_info
 
     worker = WorkerMetrics(worker_info("w", "threads", ["default"]), busy=lambda: 0.0, since_beat=lambda: 0.0, concurrency=2)
     text = exposition()[0].decode() + generate_latest(worker.registry).decode()

@@ -52,7 +52,7 @@ def test_a_task_raising_keyboard_interrupt_or_system_exit_fails_and_the_thread_g
 
 
 def test_a_database_that_fails_between_tasks_does_not_stop_the_worker(r, make_worker, monkeypatch):
-    import django_redisq.worker.runner as runner_mod
+    import django_redisq.worker.running.runner as runner_mod
 
     def broken() -> None:
         raise RuntimeError("database went away")

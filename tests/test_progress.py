@@ -19,7 +19,7 @@ from django_redisq import aget_progress, connection, get_progress, progress, rep
 from django_redisq.compat import TaskResultDoesNotExist, TaskResultStatus
 from django_redisq.exceptions import RedisError
 from django_redisq.progress import INTERVAL, Progress
-from django_redisq.worker.progress import ProgressWriter
+from django_redisq.worker.running.progress import ProgressWriter
 from tests.testapp.integration_tasks import reports_async, reports_in_a_tight_loop, reports_then_fails, reports_then_waits
 from tests.testapp.tasks import add
 

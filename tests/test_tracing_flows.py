@@ -30,7 +30,7 @@ from django_redisq.events.publish import publish, publish_on_commit
 from django_redisq.settings.read import get_options
 from django_redisq.store.broker import Broker
 from django_redisq.store.keys import QueueKeys, TopicKeys, WorkflowKeys
-from django_redisq.worker.pump import EventPump
+from django_redisq.worker.background.pump import EventPump
 from django_redisq.workflows.canvas import error_id
 from tests.events.conftest import H, events_settings, runs
 from tests.helpers import by_kind, run_in_thread, wait_for

@@ -3,7 +3,7 @@
 A POST with a confirmation page first, CSRF-protected by the admin site,
 allowed with the "change dead letter" permission (as every change in this
 admin), and written to the admin log. The change is one script call
-(``QueueOperations``); workers see it within a second (worker/pausing.py).
+(``QueueOperations``); workers see it within a second (worker/fetching/pausing.py).
 """
 
 from __future__ import annotations

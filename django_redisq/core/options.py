@@ -48,7 +48,7 @@ QUEUE_LIMITS = {"MAX_RUNNING": "max_running", "RATE_LIMIT": "rate_limit"}
 PARTITIONS = "PARTITIONS"
 """QUEUE_OPTIONS[q]["PARTITIONS"]: the physical queues (hash tags) one logical queue is spread over (core/partitions.py)."""
 ERROR_REPORTING = ("attempt", "dead", "off")
-"""OPTIONS["ERROR_REPORTING"]: a task's exception is reported once per failed attempt, once per dead letter, or not (worker/reporting.py)."""
+"""OPTIONS["ERROR_REPORTING"]: a task's exception is reported once per failed attempt, once per dead letter, or not (worker/running/reporting.py)."""
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 MIN_HEARTBEAT_BUDGET = 0.1
 """Seconds, at least, a heartbeat's round trip may take (see connection.heartbeat_budget)."""
@@ -76,14 +76,14 @@ class Options:
     idempotency_ttl: float = 86400.0
     dead_letter_ttl: float = 7 * 86400.0
     dead_letter_max: int = 100_000
-    result_max_bytes: int = 1024 * 1024  # an encoded return value larger than this is not stored (worker/runner.py)
+    result_max_bytes: int = 1024 * 1024  # an encoded return value larger than this is not stored (worker/running/runner.py)
     metadata_max_bytes: int = 64 * 1024  # a task's metadata as JSON, at enqueue and at each save (core/metadata.py)
-    timeout: float = 1800.0  # a task's time limit on a worker (worker/timelimit.py); 0 = none
+    timeout: float = 1800.0  # a task's time limit on a worker (worker/running/timelimit.py); 0 = none
     worker_concurrency: int = 0  # a queue's tasks one worker runs at once (its held budget too); 0 = no cap
     heartbeat_interval: float = 2.0
     worker_timeout: float = 10.0
     prefetch: int = 0  # 0 = the worker's concurrency
-    hand_back_after: float = 0.25  # a fetched task not started within this goes back to its queue (worker/handback.py)
+    hand_back_after: float = 0.25  # a fetched task not started within this goes back to its queue (worker/fetching/handback.py)
     max_message_bytes: int = 512 * 1024
     shutdown_grace: float = 30.0
     max_running: int = 0  # QUEUE_OPTIONS[q]["MAX_RUNNING"]: tasks of the queue running at once, fleet-wide; 0 = no limit
@@ -99,7 +99,7 @@ class Options:
     lifecycle_events: bool = False  # LIFECYCLE_EVENTS: publish every task's transitions to the topic redisq.tasks (events/lifecycle.py)
     durable_replicas: int = 0  # DURABLE_REPLICAS: replicas that must have an enqueue/ack/retry/bury (WAIT); 0 = off
     durable_timeout: float = 0.5  # DURABLE_TIMEOUT: seconds they may take (durable.DEFAULT_TIMEOUT)
-    error_reporting: str = "attempt"  # ERROR_REPORTING: "attempt", "dead" or "off" (worker/reporting.py)
+    error_reporting: str = "attempt"  # ERROR_REPORTING: "attempt", "dead" or "off" (worker/running/reporting.py)
 
     def for_queue(self, queue: str) -> Options:
         """These options with the queue's ``QUEUE_OPTIONS`` applied (a partition's are its logical queue's)."""

@@ -1,5 +1,5 @@
 """Events on Redis Streams: publishing (publish), the SUBSCRIPTIONS and TOPICS settings (subscriptions), and task
-lifecycle events (lifecycle). The pump that delivers them to handlers is the worker's (worker/pump.py).
+lifecycle events (lifecycle). The pump that delivers them to handlers is the worker's (worker/background/pump.py).
 
 ``from django_redisq.events import publish, publish_on_commit`` is the documented path.
 """

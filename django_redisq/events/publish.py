@@ -2,7 +2,7 @@
 
 An event is a JSON object on a topic (a Redis stream, store/topics.py). Every
 subscription of the topic (``OPTIONS["SUBSCRIPTIONS"]``, events/subscriptions.py) turns
-each event into one ordinary task of its own (worker/pump.py), so retries, time
+each event into one ordinary task of its own (worker/background/pump.py), so retries, time
 limits, dead letters and the admin apply to event handlers unchanged.
 
 ``publish`` is one round trip: one script that makes sure the topic's

@@ -1,7 +1,7 @@
 """Events settings: ``SUBSCRIPTIONS`` and ``TOPICS`` of ``TASKS[alias]["OPTIONS"]``, read and checked.
 
 A topic is a Redis stream; a subscription is one consumer group on it whose
-every entry becomes one ordinary task (worker/pump.py). Both are read from the
+every entry becomes one ordinary task (worker/background/pump.py). Both are read from the
 settings alone, so the publisher (events/publish.py), the worker's pump, the operators'
 views (ops/topics.py) and the system checks agree on what exists. Check ids:
 E100-E108. A bad subscription is reported by the checks and skipped (and

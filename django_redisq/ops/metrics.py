@@ -8,7 +8,7 @@ however many tasks wait (bench/metrics_scrape.py measures it at 1,000,000).
 
 Per-worker runtime figures (durations, queue wait, busy executors) are not
 here: they are served by each worker, ``runworker --metrics-port``
-(``worker/metrics.py``).
+(``worker/observability/metrics.py``).
 """
 
 from __future__ import annotations

@@ -283,7 +283,7 @@ class QueueOperations:
 
     A paused queue takes enqueues as usual; workers start none of its tasks
     within a second, hand back those they fetched, and let running ones
-    finish (worker/pausing.py). Resumed, they serve it again within a second.
+    finish (worker/fetching/pausing.py). Resumed, they serve it again within a second.
     """
 
     def __init__(self, inspector: Inspector, broker: Broker | None = None) -> None:

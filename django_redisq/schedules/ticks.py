@@ -1,6 +1,6 @@
 """What one tick of a periodic schedule enqueues: its task id, message, priority and limits.
 
-Shared by the worker's scheduler (worker/scheduler.py), which fires ticks, and by
+Shared by the worker's scheduler (worker/background/scheduler.py), which fires ticks, and by
 "run now" (ops/operations.py), which enqueues one by hand: both must build the
 same task for a schedule, so it is built here, from the settings alone.
 """

@@ -11,7 +11,7 @@ process manager's command line::
     }
 
 ``QUEUES`` as a dict of queue -> weight is the weighted order, as a list the
-strict order (worker/queue_order.py). ``CONCURRENCY``, ``POOL`` and ``PREFETCH`` are
+strict order (worker/fetching/queue_order.py). ``CONCURRENCY``, ``POOL`` and ``PREFETCH`` are
 runworker's options of the same names; given on the command line as well,
 the command line wins. System checks E040-E046 report a bad profile.
 """

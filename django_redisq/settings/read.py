@@ -42,7 +42,7 @@ KNOWN = set(TUNABLES) | set(GLOBALS) | set(CONNECTION_KEYS) | set(QUEUE_LIMITS) 
 KNOWN |= {"WORKERS"}  # named worker profiles (settings/profiles.py)
 KNOWN |= {"DURABLE_REPLICAS", "DURABLE_TIMEOUT"}  # durable mode (store/durable.py)
 KNOWN |= {"IMPORTS"}  # modules a worker imports besides the apps' tasks modules (settings/discovery.py)
-KNOWN |= {"ERROR_REPORTING"}  # when a task's exception is reported to logging and Sentry (worker/reporting.py)
+KNOWN |= {"ERROR_REPORTING"}  # when a task's exception is reported to logging and Sentry (worker/running/reporting.py)
 KNOWN |= {"SUBSCRIPTIONS", "TOPICS", "LIFECYCLE_EVENTS"}  # events (events/subscriptions.py, events/lifecycle.py)
 TOP_LEVEL = ("BACKEND", "QUEUES", "OPTIONS")
 """The keys of ``TASKS[alias]`` Django reads; any other is a misspelling (``QUEUE``) or an option put one level too high."""

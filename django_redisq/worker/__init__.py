@@ -1,14 +1,14 @@
-"""``runworker``'s process: one module per component, composed by ``worker.py``.
+"""``runworker``'s process: components grouped by what they are, composed by ``worker.py``.
 
-``Worker`` builds each component with what it needs (the broker, the options,
-the callables it reports to) and none of them knows the worker: the fetcher
-(``fetcher.py``, ``queue_order.py``, ``pausing.py``) feeds ``held.py``'s
-tasks to a pool (``pools/``), the runner (``runner.py``, ``timelimit.py``)
-runs each one into an ``Outcome`` (``outcome.py``), the settler (``settler.py``)
-writes outcomes back in batches; ``heartbeat.py``, ``upkeep.py`` and
-``scheduler.py`` keep the lease, the reaper and the periodic ticks; the
-observer (``observer.py``, ``metrics.py`` and its endpoint ``metrics_server.py``,
-``health_file.py``) tells the world,
-and ``tasklog.py`` writes the log lines of settled tasks. ``attempt.py`` is one
-attempt of a task as the runner prepares it. Every Redis step goes through ``django_redisq.store``.
+``Worker`` builds each component with what it needs (``parts.py``: every
+collaborator passed by keyword) and none of them knows the worker:
+
+- ``fetching/``: the fetcher feeds the held tasks, in the queue order, to the executor lanes;
+- ``pools/``: where the tasks run (threads, processes, an event loop);
+- ``running/``: the runner turns a delivery into an ``Outcome``;
+- ``settling/``: the settler writes outcomes back in batches, through its settle hooks;
+- ``background/``: the heartbeat, upkeep, the scheduler and the event pump;
+- ``observability/``: signals, metrics, the health file and the task log.
+
+Every Redis step goes through ``django_redisq.store``.
 """

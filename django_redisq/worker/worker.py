@@ -1,28 +1,31 @@
 """The worker: composes its components, runs the executor lanes, and shuts down in order.
 
-- ``worker/held.py``: what the worker holds (fetched, unsettled, running), within
+``worker/parts.py`` builds the components, each with its collaborators by keyword:
+
+- ``worker/fetching/held.py``: what the worker holds (fetched, unsettled, running), within
   a per-queue budget, the prefetch.
-- ``worker/fetcher.py``: keeps the budget fetched; executors fetch for themselves
+- ``worker/fetching/fetcher.py``: keeps the budget fetched; executors fetch for themselves
   under a backlog, a thread per queue blocks in BLMOVE once it is dry.
-- ``worker/queue_order.py``: the queue order, strict (earlier queues first) or weighted.
-- ``worker/handback.py``: hands back what the worker fetched and could not start
+- ``worker/fetching/queue_order.py``: the queue order, strict (earlier queues first) or weighted.
+- ``worker/fetching/handback.py``: hands back what the worker fetched and could not start
   soon (every slot took a long task), so a worker with a free slot runs it.
-- ``worker/marks.py``: tells Redis which held tasks run now (``running`` apart from
+- ``worker/fetching/marks.py``: tells Redis which held tasks run now (``running`` apart from
   ``held`` in stats, the admin, metrics and health).
-- ``worker/pausing.py``: reads which queues are paused, blocks them and hands back
+- ``worker/fetching/pausing.py``: reads which queues are paused, blocks them and hands back
   their fetched tasks; unblocks them on resume.
 - executor lanes (here): take tasks in the queue order, each only within
   the heartbeat's lease, and hand them to the pool
   (``worker/pools/``: threads, processes or asyncio), which runs them with the
-  runner (``worker/runner.py``) and reports each outcome (``worker/outcome.py``).
-- ``worker/settler.py``: ack, retry or bury, in batches, within ``SETTLE_WITHIN``.
-- ``worker/heartbeat.py``: keeps the worker registered and its guards leased, and
+  runner (``worker/running/runner.py``) and reports each outcome (``worker/running/outcome.py``).
+- ``worker/settling/settler.py``: ack, retry or bury, in batches, within ``SETTLE_WITHIN``,
+  calling its settle hooks (saved metadata, workflow steps, the observer) on the way.
+- ``worker/background/heartbeat.py``: keeps the worker registered and its guards leased, and
   fences it after it was reaped.
-- ``worker/scheduler.py``: claims the due ticks of periodic schedules (its own thread;
+- ``worker/background/scheduler.py``: claims the due ticks of periodic schedules (its own thread;
   off with ``scheduler=False``, and by default in burst mode).
-- ``worker/pump.py``: turns the events of the subscriptions of our queues into tasks,
+- ``worker/background/pump.py``: turns the events of the subscriptions of our queues into tasks,
   reclaims what dead workers left pending, trims the topics (its own threads).
-- ``worker/upkeep.py`` (on the main thread): promote due tasks, reap dead workers,
+- ``worker/background/upkeep.py`` (on the main thread): promote due tasks, reap dead workers,
   tell the pool of cancelled tasks it runs.
 
 Signals belong to the management command, not here.
@@ -41,33 +44,16 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
-from django.core.exceptions import ImproperlyConfigured
-from django.utils.crypto import get_random_string
-
-from django_redisq.core.options import NAME_RE, WORKER_NAME_MAX
 from django_redisq.exceptions import RedisError
 from django_redisq.store import server
-from django_redisq.store.broker import Broker
 from django_redisq.store.replies import CORRUPT, NOMSG, Delivery
 from django_redisq.store.server import BLOCK_TIMEOUT
-from django_redisq.store.workflows import WorkflowStore
-from django_redisq.worker.fetcher import Fetcher
-from django_redisq.worker.flows import WorkflowHooks
-from django_redisq.worker.handback import HandBack
-from django_redisq.worker.heartbeat import Heartbeat
-from django_redisq.worker.held import Held
-from django_redisq.worker.marks import Marks
-from django_redisq.worker.observer import Observer
-from django_redisq.worker.outcome import DEAD, Outcome, error_dict
-from django_redisq.worker.pausing import Pauses
-from django_redisq.worker.pools import Pool, make_pool
-from django_redisq.worker.pump import EventPump
-from django_redisq.worker.queue_order import QueueOrder
-from django_redisq.worker.runner import Runner
-from django_redisq.worker.scheduler import Scheduler
-from django_redisq.worker.settler import ACK_BATCH, SETTLE_WITHIN, Batch, Settler, Unsettled
-from django_redisq.worker.tasklog import TaskLog
-from django_redisq.worker.upkeep import Upkeep
+from django_redisq.worker.parts import Controls, Parts, WorkerSpec, build_parts, default_name, worker_id
+from django_redisq.worker.running.outcome import DEAD, Outcome, error_dict
+from django_redisq.worker.running.runner import Runner
+from django_redisq.worker.settling.settler import ACK_BATCH, SETTLE_WITHIN, Batch, Unsettled
+
+__all__ = ["Worker", "default_name", "worker_id"]
 
 logger = logging.getLogger("django_redisq")
 """One line per settled task (INFO; WARNING with the traceback for a failed attempt)."""
@@ -81,27 +67,13 @@ average run time."""
 AUTO_PREFETCH_MAX = 64
 
 
-def default_name() -> str:
-    host = "".join(c if c.isalnum() or c in "-_." else "-" for c in socket.gethostname())[:60] or "host"
-    return f"{host}.{os.getpid()}"
-
-
-def worker_id(name: str) -> str:
-    """The identity of this process: the name plus a per-process incarnation.
-
-    Unique even when a supervisor restarts a worker under a fixed ``--name``:
-    the new process never takes over, or undoes the claims of, the tasks its
-    dead predecessor held (those count their delivery and come back through
-    the reaper), and two live processes given one name do not share a list.
-    """
-    return f"{name}.{get_random_string(6)}"
-
-
 class Worker:
     """Serves queues of one task backend until stopped (or drained, with ``burst``).
 
     ``queues`` in a list are served in strict order; as a mapping of queue
     name to weight (``{"emails": 6, "default": 3, "low": 1}``), in weighted order.
+    Its components are built by ``build_parts`` (``worker/parts.py``) and kept
+    in ``parts``; each is also an attribute of the worker (``worker.settler``).
     """
 
     def __init__(
@@ -121,81 +93,31 @@ class Worker:
         max_memory_per_child: int | None = None,
         events: bool | None = None,
     ) -> None:
-        from django_redisq.backend import RedisQueueBackend
-        from django_redisq.compat import task_backends
-
-        be = task_backends[backend]
-        if not isinstance(be, RedisQueueBackend):
-            raise ImproperlyConfigured(f"TASKS[{backend!r}] is not a django_redisq RedisQueueBackend.")
-        self.options = be.conf
-        self.queues = list(queues or self.options.queues)
-        weights = None
-        if isinstance(queues, Mapping) and queues:
-            from django_redisq.settings.profiles import parse_weight
-
-            weights = {q: parse_weight(w, q) for q, w in queues.items()}
-        if len(set(self.queues)) != len(self.queues):
-            raise ValueError(f"a queue is named twice in {self.queues}")
-        for q in self.queues:
-            if q not in self.options.queues:
-                raise ImproperlyConfigured(f"queue {q!r} is not in TASKS[{backend!r}]['QUEUES'] {list(self.options.queues)}.")
-        if concurrency < 1:
-            raise ValueError("concurrency must be at least 1")
-        self.name = name or default_name()
-        if not NAME_RE.match(self.name) or len(self.name) > WORKER_NAME_MAX:
-            raise ValueError(f"worker name {self.name!r}: use 1-{WORKER_NAME_MAX} letters, digits, '_', '-' or '.'")
-        self.id = worker_id(self.name)
-        self.concurrency, self.burst, self.max_tasks = concurrency, burst, max_tasks
-        self.fixed_prefetch = prefetch or self.options.prefetch or None
+        self.spec = spec = WorkerSpec.of(
+            queues, backend=backend, concurrency=concurrency, name=name, burst=burst, max_tasks=max_tasks,
+            prefetch=prefetch, pool=pool, max_tasks_per_child=max_tasks_per_child,
+            max_memory_per_child=max_memory_per_child, scheduler=scheduler, events=events)
+        self.options, self.name, self.id = spec.options, spec.name, spec.id
+        self.concurrency, self.burst, self.max_tasks, self.fixed_prefetch = concurrency, burst, spec.max_tasks, spec.prefetch
+        self.logical_queues = list(spec.queues)
         self.avg_duration = 0.001  # seconds, moving average of task run time
         self.processed = 0
         self.started_at = time.time()
-        self._stop = threading.Event()
-        self._force = threading.Event()
-        self._flush_stop = threading.Event()
+        self._stop, self._force, self._flush_stop = threading.Event(), threading.Event(), threading.Event()
         self._count_lock = threading.Lock()
-        self.broker = Broker(self.options)
-        self.runner = runner or Runner(self.options, backend)
-        # a partitioned queue is served as its partitions, each a queue of its own below (core/partitions.py)
-        self.logical_queues = list(self.queues)
-        self.order = QueueOrder(self.queues, weights, {q: n for q in self.queues if (n := self.options.partitions(q)) > 1})
-        self.queues = list(self.order.queues)
-        caps = {q: c for q in self.queues if (c := self.options.for_queue(q).worker_concurrency)}
-        self.held = held = Held(self.queues, self.prefetch, self.order, caps, slots=concurrency, ahead=self.ahead)
-        if pool != "processes" and (max_tasks_per_child or max_memory_per_child):
-            raise ValueError("max_tasks_per_child and max_memory_per_child apply to the process pool only (--pool processes)")
-        self.pool: Pool = make_pool(pool, self.runner, self.id, concurrency, max_tasks_per_child=max_tasks_per_child,
-                                    max_memory_per_child=max_memory_per_child)
+        self.parts = parts = build_parts(spec, Controls(
+            stop=self._stop, force=self._force, flush_stop=self._flush_stop, prefetch=self.prefetch, ahead=self.ahead,
+            info=self.info, fenced=self._fenced, settled=self._settled), runner=runner)
+        self._take(parts)
+        self.queues = list(self.order.queues)  # a partitioned queue is served as its partitions (core/partitions.py)
         self.unsettled = [Unsettled() for _ in range(self.pool.lanes)]
-        # each component gets what it needs here, in this order, and none of them knows the worker
-        self.observer = Observer(RedisQueueBackend, self.options.alias, self.id, self.pool.name, self.queues, concurrency,
-                                 self.options.worker_timeout, lambda: len(held.executing),  # worker/observer.py
-                                 held.waiting)
-        beats = Broker.for_heartbeat(self.options)
-        unsettled: dict[str, str] = {}  # tasks that ran and could not be settled: the settler's, for the heartbeat's sweep
-        self.heartbeat = Heartbeat(beats, self.options, self.id, self.queues, self.info, held.known, self._fenced,
-                                   on_beat=self.observer.beat, presence=beats.presence(self.queues), unsettled=unsettled)
-        idle = {q: threading.Event() for q in self.queues}  # set: the queue looked dry (or resumed), its thread fetches
-        for event in idle.values():
-            event.set()
-        self.pauses = pauses = Pauses(self.broker, self.id, self.queues, held, self._stop, lambda q: idle[q].set())
-        self.fetcher = Fetcher(self.broker, self.id, self.queues, held, self._stop, self.heartbeat.wake, idle,
-                               lambda: pauses.paused, pauses.saw_paused, burst)
-        self.handback = HandBack(self.broker, self.id, held, self._stop, self.options.hand_back_after)
-        # stops with the settler, once nothing runs: the marks say so until then
-        self.marks = Marks(self.broker, self.id, self.queues, held, self._flush_stop, self.options.worker_timeout,
-                           self.options.heartbeat_interval)
-        self.settler = Settler(self.broker, self.id, self._force, self._settled, on_event=self.observer.settle_event,
-                               flows=WorkflowHooks(WorkflowStore(self.broker)), unsettled=unsettled)
-        self.tasklog = TaskLog()
-        self.upkeep = Upkeep(self.broker, self.id, self.queues, held, self.pool, self._stop, self.options.heartbeat_interval,
-                             burst, self.observer.recovered, paused=self.fetcher.paused, tick=self.tasklog.tick,
-                             by_connection=True)
-        # periodic schedules: on unless burst (a draining worker would keep enqueuing); bad ones are logged and skipped
-        self.scheduler = Scheduler(self.options, self.broker, self._stop) if (not burst if scheduler is None else scheduler) else None
-        # events: subscriptions of our queues become tasks (worker/pump.py); off in burst mode unless asked for
-        self.pump = EventPump(self.options, self.broker, self._stop, self.id, self.logical_queues) \
-            if (not burst if events is None else events) else None
+
+    def _take(self, p: Parts) -> None:
+        """Each part as an attribute of its own: the run loop's names, and the paths tests and runworker use."""
+        self.broker, self.runner, self.order, self.held, self.pool = p.broker, p.runner, p.order, p.held, p.pool
+        self.observer, self.heartbeat, self.pauses, self.fetcher = p.observer, p.heartbeat, p.pauses, p.fetcher
+        self.handback, self.marks, self.settler, self.tasklog = p.handback, p.marks, p.settler, p.tasklog
+        self.upkeep, self.scheduler, self.pump = p.upkeep, p.scheduler, p.pump
 
     # -- the server ------------------------------------------------------
 
@@ -226,7 +148,7 @@ class Worker:
         return max(1, min(max(AUTO_PREFETCH_MAX, 2 * self.concurrency), self.concurrency + extra))
 
     def ahead(self) -> int:
-        """Tasks held unstarted beyond the free slots (no hoarding, worker/held.py): the prefetch's share beyond the
+        """Tasks held unstarted beyond the free slots (no hoarding, worker/fetching/held.py): the prefetch's share beyond the
         threads, and only what they start within half of HAND_BACK_AFTER at the average run time, even with a fixed prefetch."""
         soon = int(self.concurrency * START_SOON * self.options.hand_back_after / max(self.avg_duration, 1e-6))
         return max(0, min(self.prefetch() - self.concurrency, soon))
@@ -389,7 +311,6 @@ class Worker:
         return Outcome(DEAD, error=error_dict(None, f"task data of id {d.id!r} is corrupt: {detail}", BAD_MESSAGE), reason="corrupt_task")
 
     def _settled(self, batch: Batch) -> None:
-        self.observer.settled(batch)
         self.held.forget(d for d, _ in batch)
         self.upkeep.settled({d.id for d, _ in batch})
         with self._count_lock:
@@ -397,7 +318,7 @@ class Worker:
             done = self.processed
         for _, o in batch:
             self.avg_duration += 0.05 * (o.duration - self.avg_duration)
-        self.tasklog.settled(batch)  # failures at WARNING now, successes summed up at INFO (worker/tasklog.py)
+        self.tasklog.settled(batch)  # failures at WARNING now, successes summed up at INFO (worker/observability/tasklog.py)
         if self.max_tasks and done >= self.max_tasks:
             self.request_stop()
 

@@ -55,7 +55,7 @@ def test_publish_and_consume_on_the_cluster(cluster, r, running_worker):
 def test_reclaim_trim_and_rewind_on_the_cluster(cluster, r):
     import threading
 
-    from django_redisq.worker.pump import EventPump
+    from django_redisq.worker.background.pump import EventPump
 
     options = get_options()
     broker = Broker(options)

@@ -13,7 +13,7 @@ from django_redisq.settings.read import get_options
 from django_redisq.store.broker import Broker
 from django_redisq.store.keys import QueueKeys, TopicKeys
 from django_redisq.store.topics import Topics
-from django_redisq.worker.pump import MAX_DELIVERIES, EventPump
+from django_redisq.worker.background.pump import MAX_DELIVERIES, EventPump
 from tests.events.conftest import HANDLERS, THREE, H, events_settings, runs
 from tests.helpers import wait_for
 
@@ -129,7 +129,7 @@ def test_an_entry_that_keeps_failing_to_become_a_task_is_dead_lettered_not_retri
 
 
 def test_a_dead_consumers_pending_entries_are_reclaimed_past_the_first_window_and_never_enqueued_twice(r):
-    from django_redisq.worker import pump as pump_module
+    from django_redisq.worker.background import pump as pump_module
 
     with events_settings({"p": {"topic": "t1", "task": H + "plain"}}):
         options = get_options()
@@ -172,7 +172,7 @@ def test_a_burst_worker_runs_no_pump_unless_asked(r, make_worker):
 
 
 def test_a_pending_walk_longer_than_one_call_goes_on_where_it_stopped(r, monkeypatch):
-    from django_redisq.worker import pump as pump_module
+    from django_redisq.worker.background import pump as pump_module
 
     monkeypatch.setattr(pump_module, "CLAIM_WINDOWS", 1)
     with events_settings({"p": {"topic": "t1", "task": H + "plain"}}):

@@ -15,7 +15,7 @@ from django_redisq.ops.metrics import exposition
 from django_redisq.settings.read import get_options
 from django_redisq.store.broker import Broker
 from django_redisq.store.keys import QueueKeys, TopicKeys
-from django_redisq.worker.pump import EventPump
+from django_redisq.worker.background.pump import EventPump
 from tests.events.conftest import H, events_settings, runs
 
 STREAM = TopicKeys("t1").stream

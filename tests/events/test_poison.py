@@ -10,8 +10,8 @@ from django_redisq.settings.read import get_options
 from django_redisq.store.broker import Broker
 from django_redisq.store.keys import QueueKeys, TopicKeys
 from django_redisq.store.topics import Entry
-from django_redisq.worker import pump as pump_module
-from django_redisq.worker.pump import MAX_DELIVERIES, EventPump
+from django_redisq.worker.background import pump as pump_module
+from django_redisq.worker.background.pump import MAX_DELIVERIES, EventPump
 from tests.events.conftest import H, events_settings, runs
 from tests.helpers import wait_for
 

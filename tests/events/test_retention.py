@@ -9,7 +9,7 @@ from django_redisq.settings.read import get_options
 from django_redisq.store.broker import Broker
 from django_redisq.store.keys import TopicKeys
 from django_redisq.store.topics import Topics
-from django_redisq.worker.pump import EventPump
+from django_redisq.worker.background.pump import EventPump
 from tests.events.conftest import H, events_settings
 
 STREAM = TopicKeys("t1").stream

@@ -25,7 +25,7 @@ from django_redisq.core import partitions
 from django_redisq.ops.inspector import Inspector
 from django_redisq.settings.read import get_options, validate
 from django_redisq.store.keys import QueueKeys
-from django_redisq.worker.queue_order import QueueOrder
+from django_redisq.worker.fetching.queue_order import QueueOrder
 from django_redisq.worker.worker import Worker
 from tests.testapp import topology_tasks
 from tests.testapp.topology_tasks import always_fails, mark, runs

@@ -17,7 +17,7 @@ from redis.exceptions import ResponseError
 from django_redisq import chain, chord
 from django_redisq.compat import TaskResultStatus
 from django_redisq.store.keys import WorkflowKeys
-from django_redisq.worker.settler import SETTLE_FAILED
+from django_redisq.worker.settling.settler import SETTLE_FAILED
 from tests.helpers import keys, run_in_thread, wait_for, where_is
 from tests.testapp import tasks
 from tests.testapp import workflow_tasks as wt

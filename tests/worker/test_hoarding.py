@@ -114,7 +114,7 @@ def _deliveries(q: str, n: int, start: int = 0) -> list:
 
 def test_no_room_while_every_slot_is_busy():
     """``reserve``: the free slots plus ``ahead`` less what waits unstarted; nothing while every slot is busy."""
-    from django_redisq.worker.held import Held
+    from django_redisq.worker.fetching.held import Held
 
     ahead = [3]
     held = Held(["default", "emails"], lambda: 100, slots=2, ahead=lambda: ahead[0])
@@ -136,7 +136,7 @@ def test_no_room_while_every_slot_is_busy():
 
 
 def test_take_stale_takes_only_what_waited_too_long_oldest_first():
-    from django_redisq.worker.held import Held
+    from django_redisq.worker.fetching.held import Held
 
     held = Held(["default", "emails"], lambda: 100, slots=1)
     held.add("default", held.permits["default"].take(0), _deliveries("default", 3))
@@ -154,7 +154,7 @@ def test_take_stale_takes_only_what_waited_too_long_oldest_first():
 
 def test_a_hand_back_keeps_order_and_delivery_counts(r, broker):
     """What a busy worker hands back is taken next, in the order it had, with its delivery count as before."""
-    from django_redisq.worker.handback import hand_back
+    from django_redisq.worker.fetching.handback import hand_back
     from tests.helpers import seed_pending
 
     for i in range(5):
@@ -174,7 +174,7 @@ def test_a_fetch_sent_before_the_worker_found_it_was_reaped_is_not_held():
     """A fetch in flight when the worker froze, answered before the reap: its tasks went back to pending and run
     elsewhere, so once the worker has dropped what it held on the queue (it found it was reaped), that answer is not
     held either; one sent after, or on another queue, is (seen before: 7 of a prefetched batch ran twice)."""
-    from django_redisq.worker.held import Held
+    from django_redisq.worker.fetching.held import Held
 
     held = Held(["default", "emails"], lambda: 100)
     fence, other = held.fences["default"], held.fences["emails"]

@@ -1,4 +1,4 @@
-"""The worker's metrics endpoint (worker/metrics_server.py) in-process: what it answers, and its bounds.
+"""The worker's metrics endpoint (worker/observability/metrics_server.py) in-process: what it answers, and its bounds.
 
 The attacks themselves (slow half requests, a process out of descriptors, made-up task paths) run against real
 runworker processes in tests/test_observability.py.
@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 
-from django_redisq.worker.metrics_server import MAX_REQUEST, MetricsServer
+from django_redisq.worker.observability.metrics_server import MAX_REQUEST, MetricsServer
 
 HALF = b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-a: "
 

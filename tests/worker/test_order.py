@@ -1,4 +1,4 @@
-"""Queue order (worker/queue_order.py), worker profiles (settings/profiles.py) and their checks; no worker runs here."""
+"""Queue order (worker/fetching/queue_order.py), worker profiles (settings/profiles.py) and their checks; no worker runs here."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from django.test import override_settings
 from django_redisq.settings.profiles import POOL_NAMES, get_profile, parse_queue_args
 from django_redisq.settings.read import validate
 from django_redisq.store.replies import RUN, Delivery
-from django_redisq.worker.held import Held
+from django_redisq.worker.fetching.held import Held
+from django_redisq.worker.fetching.queue_order import QueueOrder
 from django_redisq.worker.pools import POOLS
-from django_redisq.worker.queue_order import QueueOrder
 
 Q3 = ["emails", "default", "low"]
 W = {"emails": 6, "default": 3, "low": 1}

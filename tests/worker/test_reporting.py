@@ -15,7 +15,7 @@ import pytest
 
 from django_redisq.exceptions import Retry, TaskCancelled
 from django_redisq.settings.read import validate
-from django_redisq.worker.reporting import ErrorReporter
+from django_redisq.worker.running.reporting import ErrorReporter
 from tests.conftest import topology_settings
 from tests.testapp.tasks import add, always_fails, flaky
 

@@ -18,7 +18,7 @@ def test_burst_runs_everything_and_exits_zero(r, run_worker_process):
     out = wp.output()
     assert wp.proc.returncode == 0, out
     assert all(tasks.add.get_result(x.id).return_value == 2 * i for i, x in enumerate(results))
-    # at INFO, successes are summed up (worker/tasklog.py): the last window's line is written when the worker stops
+    # at INFO, successes are summed up (worker/observability/tasklog.py): the last window's line is written when the worker stops
     assert "outcome=success" not in out and "INFO settled 20 task(s) in " in out and ": 20 success; slowest tests.testapp.tasks.add id=" in out, out
 
 

@@ -12,7 +12,7 @@ from django.test import override_settings
 
 from django_redisq.settings.read import get_options
 from django_redisq.store.broker import Broker
-from django_redisq.worker.scheduler import Scheduler
+from django_redisq.worker.background.scheduler import Scheduler
 from tests.helpers import keys, redis_ms, wait_for
 from tests.testapp.tasks import TICKS
 
@@ -264,7 +264,7 @@ def test_after_redis_failed_the_scheduler_looks_again_within_a_quarter_second_an
     import redis as redis_py
 
     from django_redisq.testing import RedisServer
-    from django_redisq.worker.scheduler import FAILED_MAX
+    from django_redisq.worker.background.scheduler import FAILED_MAX
 
     class Counting(Scheduler):
         looks = 0

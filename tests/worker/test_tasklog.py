@@ -1,4 +1,4 @@
-"""The worker's task log (worker/tasklog.py): failures and dead letters at once, successes summed up, a line per success opt-in."""
+"""The worker's task log (worker/observability/tasklog.py): failures and dead letters at once, successes summed up, a line per success opt-in."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from django_redisq.worker.outcome import DEAD, RETRY, SUCCESS
-from django_redisq.worker.tasklog import TaskLog
+from django_redisq.worker.observability.tasklog import TaskLog
+from django_redisq.worker.running.outcome import DEAD, RETRY, SUCCESS
 
 
 @dataclass
@@ -57,7 +57,7 @@ def test_successes_are_summed_up_failures_logged_at_once(records):
 
 def test_a_window_writes_its_summary_when_due_and_not_before(records, monkeypatch):
     clock = [1000.0]
-    monkeypatch.setattr("django_redisq.worker.tasklog.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("django_redisq.worker.observability.tasklog.time.monotonic", lambda: clock[0])
     log = TaskLog(every=10)
     log.settled([(D("a"), O(SUCCESS))])
     clock[0] += 9.9

@@ -1,6 +1,6 @@
 """Time limits of tasks run on worker threads, against a real redis-server.
 
-The watchdog (worker/timelimit.py) raises ``TaskTimeout`` inside the
+The watchdog (worker/running/timelimit.py) raises ``TaskTimeout`` inside the
 task's thread; the runner arms it around the call and treats the exception as
 a failed attempt.
 """
@@ -19,7 +19,7 @@ from django_redisq import TaskTimeout, task
 from django_redisq.compat import InvalidTask, TaskResultStatus
 from django_redisq.core.options import Options
 from django_redisq.settings.read import build_options, get_options, validate
-from django_redisq.worker import timelimit
+from django_redisq.worker.running import timelimit
 from tests import helpers
 from tests.helpers import keys, run_in_thread, where_is
 from tests.testapp import tasks

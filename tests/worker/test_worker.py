@@ -7,7 +7,7 @@ import redis
 from django.core.exceptions import ImproperlyConfigured
 
 from django_redisq.compat import TaskResultStatus
-from django_redisq.worker.settler import SETTLE_TRIES
+from django_redisq.worker.settling.settler import SETTLE_TRIES
 from django_redisq.worker.worker import Worker
 from tests.helpers import blocked_in, drain, keys, message, seed_pending, wait_for, where_is
 from tests.testapp import tasks
@@ -201,7 +201,7 @@ def test_bad_worker_arguments():
 
 
 def test_db_connections_are_closed_around_each_task(r, make_worker, monkeypatch):
-    import django_redisq.worker.runner as runner_mod
+    import django_redisq.worker.running.runner as runner_mod
 
     calls = []
     real = runner_mod.close_old_connections

@@ -19,7 +19,9 @@ from django_redisq.compat import LOGGER_NAME
 from django_redisq.exceptions import RedisUnavailable
 from django_redisq.management.commands import _out
 from django_redisq.management.commands._args import memory, one_voice, port, positive
+from django_redisq.settings import discovery
 from django_redisq.worker.pools import POOLS
+from django_redisq.worker.worker import Worker
 
 LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
 
@@ -77,7 +79,7 @@ class BatchedStderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
                 pass
 
 
-def banner(worker: Any) -> str:
+def banner(worker: Worker) -> str:
     """The start line: who serves what, how, against which Redis (never its credentials)."""
     o = worker.options
     order = f"{worker.order.describe()} (weighted)" if worker.order.weighted else worker.order.describe()
@@ -143,16 +145,39 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **opts: Any) -> None:
         self._check_backends()
         self._configure_logging(opts["verbosity"])
+        self._discover(opts["backend"])
+        worker = self._build(opts)
+        if opts["health_file"]:  # a path another user controls: refused before anything starts
+            try:
+                worker.observer.write_health_file(opts["health_file"])
+            except (ImproperlyConfigured, OSError) as exc:
+                raise CommandError(f"--health-file: {exc}") from None
+        log = logging.getLogger("django_redisq")
+        log.log(logging.DEBUG if opts["burst"] else logging.INFO, "%s", banner(worker))
+        for warning in worker.durability_warnings():
+            log.warning(warning)
+        self._serve_metrics(worker, opts)
+        self._install_signals(worker)
+        try:
+            worker.run()
+        except ImproperlyConfigured as exc:  # e.g. a process-pool child that cannot set up
+            raise CommandError(str(exc)) from None
+        finally:
+            worker.observer.stop()
+            self._flush_logs()
+
+    @staticmethod
+    def _discover(alias: str) -> None:
+        """Import what enqueue checks a task against (settings/discovery.py): the apps' tasks modules and OPTIONS["IMPORTS"]."""
         from django.conf import settings
 
-        from django_redisq.settings import discovery
-
-        try:  # what enqueue checks a task against (settings/discovery.py): the apps' tasks modules and OPTIONS["IMPORTS"]
-            discovery.load(discovery.imports_of(getattr(settings, "TASKS", {}).get(opts["backend"])))
+        try:
+            discovery.load(discovery.imports_of(getattr(settings, "TASKS", {}).get(alias)))
         except ImportError as exc:
-            raise CommandError(f"TASKS[{opts['backend']!r}]['OPTIONS']['IMPORTS']: {exc}") from None
-        from django_redisq.worker.worker import Worker
+            raise CommandError(f"TASKS[{alias!r}]['OPTIONS']['IMPORTS']: {exc}") from None
 
+    def _build(self, opts: dict[str, Any]) -> Worker:
+        """The worker the command line (or its profile) asks for, its Redis checked; each mistake said in one line."""
         try:
             queues, concurrency, pool, prefetch = self._served(opts)
             self._known(opts["backend"], list(queues))
@@ -173,33 +198,22 @@ class Command(BaseCommand):
             if "InvalidTaskBackend" in type(exc).__name__:
                 raise _out.usage(f"no task backend {opts['backend']!r} in TASKS") from None
             raise
-        if opts["health_file"]:  # a path another user controls: refused before anything starts
-            try:
-                worker.observer.write_health_file(opts["health_file"])
-            except (ImproperlyConfigured, OSError) as exc:
-                raise CommandError(f"--health-file: {exc}") from None
-        log = logging.getLogger("django_redisq")
-        log.log(logging.DEBUG if opts["burst"] else logging.INFO, "%s", banner(worker))
-        for warning in worker.durability_warnings():
-            log.warning(warning)
+        return worker
+
+    @staticmethod
+    def _serve_metrics(worker: Worker, opts: dict[str, Any]) -> None:
+        """--metrics-port: the worker's own metrics endpoint, with its bearer token if one is given."""
         if opts["metrics_token_file"] and opts["metrics_port"] is None:
             raise _out.usage("--metrics-token-file needs --metrics-port")
-        if opts["metrics_port"] is not None:
-            try:
-                token = _token(opts["metrics_token_file"])
-                port = worker.observer.serve_metrics(opts["metrics_host"], opts["metrics_port"], token)
-            except (ImproperlyConfigured, OSError) as exc:
-                raise CommandError(f"--metrics-port/--metrics-token-file: {exc}") from None
-            log.info("metrics of worker %s at http://%s:%d/metrics%s", worker.id, opts["metrics_host"], port,
-                     " (bearer token required)" if token else "")
-        self._install_signals(worker)
+        if opts["metrics_port"] is None:
+            return
         try:
-            worker.run()
-        except ImproperlyConfigured as exc:  # e.g. a process-pool child that cannot set up
-            raise CommandError(str(exc)) from None
-        finally:
-            worker.observer.stop()
-            self._flush_logs()
+            token = _token(opts["metrics_token_file"])
+            port = worker.observer.serve_metrics(opts["metrics_host"], opts["metrics_port"], token)
+        except (ImproperlyConfigured, OSError) as exc:
+            raise CommandError(f"--metrics-port/--metrics-token-file: {exc}") from None
+        logging.getLogger("django_redisq").info("metrics of worker %s at http://%s:%d/metrics%s", worker.id,
+                                                opts["metrics_host"], port, " (bearer token required)" if token else "")
 
     def _served(self, opts: dict[str, Any]) -> tuple[list[str] | dict[str, int], int, str, int | None]:
         """Queues (a dict of weights for the weighted order), concurrency, pool, prefetch: the command line, else the profile."""
@@ -273,7 +287,7 @@ class Command(BaseCommand):
             self.handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
             log.addHandler(self.handler)
 
-    def _install_signals(self, worker: Any) -> None:
+    def _install_signals(self, worker: Worker) -> None:
         def on_signal(signum: int, frame: Any) -> None:
             if worker.stopping:
                 logging.getLogger("django_redisq").warning("second signal: exiting now; unfinished tasks go to the reaper")

@@ -19,14 +19,18 @@ the worker settles it.
 from __future__ import annotations
 
 from django_redisq.worker.pools.base import POOLS, Pool
-from django_redisq.worker.runner import Runner
+from django_redisq.worker.running.runner import Runner
 
 __all__ = ["POOLS", "Pool", "make_pool"]
 
 
 def make_pool(kind: str, runner: Runner, worker_id: str, concurrency: int, *,
               max_tasks_per_child: int | None = None, max_memory_per_child: int | None = None) -> Pool:
-    """The pool named ``kind`` (one of ``POOLS``)."""
+    """The pool named ``kind`` (one of ``POOLS``).
+
+    Each pool's module is imported only when chosen (a light import path): a thread pool never loads the process
+    pool's child machinery, nor an event loop's.
+    """
     if kind == "threads":
         from django_redisq.worker.pools.threads import ThreadPool
 

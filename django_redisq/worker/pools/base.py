@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from django_redisq.store.replies import Delivery
-from django_redisq.worker.outcome import Outcome
-from django_redisq.worker.runner import Runner
+from django_redisq.worker.running.outcome import Outcome
+from django_redisq.worker.running.runner import Runner
 
 POOLS = ("threads", "processes", "asyncio")
 Done = Callable[[Delivery, Outcome], None]

@@ -111,8 +111,9 @@ def _setup(config: ChildConfig) -> Any:
         handler = logging.StreamHandler()
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s [child %(process)d] %(message)s"))
         log.addHandler(handler)
+    # after django.setup() above: these read settings and the app registry at import
     from django_redisq.settings.read import get_options
-    from django_redisq.worker.runner import Runner
+    from django_redisq.worker.running.runner import Runner
 
     return Runner(get_options(config.alias), config.alias)
 
@@ -171,7 +172,7 @@ def run_tasks(conn: Connection, config: ChildConfig, runner: Any) -> None:
         try:
             outcome = runner.run(d, config.worker_id)
         except BaseException as exc:  # noqa: BLE001 - as on a thread: the task is buried, the child goes on
-            from django_redisq.worker.outcome import DEAD, Outcome, error_dict
+            from django_redisq.worker.running.outcome import DEAD, Outcome, error_dict  # set up by now (see _setup)
 
             outcome = Outcome(DEAD, error=error_dict(exc), reason="worker_error")
         conn.send(("done", outcome, rss_bytes()))

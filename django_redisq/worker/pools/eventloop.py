@@ -24,8 +24,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from django_redisq.store.replies import Delivery
-from django_redisq.worker.outcome import DEAD, Outcome, error_dict
 from django_redisq.worker.pools.base import Done, Pool
+from django_redisq.worker.running.outcome import DEAD, Outcome, error_dict
 
 logger = logging.getLogger("django_redisq")
 

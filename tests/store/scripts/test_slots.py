@@ -25,7 +25,7 @@ from tests.store.scripts.conftest import CLUSTER_GROUP, EXECUTED, STRICT
 
 
 def test_fire_claims_a_tick_once(r):
-    from django_redisq.worker.scheduler import Scheduler
+    from django_redisq.worker.background.scheduler import Scheduler
 
     schedule = {"task": "tests.testapp.tasks.on_tick", "every": 60, "kwargs": {"key": "k"}, "timezone": "UTC"}
     with topology_settings(SCHEDULES={"s": schedule}):

@@ -24,7 +24,7 @@ from typing import Any
 from django_redisq.exceptions import RedisError
 from django_redisq.store.broker import Broker
 from django_redisq.store.presence import CONFIRM, POLL_EVERY, refusal
-from django_redisq.worker.held import Held
+from django_redisq.worker.fetching.held import Held
 from django_redisq.worker.pools import Pool
 
 logger = logging.getLogger("django_redisq")
@@ -34,7 +34,7 @@ ROUND = 0.5
 
 
 class Upkeep:
-    def __init__(self, broker: Broker, worker_id: str, queues: Sequence[str], held: Held, pool: Pool,
+    def __init__(self, *, broker: Broker, worker_id: str, queues: Sequence[str], held: Held, pool: Pool,
                  stop: threading.Event, reap_every: float, burst: bool,
                  on_recovered: Callable[[Any], None] | None = None, paused: Callable[[], frozenset[str]] | None = None,
                  tick: Callable[[], None] | None = None, by_connection: bool = False) -> None:

@@ -44,6 +44,7 @@ logger = logging.getLogger("django_redisq")
 class Heartbeat:
     def __init__(
         self,
+        *,
         broker: Broker,
         options: Options,
         worker_id: str,

@@ -63,6 +63,11 @@ class Watchdog:
     """Deadlines of running calls; a daemon thread raises ``TaskTimeout`` in the late ones."""
 
     def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every deadline and the thread: a new watchdog in place (a forked child's, whose thread and locks
+        the fork did not bring along, or may have brought held)."""
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._armed: set[Handle] = set()  # hashed by identity
@@ -143,13 +148,10 @@ class Watchdog:
                 self._wake_at = min((h.deadline for h in self._armed), default=float("inf"))
                 self._cond.wait(None if self._wake_at == float("inf") else self._wake_at - now)
 
-    def _after_fork(self) -> None:
-        """In a forked child the watchdog thread does not exist: start afresh."""
-        self.__init__()  # type: ignore[misc]
 
 
 watchdog = Watchdog()
-os.register_at_fork(after_in_child=watchdog._after_fork)
+os.register_at_fork(after_in_child=watchdog.reset)  # in a forked child the watchdog thread does not exist
 
 
 _chained = [sys.unraisablehook]

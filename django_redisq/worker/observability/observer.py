@@ -1,10 +1,10 @@
 """What a worker tells the world of what it does: signals, per-worker metrics, a health file.
 
-The worker's components report here (the settler each step Redis took, the
-heartbeat each beat, the reaper the tasks it gave back, the worker each
-settled batch); this module turns that into ``signals.py``'s signals, and,
-when ``runworker`` asked for them, ``worker/metrics.py``'s metrics and
-``worker/health_file.py``'s health file. Signals and metrics are off the hot path of a
+The worker's components report here (the settler, of which the observer is a
+settle hook, each step Redis took and each settled batch; the heartbeat each
+beat, the reaper the tasks it gave back); this module turns that into ``signals.py``'s signals, and,
+when ``runworker`` asked for them, ``worker/observability/metrics.py``'s metrics and
+``worker/observability/health_file.py``'s health file. Signals and metrics are off the hot path of a
 task that succeeds: nothing is sent for an ack.
 """
 
@@ -17,18 +17,18 @@ from typing import Any
 
 from django_redisq import signals
 from django_redisq.store.replies import Delivery, Recovered
-from django_redisq.worker.health_file import HealthFile
-from django_redisq.worker.metrics import WorkerMetrics, worker_info
-from django_redisq.worker.outcome import RETRY, Outcome
-from django_redisq.worker.settler import DEAD_LETTERED, LEASE_LOST, RETRIED, Batch
+from django_redisq.worker.observability.health_file import HealthFile
+from django_redisq.worker.observability.metrics import WorkerMetrics, worker_info
+from django_redisq.worker.running.outcome import RETRY, Outcome
+from django_redisq.worker.settling.hooks import DEAD_LETTERED, LEASE_LOST, RETRIED, Batch, SettleHook
 
 logger = logging.getLogger("django_redisq")
 
 
-class Observer:
+class Observer(SettleHook):
     """One per worker; ``metrics`` and ``health`` stay None unless asked for."""
 
-    def __init__(self, sender: type, alias: str, worker_id: str, pool: str, queues: list[str], concurrency: int,
+    def __init__(self, *, sender: type, alias: str, worker_id: str, pool: str, queues: list[str], concurrency: int,
                  worker_timeout: float, running: Callable[[], int], held: Callable[[], int] = lambda: 0) -> None:
         """``sender``: the signals' sender (the backend class); ``running``: how many tasks the worker runs now;
         ``held``: how many it holds fetched and not started."""
@@ -54,7 +54,8 @@ class Observer:
 
     # -- told by the worker's components ---------------------------------
 
-    def settled(self, batch: Batch) -> None:
+    def after_settle(self, batch: Batch) -> None:
+        """A settle hook (worker/settling/hooks.py): the batch counted in the metrics."""
         if self.metrics is not None:
             self.metrics.settled(batch)
 
@@ -66,7 +67,9 @@ class Observer:
         if self.health is not None:
             self.health.beat(ok)
 
-    def settle_event(self, event: str, d: Delivery, o: Outcome) -> None:
+    def after_step(self, event: str, d: Delivery, o: Outcome) -> None:
+        """A settle hook: a retry or a burial becomes a signal (its receivers publish the lifecycle events), a lost
+        lease a metric."""
         if event == LEASE_LOST:
             if self.metrics is not None:
                 self.metrics.lease_losses.inc()

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from concurrent.futures import Executor
 from contextlib import contextmanager
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 from asgiref.sync import async_to_sync, sync_to_async
 from django.db import close_old_connections
@@ -50,11 +50,11 @@ from django_redisq.exceptions import BadMessage, TaskCancelled, TaskTimeout, Unk
 from django_redisq.store.broker import Broker
 from django_redisq.store.replies import Delivery
 from django_redisq.task import RedisTask, get_registered
-from django_redisq.worker.attempt import Attempt, Prepared
-from django_redisq.worker.outcome import DEAD, RETRY, Outcome, error_dict, failure
-from django_redisq.worker.progress import ProgressWriter
-from django_redisq.worker.reporting import ErrorReporter
-from django_redisq.worker.timelimit import Handle, arm, disarm, interrupt
+from django_redisq.worker.running.attempt import Attempt, Prepared
+from django_redisq.worker.running.outcome import DEAD, RETRY, Outcome, error_dict, failure
+from django_redisq.worker.running.progress import ProgressWriter
+from django_redisq.worker.running.reporting import ErrorReporter
+from django_redisq.worker.running.timelimit import Handle, arm, disarm, interrupt
 
 logger = logging.getLogger("django_redisq")
 
@@ -78,6 +78,19 @@ def _limit(message: Message, prep: Prepared, opts: Options) -> float:
 
 def _now() -> Any:
     return ms_to_datetime(int(time.time() * 1000))
+
+
+class ConsumerSpan(Protocol):
+    """An attempt's consumer span as the runner uses it: ``tracing.Processing``, or a no-op when tracing is off."""
+
+    def __enter__(self) -> Any: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+    @property
+    def traceparent(self) -> str: ...
+
+    def end(self, outcome: str, exc: BaseException | None = None) -> None: ...
 
 
 class Runner:
@@ -181,7 +194,7 @@ class Runner:
         try:
             task_started.send(sender=a.prep.sender, task_result=a.result)
             try:
-                with self._progress(a), span:  # report_progress() in the task writes through it (worker/progress.py)
+                with self._progress(a), span:  # report_progress() in the task writes through it (worker/running/progress.py)
                     value = self._call(a)
             finally:
                 a.keep_metadata()
@@ -197,7 +210,7 @@ class Runner:
             _close_connections()
         outcome = self._succeeded(a, value, result_json, time.perf_counter() - start)
         span.end(outcome.kind)
-        outcome.trace_from = span.traceparent  # "" when off (worker/flows.py: a released step links to it)
+        outcome.trace_from = span.traceparent  # "" when off (worker/settling/flows.py: a released step links to it)
         self._finish(a)
         return outcome
 
@@ -205,7 +218,7 @@ class Runner:
         """``task.call`` under the attempt's time limit, interruptible by ``interrupt``.
 
         A thread gets ``TaskTimeout`` (or ``TaskCancelled``) asynchronously from
-        the watchdog (worker/timelimit.py); the caller's ``except`` handles one raised
+        the watchdog (worker/running/timelimit.py); the caller's ``except`` handles one raised
         between the call and ``disarm``. An async task runs on an event loop and
         is cancelled there instead: an asynchronous exception in the thread
         waiting on the loop would only arrive once the coroutine had finished.
@@ -279,7 +292,7 @@ class Runner:
             self._coros.pop(a.d.id, None)
 
     @staticmethod
-    def _span(a: Attempt) -> tracing.Processing | tracing._Noop:
+    def _span(a: Attempt) -> ConsumerSpan:
         """The attempt's consumer span, continuing the trace its message carries (core/tracing.py)."""
         return tracing.process(a.message.task, a.message.queue, a.d.id, a.d.deliveries, a.message.metadata)
 
@@ -357,7 +370,7 @@ class Runner:
         if outcome.kind == RETRY:
             object.__setattr__(a.result, "status", TaskResultStatus.READY)
             object.__setattr__(a.result, "finished_at", None)
-        self.reporter.report(exc, a.message.task, a.d.id, a.message.queue, a.d.deliveries, outcome.kind)  # worker/reporting.py
+        self.reporter.report(exc, a.message.task, a.d.id, a.message.queue, a.d.deliveries, outcome.kind)  # worker/running/reporting.py
         return outcome
 
     def lost(self, d: Delivery, worker_id: str, exc: BaseException, duration: float = 0.0) -> Outcome:

@@ -5,16 +5,16 @@ hand-off between fetching and running). Once a queue runs dry, its fetcher
 thread blocks in BLMOVE, so a new task on any queue starts at once, and
 claims it with fetch.lua. A fetch that finds the worker fenced (reaped) wakes
 the heartbeat, which drops what the worker held and registers it again. A
-fetch that finds its queue paused tells the pause watch (worker/pausing.py); while a
+fetch that finds its queue paused tells the pause watch (worker/fetching/pausing.py); while a
 queue is paused nobody fetches from it or blocks in BLMOVE on it (the watch
 reads its state every quarter second), and nothing is logged per attempt.
 
-No hoarding (worker/held.py): a fetch takes at most the worker's room, so
+No hoarding (worker/fetching/held.py): a fetch takes at most the worker's room, so
 a worker whose every slot is busy fetches nothing, and its idle queues'
 threads wait for a free slot instead of blocking in BLMOVE, where they would
 take a new task from under an idle worker's nose.
 
-In weighted order (worker/queue_order.py) an executor picks the queue first, by weight
+In weighted order (worker/fetching/queue_order.py) an executor picks the queue first, by weight
 among the queues that have work (``take_weighted``), then takes that queue's
 next held task, fetching for it if none is held; in strict order it takes the
 next held task and fetches only when none is held (``fetch_now``).
@@ -30,20 +30,36 @@ from django_redisq.exceptions import Fenced, QueuePaused, RedisError
 from django_redisq.store.broker import Broker
 from django_redisq.store.replies import Delivery
 from django_redisq.store.server import BLOCK_TIMEOUT
-from django_redisq.worker.held import Held
-from django_redisq.worker.queue_order import QueueOrder
+from django_redisq.worker.fetching.held import Held
+from django_redisq.worker.fetching.queue_order import QueueOrder
 
 logger = logging.getLogger("django_redisq")
 
 
+class Idle(dict[str, threading.Event]):
+    """Per queue, an event set when the queue looked dry (or was resumed): then its fetcher thread fetches."""
+
+    @classmethod
+    def of(cls, queues: Sequence[str]) -> Idle:
+        """Every queue idle: each thread looks once at the start."""
+        idle = cls((q, threading.Event()) for q in queues)
+        for event in idle.values():
+            event.set()
+        return idle
+
+    def wake(self, q: str) -> None:
+        """``q`` may have work again (the pause watch saw it resumed)."""
+        self[q].set()
+
+
 class Fetcher:
     def __init__(
-        self, broker: Broker, worker_id: str, queues: Sequence[str], held: Held, stop: threading.Event,
+        self, *, broker: Broker, worker_id: str, queues: Sequence[str], held: Held, stop: threading.Event,
         on_fenced: Callable[[], None], idle: dict[str, threading.Event], paused: Callable[[], frozenset[str]],
         saw_paused: Callable[[str], None], burst: bool = False,
     ) -> None:
         """``idle``: per queue, set when the queue looked dry (its thread fetches; the pause watch sets it on resume);
-        ``paused``/``saw_paused``: the pause watch's view of the paused queues and what to tell it (worker/pausing.py)."""
+        ``paused``/``saw_paused``: the pause watch's view of the paused queues and what to tell it (worker/fetching/pausing.py)."""
         self.broker, self.worker_id, self.queues, self.held = broker, worker_id, list(queues), held
         self.stop, self.on_fenced, self.burst = stop, on_fenced, burst
         self.idle = idle

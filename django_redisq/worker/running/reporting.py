@@ -35,7 +35,7 @@ import sys
 from typing import Any
 
 from django_redisq.exceptions import Retry, TaskCancelled
-from django_redisq.worker.outcome import DEAD, SUCCESS, from_user_code
+from django_redisq.worker.running.outcome import DEAD, SUCCESS, from_user_code
 
 logger = logging.getLogger("django_redisq")
 errors = logging.getLogger("django_redisq.errors")

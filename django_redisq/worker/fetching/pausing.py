@@ -31,8 +31,8 @@ from collections.abc import Callable, Sequence
 
 from django_redisq.exceptions import RedisError
 from django_redisq.store.broker import Broker
-from django_redisq.worker.handback import hand_back
-from django_redisq.worker.held import Held
+from django_redisq.worker.fetching.handback import hand_back
+from django_redisq.worker.fetching.held import Held
 
 logger = logging.getLogger("django_redisq")
 
@@ -43,7 +43,7 @@ CHECK_EVERY = 0.25
 class Pauses:
     """Which of a worker's queues are paused; acts on each change (see the module docstring)."""
 
-    def __init__(self, broker: Broker, worker_id: str, queues: Sequence[str], held: Held, stop: threading.Event,
+    def __init__(self, *, broker: Broker, worker_id: str, queues: Sequence[str], held: Held, stop: threading.Event,
                  on_resume: Callable[[str], None]) -> None:
         self.broker, self.worker_id, self.queues, self.held = broker, worker_id, list(queues), held
         self.stop, self.on_resume = stop, on_resume
@@ -52,6 +52,10 @@ class Pauses:
         self._wake = threading.Event()
         self._failing = False
         self._announced: set[str] = set()  # paused queues whose pause was logged
+
+    def current(self) -> frozenset[str]:
+        """The queues paused now, as last seen (the fetcher's and upkeep's view)."""
+        return self.paused
 
     def saw_paused(self, q: str) -> None:
         """A fetch found ``q`` paused: block it now, and let the watch hand back what is held."""

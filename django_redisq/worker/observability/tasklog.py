@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from django_redisq.apps import SUCCESS_LOGGER
-from django_redisq.worker.outcome import DEAD
+from django_redisq.worker.running.outcome import DEAD
 
 task_log = logging.getLogger("django_redisq.tasks")
 success_log = logging.getLogger(SUCCESS_LOGGER)

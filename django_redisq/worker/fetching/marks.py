@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 from django_redisq.exceptions import RedisError
 from django_redisq.store.broker import Broker
-from django_redisq.worker.held import Held
+from django_redisq.worker.fetching.held import Held
 
 logger = logging.getLogger("django_redisq")
 
@@ -29,7 +29,7 @@ EVERY = 0.1
 
 
 class Marks:
-    def __init__(self, broker: Broker, worker_id: str, queues: Sequence[str], held: Held, stop: threading.Event,
+    def __init__(self, *, broker: Broker, worker_id: str, queues: Sequence[str], held: Held, stop: threading.Event,
                  ttl: float, refresh: float) -> None:
         """``ttl``: how long a mark outlives its last write (WORKER_TIMEOUT); ``refresh``: rewrite an unchanged one this often."""
         self.broker, self.worker_id, self.queues, self.held, self.stop = broker, worker_id, list(queues), held, stop

@@ -15,14 +15,14 @@ slot is busy, else the free slots plus ``ahead()`` (the prefetch beyond the
 slots, kept only while it starts soon) less what is held unstarted or being
 fetched. What waits unstarted longer than a short bound anyway (every slot
 took a long task) is taken back by ``take_stale`` for the hand-back
-(worker/handback.py), so another worker with a free slot runs it.
+(worker/fetching/handback.py), so another worker with a free slot runs it.
 
 Three states of a held task: waiting (fetched, not started), executing
 (``begin`` to ``finished``: the pool runs it, never more than ``slots``), and
 run but not yet settled (between ``finished`` and ``forget``).
 
 Tasks waiting to start sit in one deque per queue; ``next`` serves them in
-the worker's queue order (worker/queue_order.py): strict, the first queue with one, or
+the worker's queue order (worker/fetching/queue_order.py): strict, the first queue with one, or
 weighted among the queues with one. A blocked (paused) queue is skipped.
 """
 
@@ -34,7 +34,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 
 from django_redisq.store.replies import CORRUPT, NOMSG, RUN, Delivery
-from django_redisq.worker.queue_order import QueueOrder
+from django_redisq.worker.fetching.queue_order import QueueOrder
 
 
 class Budget:
@@ -99,7 +99,7 @@ class Held:
         reaped on ``q``, nothing is held: a fetch sent before a freeze and answered before the reap claimed
         tasks the reaper gave back and another worker runs (seen: 7 run twice). One answered after the worker
         registered again holds ids of its processing list that it does not know: the heartbeat's sweep hands
-        those back (worker/heartbeat.py).
+        those back (worker/background/heartbeat.py).
         """
         kept = [d for d in got if d.code in (RUN, NOMSG, CORRUPT)]
         if kept:
@@ -324,6 +324,10 @@ class Held:
                 if d is not None:
                     out.setdefault(d.queue, []).append(task_id)
         return out
+
+    def executing_count(self) -> int:
+        """Tasks begun and not finished (unlocked read)."""
+        return len(self.executing)
 
     def waiting(self) -> int:
         """Tasks held and not started (unlocked read)."""

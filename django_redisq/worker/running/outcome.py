@@ -5,18 +5,13 @@ finished, raised, ran out of time, was cancelled or lost its process; the
 settler turns it into an ack, a retry or a burial. ``failure`` is the one
 place that decides whether a failed attempt is retried, so a timeout on a
 thread and a hard kill in a child follow the same rules.
-
-``Missed`` and ``SettleFailed`` are what a settle step (worker/settler.py,
-worker/flows.py) answers when it does not land.
 """
 
 from __future__ import annotations
 
-import enum
 import inspect
 import time
 import traceback
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -47,28 +42,6 @@ class Outcome:
     duration: float = 0.0
     metadata: str | None = None  # the task's metadata as JSON, to save before settling; None: unchanged (core/metadata.py)
     trace_from: str = ""  # the attempt's span as a traceparent (core/tracing.py): what the workflow steps it releases link to
-
-
-class Missed(enum.Enum):
-    """Why a settle step did not land, when it may land later: nothing is wrong with the task itself."""
-
-    LOST = "lost"  # LeaseLost: the task was handed to another worker meanwhile, which settles it
-    STOPPED = "stopped"  # a force stop came while Redis said "not now": the exit's release hands it back, counted
-
-
-class SettleFailed(Exception):
-    """A settle step that would fail the same way again: a bug, data Redis holds that a script cannot read, or a value
-    Redis will always refuse. Retrying it, or handing the task back to run again, would loop for ever, so the task
-    it was for is dead-lettered instead (reason ``settle_failed``), with ``cause`` as its error."""
-
-    def __init__(self, what: str, cause: BaseException) -> None:
-        super().__init__(f"{what} failed: {type(cause).__name__}: {cause}")
-        self.what, self.cause = what, cause
-
-
-Retrying = Callable[[Callable[[], Any], str], Any]
-"""``Settler.with_retries``: runs a step until it lands (its answer) or is ``Missed``; raises ``SettleFailed``."""
-
 
 
 _RUNNER_FILES = tuple(

@@ -11,7 +11,7 @@ Every label value comes from a bounded set: ``queue`` is one the worker serves,
 ``task`` the dotted path of a registered task (``django_redisq.task.get_registered``)
 or ``"(unregistered)"`` for all the others together (``UNREGISTERED``), so
 messages naming made-up task paths cannot grow the scrape or the worker's memory.
-The endpoint (``worker/metrics_server.py``) shows task and queue names and the
+The endpoint (``worker/observability/metrics_server.py``) shows task and queue names and the
 worker id; it listens on loopback unless ``runworker --metrics-host`` says
 otherwise, and ``--metrics-token-file`` requires a bearer token.
 
@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING, Any
 
 from django_redisq.compat import prometheus
 from django_redisq.task import get_registered
-from django_redisq.worker.metrics_server import MetricsServer
+from django_redisq.worker.observability.metrics_server import MetricsServer
 
 if TYPE_CHECKING:
-    from django_redisq.worker.settler import Batch
+    from django_redisq.worker.settling.settler import Batch
 
 DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
@@ -73,7 +73,7 @@ class WorkerMetrics:
         self.server: MetricsServer | None = None
 
     def serve(self, host: str, port: int, token: str | None = None) -> int:
-        """Serve ``/metrics`` on a daemon thread (``worker/metrics_server.py``); returns the port (useful with 0,
+        """Serve ``/metrics`` on a daemon thread (``worker/observability/metrics_server.py``); returns the port (useful with 0,
         any free one). With ``token``, only to requests with ``Authorization: Bearer <token>``."""
         generate = prometheus().generate_latest
         self.server = MetricsServer(host, port, lambda: generate(self.registry), token)

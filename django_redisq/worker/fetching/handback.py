@@ -1,8 +1,8 @@
 """Handing back: what a busy worker holds and cannot start soon goes back to the head of its queue.
 
 A worker fetches a little ahead of its free slots (the prefetch, for
-throughput), and fetches nothing while every slot is busy (worker/held.py,
-worker/fetcher.py). A task it fetched may still wait: its slots were free
+throughput), and fetches nothing while every slot is busy (worker/fetching/held.py,
+worker/fetching/fetcher.py). A task it fetched may still wait: its slots were free
 when it fetched, then each took a task that runs long. Every ``CHECK_EVERY``
 seconds this component takes every task that has waited unstarted longer
 than ``HAND_BACK_AFTER`` (0.25 s by default) and hands it back with release.lua, the step a stopping
@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 from django_redisq.exceptions import RedisError
 from django_redisq.store.broker import Broker
-from django_redisq.worker.held import Held
+from django_redisq.worker.fetching.held import Held
 
 logger = logging.getLogger("django_redisq")
 
@@ -53,7 +53,7 @@ def hand_back(broker: Broker, worker_id: str, q: str, ids: Sequence[str], why: s
 class HandBack:
     """Hands back the tasks a worker held too long unstarted (see the module docstring)."""
 
-    def __init__(self, broker: Broker, worker_id: str, held: Held, stop: threading.Event, hold_at_most: float) -> None:
+    def __init__(self, *, broker: Broker, worker_id: str, held: Held, stop: threading.Event, hold_at_most: float) -> None:
         """``hold_at_most``: seconds a fetched task may wait unstarted (the option ``HAND_BACK_AFTER``)."""
         self.broker, self.worker_id, self.held, self.stop = broker, worker_id, held, stop
         self.hold_at_most = hold_at_most
