@@ -59,7 +59,7 @@ test-oldest: $(OLDEST_STAMP)
 # session's 6-node Redis Cluster, then through its 3 sentinels (tests/conftest.py REDISQ_TEST_TOPOLOGY;
 # the script tests run on the cluster in make test; `REDISQ_TEST_TOPOLOGY=sentinel pytest -m "not cluster"
 # tests/store/scripts` runs them through the sentinels: 249 passed in 57 s, left out to keep CI in its budget)
-TOPOLOGY_TESTS := tests/test_topology_pass.py tests/worker/test_worker.py tests/test_invariants.py
+TOPOLOGY_TESTS := tests/topologies/test_topology_pass.py tests/worker/test_worker.py tests/invariants/test_invariants.py
 test-topologies: $(STAMP)
 	REDISQ_TEST_TOPOLOGY=cluster $(PY) -m pytest -q -m "not cluster and not sentinel" $(TOPOLOGY_TESTS)
 	REDISQ_TEST_TOPOLOGY=sentinel $(PY) -m pytest -q -m "not cluster and not sentinel" $(TOPOLOGY_TESTS)

@@ -1,7 +1,7 @@
 """The holes a hostile review found in the engine, each reproduced against a real redis-server.
 
 Named after the scenario; each failed on the engine before the fix. The same
-classes run at random in the state machine (tests/test_state_machine.py) and
+classes run at random in the state machine (tests/invariants/test_state_machine.py) and
 the chaos run (bench/chaos.py).
 """
 

@@ -3,7 +3,7 @@
 tests/worker/test_chaos.py's machinery (bench/chaos.py) starts and faults its own
 single redis-server, so this is a compact equivalent on the session's cluster
 (tests/conftest.py ``redis_cluster``): three ``runworker`` processes, 300 tasks
-over default/emails/low (three masters, tests/test_cluster.py), one worker
+over default/emails/low (three masters, tests/topologies/test_cluster.py), one worker
 SIGKILLed and another frozen by SIGSTOP past WORKER_TIMEOUT, then resumed.
 Every task must run; a task may run twice only if a fault explains it (it was
 in the processing list of the killed or the frozen worker at that moment).

@@ -3,7 +3,7 @@
 A TLS-only master (``--port 0 --tls-port``), its TLS replica and three TLS
 sentinels, the master and replica behind ``requirepass`` and the sentinels
 behind a password of their own, started once for this module from a throwaway
-CA (tests/test_security.py ``make_certificates``) and stopped by PID. TASKS
+CA (tests/connection/test_security.py ``make_certificates``) and stopped by PID. TASKS
 takes the documented form (README, "Scaling out: Redis Cluster and Sentinel"):
 the master's password, TLS and CA in a ``rediss://`` URL naming the master,
 the sentinels' password and TLS in ``SENTINEL_KWARGS``. A setting that did not
@@ -44,8 +44,8 @@ from django_redisq.store.keys import QueueKeys
 from django_redisq.testing import RedisServer, SentinelSetup, _call, find_redis_server, free_port
 from django_redisq.worker.worker import Worker
 from tests.conftest import topology_settings
+from tests.connection.test_security import ALICE_PW, PASSWORD, SECRETS, make_certificates, no_secret_in
 from tests.helpers import wait_for
-from tests.test_security import ALICE_PW, PASSWORD, SECRETS, make_certificates, no_secret_in
 from tests.testapp import tasks
 
 pytestmark = pytest.mark.sentinel
