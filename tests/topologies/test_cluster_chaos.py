@@ -14,38 +14,21 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from redis.cluster import RedisCluster
 
-from django_redisq import connection
 from django_redisq.compat import TaskResultStatus, task_backends
 from django_redisq.ops.inspector import Inspector
 from django_redisq.settings.read import get_options
 from django_redisq.store.keys import QueueKeys
-from tests.conftest import FAULT_RUNS, topology_settings
+from tests.conftest import FAULT_RUNS
 from tests.helpers import wait_for
-from tests.testapp import topology_tasks
 from tests.testapp.topology_tasks import mark, runs
+from tests.topologies.conftest import FAST
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.xdist_group(FAULT_RUNS)]  # a fleet on its deadlines
 QUEUES = ("default", "emails", "low")
-FAST = {"HEARTBEAT_INTERVAL": 0.2, "WORKER_TIMEOUT": 1.5}
-
-
-@pytest.fixture
-def cluster(redis_cluster: Any, r: Any, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[RedisCluster]:
-    monkeypatch.setattr(topology_tasks, "EFFECTS_URL", redis_url)
-    client = RedisCluster.from_url(redis_cluster.url, decode_responses=True)
-    client.flushall()
-    with topology_settings(REDIS_URL=redis_cluster.url, CLUSTER=True, **FAST):
-        connection.reset()
-        yield client
-    connection.reset()
-    client.flushall()
-    client.close()
 
 
 def held(client: RedisCluster, name: str) -> set[str]:
