@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from django_redisq.workflows.canvas import InvalidWorkflow, Step
 from django_redisq.core.message import dumps
+from django_redisq.workflows.canvas import InvalidWorkflow, Step
 
 SMALLEST_RESULT = 2
 """Bytes one parent's result adds to its dependent's message at the least: ``0`` and a comma."""
