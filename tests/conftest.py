@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import fcntl
 import json
 import os
 import subprocess
@@ -132,6 +133,31 @@ def redis_sentinel() -> Iterator[SentinelSetup]:
         yield setup
 
 
+@pytest.fixture
+def cluster_options() -> dict[str, Any]:
+    """What the ``cluster`` fixture adds to TASKS['default']['OPTIONS'] beside the cluster's URL; a directory's
+    conftest or a module overrides it (fast heartbeats, subscriptions)."""
+    return {}
+
+
+@pytest.fixture
+def cluster(redis_cluster: RedisClusterServer, r: redis.Redis, cluster_options: dict[str, Any]) -> Iterator[Any]:
+    """TASKS on the session's Redis Cluster (with ``cluster_options``), its data emptied around the test; yields a
+    client of the cluster. ``r`` stays the single server, where the tasks of a cluster test write their effects."""
+    from redis.cluster import RedisCluster
+
+    client = RedisCluster.from_url(redis_cluster.url, decode_responses=True)
+    client.flushall()
+    with topology_settings(REDIS_URL=redis_cluster.url, CLUSTER=True, **cluster_options):
+        connection.reset()
+        yield client
+    connection.reset()
+    client.close()
+    client = RedisCluster.from_url(redis_cluster.url, decode_responses=True)  # a failover may have moved the slots
+    client.flushall()
+    client.close()
+
+
 def topology_settings(**options: Any) -> Any:
     """``override_settings`` of TASKS['default'] with ``options`` merged into its OPTIONS (a cluster's, a sentinel's)."""
     from django.conf import settings
@@ -235,8 +261,11 @@ class WorkerProcess:
                     **WORKER_ENV, **(env or {})}
         # no empty entry: Python reads one as the working directory
         full_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), full_env.get("PYTHONPATH")) if p)
-        # a file, not a pipe: a pipe nobody reads fills up and blocks the worker's logging
+        # a file, not a pipe: a pipe nobody reads fills up and blocks the worker's logging. The child shares this
+        # file's offset, so without O_APPEND a test reading the log (seek(0), read) while the worker writes made
+        # the worker's next line overwrite the log's start (its "metrics of worker" line, in a busy run)
         self.log = tempfile.TemporaryFile(mode="w+")
+        fcntl.fcntl(self.log.fileno(), fcntl.F_SETFL, fcntl.fcntl(self.log.fileno(), fcntl.F_GETFL) | os.O_APPEND)
         self.env = full_env
         self.proc = subprocess.Popen(
             [*(manage or [sys.executable, "-m", "django"]), "runworker", *args],

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import redis
 
 from django_redisq.store.keys import QueueKeys
+
+T = TypeVar("T")
 
 
 def node_of(r: Any, key: str) -> redis.Redis:
@@ -101,22 +107,47 @@ def held_by(r: redis.Redis, name: str, queue: str = "default") -> list[str]:
     return [i for plist in sorted(r.scan_iter(match=f"{k.prefix}processing:{name}.*", count=1000)) for i in r.lrange(plist, 0, -1)]
 
 
-def run_in_thread(worker, timeout: float = 30.0) -> None:
-    """Run a burst worker; fail (instead of hanging) if it does not finish."""
-    import threading
+@dataclass
+class BurstRun:
+    """How a burst worker's run ended (``run_burst``)."""
 
-    t = threading.Thread(target=worker.run, daemon=True)
-    t.start()
-    t.join(timeout)
-    if t.is_alive():
-        worker.request_force_stop()
+    finished: bool
+    """Whether it returned within its time (else it was force-stopped)."""
+    crashed: list[str] = field(default_factory=list)
+    """The threads that died with an exception meanwhile, as ``name: Type: message``."""
+
+
+def run_burst(worker: Any, timeout: float = 30.0) -> BurstRun:
+    """Run a burst worker in a thread for at most ``timeout`` seconds (force-stopped past it); how that ended."""
+    run = BurstRun(finished=False)
+    old_hook = threading.excepthook
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        run.crashed.append(f"{args.thread.name if args.thread else '?'}: {args.exc_type.__name__}: {args.exc_value}")
+
+    threading.excepthook = hook
+    try:
+        t = threading.Thread(target=worker.run, name="burst", daemon=True)
+        t.start()
+        t.join(timeout)
+        run.finished = not t.is_alive()
+        if not run.finished:
+            worker.request_force_stop()
+            t.join(30)
+    finally:
+        threading.excepthook = old_hook
+    return run
+
+
+def run_in_thread(worker: Any, timeout: float = 30.0) -> None:
+    """Run a burst worker; fail (instead of hanging) if it does not finish."""
+    if not run_burst(worker, timeout).finished:
         raise AssertionError(f"the worker did not finish within {timeout} s")
 
 
-def drain(make_worker, results, rounds: int = 50, **kwargs) -> None:
+def drain(make_worker: Callable[..., Any], results: Iterable[Any], rounds: int = 50, **kwargs: Any) -> None:
     """Burst-run workers until every result settled (retries are scheduled a moment ahead)."""
-    import time
-
+    results = list(results)
     for _ in range(rounds):
         run_in_thread(make_worker(**kwargs))
         for res in results:
@@ -127,16 +158,13 @@ def drain(make_worker, results, rounds: int = 50, **kwargs) -> None:
     raise AssertionError("tasks did not settle")
 
 
-def wait_for(predicate, timeout: float = 15.0, step: float = 0.02) -> bool:
-    """Poll ``predicate`` until true or ``timeout`` seconds pass; whether it became true."""
-    import time
-
+def wait_for(predicate: Callable[[], T], timeout: float = 15.0, step: float = 0.02) -> T:
+    """Poll ``predicate`` until it answers something true or ``timeout`` seconds pass; its last answer (so
+    ``assert wait_for(...)`` fails on a timeout, and ``found = wait_for(...)`` gets what was found)."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
+    while not (answer := predicate()) and time.monotonic() < deadline:
         time.sleep(step)
-    return False
+    return answer
 
 
 def blocked_in(r, command: str) -> int:

@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from redis.cluster import RedisCluster
 
-from django_redisq import connection
 from django_redisq.events.publish import publish
 from django_redisq.settings.read import get_options
 from django_redisq.store.broker import Broker
 from django_redisq.store.keys import QueueKeys, TopicKeys
 from django_redisq.store.topics import Topics
-from tests.conftest import topology_settings
 from tests.events.conftest import HANDLERS, THREE, runs
 from tests.helpers import wait_for
 
@@ -23,18 +19,15 @@ SUBS = {**THREE, "audit-refunds": {"topic": "orders.refunded", "task": "tests.te
 
 
 @pytest.fixture
-def cluster(redis_cluster: Any, r: Any, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[RedisCluster]:
-    """TASKS on the cluster with SUBSCRIPTIONS; the handlers' effects go to the single Redis (``r``)."""
+def cluster_options() -> dict[str, Any]:
+    """Fast heartbeats, the subscriptions, and a short stream for the trim."""
+    return {"HEARTBEAT_INTERVAL": 0.2, "WORKER_TIMEOUT": 1.5, "SUBSCRIPTIONS": SUBS, "TOPICS": {"orders.placed": {"MAX_LEN": 10}}}
+
+
+@pytest.fixture(autouse=True)
+def effects_on_the_single_server(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The handlers' effects go to the single Redis (``r``)."""
     monkeypatch.setenv("REDISQ_CHAOS_EFFECTS_URL", redis_url)
-    client = RedisCluster.from_url(redis_cluster.url, decode_responses=True)
-    client.flushall()
-    with topology_settings(REDIS_URL=redis_cluster.url, CLUSTER=True, HEARTBEAT_INTERVAL=0.2, WORKER_TIMEOUT=1.5,
-                           SUBSCRIPTIONS=SUBS, TOPICS={"orders.placed": {"MAX_LEN": 10}}):
-        connection.reset()
-        yield client
-        client.flushall()
-    connection.reset()
-    client.close()
 
 
 def test_publish_and_consume_on_the_cluster(cluster, r, running_worker):

@@ -78,7 +78,7 @@ def durable(request: pytest.FixtureRequest, redis_sentinel: SentinelSetup, r: An
             monkeypatch: pytest.MonkeyPatch) -> Iterator[SentinelSetup]:
     """TASKS in durable mode on the session's master + replica: through the sentinels, or at the master's address."""
     monkeypatch.setattr(topology_tasks, "EFFECTS_URL", redis_url)
-    if redis_sentinel.master_port() != redis_sentinel.master.port:  # a failover test ran first (tests/test_sentinel.py)
+    if redis_sentinel.master_port() != redis_sentinel.master.port:  # a failover test ran first (tests/topologies/test_sentinel.py)
         redis_sentinel.restore()
     _client(redis_sentinel.master.port).flushall()
     where = ({"REDIS_URL": f"redis://{redis_sentinel.master_name}/0", "SENTINELS": redis_sentinel.sentinels,

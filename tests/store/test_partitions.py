@@ -3,7 +3,7 @@
 ``QUEUE_OPTIONS["low"]["PARTITIONS"] = 8`` stores ``low`` as ``low``, ``low~1`` .. ``low~7``.
 Enqueue spreads tasks round-robin (or by idempotency key), a worker serving ``low`` drains
 every partition, and the admin, the CLI, metrics and get_result see one queue ``low``.
-The same over a real Redis Cluster is in tests/test_cluster.py.
+The same over a real Redis Cluster is in tests/topologies/test_cluster.py.
 """
 
 from __future__ import annotations

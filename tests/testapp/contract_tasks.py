@@ -1,4 +1,4 @@
-"""Tasks for tests/test_contract.py: what Django's own Tasks tests run, on our backend.
+"""Tasks for tests/backend/test_contract.py: what Django's own Tasks tests run, on our backend.
 
 ``framework_add`` is decorated with the framework's ``@task`` (``django.tasks``
 on Django 6, the ``django_tasks`` backport on 5.2), ``ours_add`` with ours:

@@ -1,4 +1,4 @@
-"""A task outside the app's tasks.py that nothing a worker imports imports (tests/test_mistakes.py).
+"""A task outside the app's tasks.py that nothing a worker imports imports (tests/backend/test_mistakes.py).
 
 Enqueue refuses it unless ``OPTIONS["IMPORTS"]`` names this module.
 """

@@ -63,7 +63,7 @@ def test_short_chaos_run_loses_nothing(tmp_path):
     assert set(report["faults"]) == set(chaos.FAULTS) | {"restart_crash"}
     assert report["recovery_first"]["n"] >= 1, "no SIGKILL caught a worker holding tasks"
     # Whether a freeze catches a worker holding unstarted tasks depends on timing (in one CI run of 4 the one
-    # freeze found its 4 tasks all running); tests/test_hardening.py freezes a worker holding prefetched tasks
+    # freeze found its 4 tasks all running); tests/invariants/test_hardening.py freezes a worker holding prefetched tasks
     # on purpose. Here every task held by a frozen worker is counted by the checks above either way.
 
 

@@ -28,10 +28,10 @@ from django.test import override_settings
 
 from django_redisq import connection
 from django_redisq.worker.worker import Worker
-from tests.faults import EXCEPTIONS, TRANSIENT, FaultPlan, Rule, injecting
 from tests.helpers import wait_for
 from tests.testapp import fault_tasks as ft
 from tests.worker import fault_checks as fc
+from tests.worker.faults import EXCEPTIONS, TRANSIENT, FaultPlan, Rule, injecting
 
 pytestmark = [pytest.mark.fault_run, pytest.mark.timeout(120)]
 

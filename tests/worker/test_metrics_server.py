@@ -1,7 +1,7 @@
 """The worker's metrics endpoint (worker/observability/metrics_server.py) in-process: what it answers, and its bounds.
 
 The attacks themselves (slow half requests, a process out of descriptors, made-up task paths) run against real
-runworker processes in tests/test_observability.py.
+runworker processes in tests/worker/test_observability.py.
 """
 
 from __future__ import annotations

@@ -87,7 +87,7 @@ def test_a_worker_paused_for_less_than_its_timeout_is_not_reaped(r, run_worker_p
     """SIGSTOP keeps the connection: the pause is not mistaken for a death (the timeout alone judges it)."""
     a, b = one_running_one_idle(r, run_worker_process, 4)
     a.proc.send_signal(signal.SIGSTOP)
-    time.sleep(4)
+    time.sleep(4)  # the point: frozen for a while, yet less than its WORKER_TIMEOUT
     a.proc.send_signal(signal.SIGCONT)
     assert wait_for(lambda: all(x.split("|")[2] for x in r.lrange(SPANS, 0, -1) if x.startswith("long|")), timeout=15)
     assert len(starts(r, "long")) == 1
@@ -111,7 +111,7 @@ def test_a_redis_restart_reaps_nobody_and_recovery_by_connection_works_after_it(
             client = redis.Redis.from_url(srv.url, decode_responses=True)
             assert wait_for(lambda: _quiet(lambda: not old & set(client.hvals(keys().presence))
                                            and client.hlen(keys().presence) == 2), timeout=30)
-            time.sleep(2)
+            time.sleep(2)  # the point: several heartbeat rounds after the restart, in which nobody is reaped
             assert registered(client) == 2
             a.proc.send_signal(signal.SIGKILL)
             assert wait_for(lambda: registered(client) == 1, timeout=6)  # by connection: the timeout is 10 s

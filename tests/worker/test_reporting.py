@@ -91,7 +91,7 @@ def test_sentry_gets_one_tagged_event_per_failure_from_a_runworker_process(r: An
     dead = always_fails.delay("to sentry")
     ok = flaky.delay(f"sentry-{mode}", 1)
     events_file = tmp_path / "events.jsonl"
-    env = {"DJANGO_SETTINGS_MODULE": "tests.sentry_worker_settings", "REDISQ_TEST_EVENTS": str(events_file),
+    env = {"DJANGO_SETTINGS_MODULE": "tests.worker.sentry_worker_settings", "REDISQ_TEST_EVENTS": str(events_file),
            "REDISQ_TEST_ERROR_REPORTING": mode}
     for _ in range(10):  # a burst worker leaves when nothing is pending; the retries are due within 50 ms
         worker = run_worker_process("--burst", env=env)

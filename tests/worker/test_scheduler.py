@@ -243,7 +243,7 @@ def test_three_in_process_schedulers_fire_each_second_once(r):
     start = redis_ms(r)
     for t in threads:
         t.start()
-    time.sleep(4.2)
+    time.sleep(4.2)  # the point: real ticks (every 1 s, read from Redis TIME) fired by three racing schedulers
     for x in xs:
         x.stop.set()
     for t in threads:
@@ -284,7 +284,7 @@ def test_after_redis_failed_the_scheduler_looks_again_within_a_quarter_second_an
         server.stop()
         thread = threading.Thread(target=x.loop, daemon=True)
         thread.start()
-        time.sleep(2.0)
+        time.sleep(2.0)  # the point: how often it looks over 2 s while Redis is down (a rate, not an event)
         looks_while_down = x.looks
         server.start()
         c = redis_py.Redis.from_url(server.url, decode_responses=True)

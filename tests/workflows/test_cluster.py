@@ -3,35 +3,22 @@ with the workflow's own keys in a third slot (its hash tag ``{wf:<id>}``)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
-
 import pytest
-from redis.cluster import RedisCluster
 
-from django_redisq import chain, chord, connection
+from django_redisq import chain, chord
 from django_redisq.compat import TaskResultStatus
 from django_redisq.store.keys import QueueKeys, WorkflowKeys
 from django_redisq.worker.worker import Worker
-from tests.conftest import topology_settings
 from tests.testapp import workflow_tasks as wt
 
 pytestmark = pytest.mark.cluster
 
 
-@pytest.fixture
-def cluster(redis_cluster: Any, r: Any, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[RedisCluster]:
-    """TASKS pointing at the cluster; the tasks' records go to the single Redis."""
+@pytest.fixture(autouse=True)
+def effects_on_the_single_server(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tasks' records go to the single Redis (``r``): a cluster node would redirect them."""
     monkeypatch.setenv("REDISQ_WF_EFFECTS_URL", redis_url)
     monkeypatch.setattr(wt, "_clients", {})
-    client = RedisCluster.from_url(redis_cluster.url, decode_responses=True)
-    client.flushall()
-    with topology_settings(REDIS_URL=redis_cluster.url, CLUSTER=True):
-        connection.reset()
-        yield client
-    connection.reset()
-    client.flushall()
-    client.close()
 
 
 def test_a_chain_across_two_masters(cluster):

@@ -4,7 +4,7 @@ from datetime import timedelta
 import pytest
 
 from django_redisq.core.backoff import compute_backoff
-from tests.test_contract import TASK_FIELDS
+from tests.backend.test_contract import TASK_FIELDS
 
 
 def test_exponential_then_capped():

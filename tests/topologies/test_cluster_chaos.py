@@ -3,7 +3,7 @@
 tests/worker/test_chaos.py's machinery (bench/chaos.py) starts and faults its own
 single redis-server, so this is a compact equivalent on the session's cluster
 (tests/conftest.py ``redis_cluster``): three ``runworker`` processes, 300 tasks
-over default/emails/low (three masters, tests/test_cluster.py), one worker
+over default/emails/low (three masters, tests/topologies/test_cluster.py), one worker
 SIGKILLed and another frozen by SIGSTOP past WORKER_TIMEOUT, then resumed.
 Every task must run; a task may run twice only if a fault explains it (it was
 in the processing list of the killed or the frozen worker at that moment).
@@ -14,38 +14,21 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from redis.cluster import RedisCluster
 
-from django_redisq import connection
 from django_redisq.compat import TaskResultStatus, task_backends
 from django_redisq.ops.inspector import Inspector
 from django_redisq.settings.read import get_options
 from django_redisq.store.keys import QueueKeys
-from tests.conftest import FAULT_RUNS, topology_settings
+from tests.conftest import FAULT_RUNS
 from tests.helpers import wait_for
-from tests.testapp import topology_tasks
 from tests.testapp.topology_tasks import mark, runs
+from tests.topologies.conftest import FAST
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.xdist_group(FAULT_RUNS)]  # a fleet on its deadlines
 QUEUES = ("default", "emails", "low")
-FAST = {"HEARTBEAT_INTERVAL": 0.2, "WORKER_TIMEOUT": 1.5}
-
-
-@pytest.fixture
-def cluster(redis_cluster: Any, r: Any, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[RedisCluster]:
-    monkeypatch.setattr(topology_tasks, "EFFECTS_URL", redis_url)
-    client = RedisCluster.from_url(redis_cluster.url, decode_responses=True)
-    client.flushall()
-    with topology_settings(REDIS_URL=redis_cluster.url, CLUSTER=True, **FAST):
-        connection.reset()
-        yield client
-    connection.reset()
-    client.flushall()
-    client.close()
 
 
 def held(client: RedisCluster, name: str) -> set[str]:

@@ -2,7 +2,7 @@
 
 In this process the spans go to the SDK's InMemorySpanExporter through ``tracing.provider_override``
 (the global provider stays unset here, so the rest of the suite runs untraced); across processes a
-real ``runworker`` configures the SDK in its settings (tests/otel_worker_settings.py).
+real ``runworker`` configures the SDK in its settings (tests/core/otel_worker_settings.py).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from django_redisq.core import tracing
 from tests.helpers import by_kind
 from tests.testapp.tasks import add, always_fails
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 
@@ -166,7 +166,7 @@ def test_one_trace_id_from_this_process_to_a_runworker_process(r: Any, spans: In
     [producer] = by_kind(spans, SpanKind.PRODUCER)
     span_file = tmp_path / "worker-spans.jsonl"
     worker = run_worker_process("--burst", "--pool", pool,
-                                env={"DJANGO_SETTINGS_MODULE": "tests.otel_worker_settings", "REDISQ_TEST_SPANS": str(span_file)})
+                                env={"DJANGO_SETTINGS_MODULE": "tests.core.otel_worker_settings", "REDISQ_TEST_SPANS": str(span_file)})
     output = worker.output()
     assert worker.proc.returncode == 0, output
     assert add.get_result(result.id).return_value == 42

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import io
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -20,16 +19,9 @@ from django_redisq.compat import TaskResultDoesNotExist, TaskResultStatus
 from django_redisq.exceptions import RedisError
 from django_redisq.progress import INTERVAL, Progress
 from django_redisq.worker.running.progress import ProgressWriter
+from tests.helpers import wait_for
 from tests.testapp.integration_tasks import reports_async, reports_in_a_tight_loop, reports_then_fails, reports_then_waits
 from tests.testapp.tasks import add
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (found := check()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
-    return found
 
 
 def redisq(*args: str) -> str:
@@ -92,7 +84,8 @@ def test_progress_is_read_by_id_in_python_the_admin_and_the_command_while_the_ta
     worker = threading.Thread(target=make_worker().run, daemon=True)
     worker.start()
     try:
-        found = wait_for("the first report", lambda: get_progress(result))
+        found = wait_for(lambda: get_progress(result), 30)
+        assert found, "no first report"
         assert (found.done, found.total, found.message, found.attempt, found.percent) == (3, 10, "row 3", 1, 30)
         assert found.updated_at is not None
         assert asyncio.run(aget_progress(result.id)) == found
@@ -132,7 +125,8 @@ def test_a_tight_loop_writes_about_twice_a_second_and_its_last_report_is_stored(
 
 def test_each_attempt_reports_its_own_progress(r: Any, make_worker: Callable[..., Any]) -> None:
     result = reports_then_fails.enqueue("progress-attempts")
-    wait_for("the retry to succeed", lambda: make_worker().run() is not None and reports_then_fails.get_result(result.id).is_finished)
+    assert wait_for(lambda: make_worker().run() is not None and reports_then_fails.get_result(result.id).is_finished, 30), \
+        "the retry did not succeed"
     last = get_progress(result.id)
     assert last is not None and (last.done, last.message, last.attempt) == (2, "attempt 2", 2)
 

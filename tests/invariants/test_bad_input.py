@@ -27,7 +27,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -52,6 +52,7 @@ from django_redisq.store import server as store_server
 from django_redisq.store.keys import QueueKeys
 from django_redisq.testing import RedisServer, free_port
 from tests.conftest import WorkerProcess
+from tests.helpers import run_burst
 from tests.testapp import chaos_tasks, tasks
 
 K = QueueKeys("default")
@@ -76,35 +77,6 @@ def push(r: redis.Redis, tid: str | bytes, msg: str | bytes | None, **fields: An
 
 def nothing_stored(r: redis.Redis) -> bool:
     return not any(key for key in r.scan_iter(match="redisq:*") if not key.endswith(":workers") and ":worker:" not in key)
-
-
-class Drained:
-    def __init__(self) -> None:
-        self.finished = False
-        self.crashed: list[str] = []  # threads that died with an exception
-
-
-def drain(make_worker: Callable[..., Any], timeout: float = 8.0, **kw: Any) -> Drained:
-    """Run a burst worker in a thread, at most ``timeout`` seconds; force-stop it if it does not finish."""
-    out = Drained()
-    old_hook = threading.excepthook
-
-    def hook(args: threading.ExceptHookArgs) -> None:
-        out.crashed.append(f"{args.thread.name if args.thread else '?'}: {args.exc_type.__name__}: {args.exc_value}")
-
-    threading.excepthook = hook
-    try:
-        worker = make_worker("default", **kw)
-        t = threading.Thread(target=worker.run, name="drain", daemon=True)
-        t.start()
-        t.join(timeout)
-        out.finished = not t.is_alive()
-        if not out.finished:
-            worker.request_force_stop()
-            t.join(30)
-    finally:
-        threading.excepthook = old_hook
-    return out
 
 
 def dead_reason(r: redis.Redis, tid: str) -> str | None:
@@ -135,7 +107,7 @@ def test_non_json_arguments_raise_invalid_arguments(r, value):
 def test_json_like_values_arrive_as_json(r, make_worker):
     result = tasks.noop.enqueue((1, "two", [3.5, None, True]))  # a tuple arrives as a list
     assert result.args == [[1, "two", [3.5, None, True]]]
-    assert drain(make_worker).finished
+    assert run_burst(make_worker("default"), 8).finished
     assert tasks.noop.get_result(result.id).return_value == [1, "two", [3.5, None, True]]
 
 
@@ -263,7 +235,7 @@ def test_garbage_in_the_queue_is_dead_lettered_with_its_reason(r, make_worker, m
     push(r, "bad-1", msg)
     good = tasks.noop.enqueue(7)  # queued behind the bad one: the worker must survive to run it
     with caplog.at_level(logging.WARNING, logger="django_redisq.tasks"):
-        run = drain(make_worker)
+        run = run_burst(make_worker("default"), 8)
     # the worker says so at once, in one WARNING line with the task, the id, the reason and what to do
     lines = [rec.getMessage() for rec in caplog.records if rec.levelno == logging.WARNING and "id=bad-1 " in rec.getMessage()]
     assert len(lines) == 1 and "\n" not in lines[0], lines
@@ -283,7 +255,7 @@ def test_a_message_naming_os_system_never_runs_it(r, make_worker):
     CANARY.unlink(missing_ok=True)
     for i, path in enumerate(["os.system", "posix.system", "builtins.exec", "django.core.management.call_command"]):
         push(r, f"evil-{i}", _msg(task=path, args=[f"touch {CANARY}"]), task=path)
-    assert drain(make_worker).finished
+    assert run_burst(make_worker("default"), 8).finished
     assert not CANARY.exists()
     assert sorted(r.zrange(K.dead, 0, -1)) == [f"evil-{i}" for i in range(4)]
     assert {r.hget(K.task(f"evil-{i}"), "reason") for i in range(4)} == {"unknown_task"}
@@ -312,7 +284,7 @@ def test_reading_a_result_does_not_import_modules_named_in_redis(r):
 def test_task_hash_with_a_non_integer_field_is_dead_lettered(r, make_worker):
     push(r, "poison", _msg(), deliveries="abc")
     good = tasks.noop.enqueue(7)
-    run = drain(make_worker, timeout=6, prefetch=1)
+    run = run_burst(make_worker("default", prefetch=1), 6)
     assert run.finished, "the burst worker never drained the queue"
     assert dead_reason(r, "poison") is not None
     assert settled_behind(r, good.id)
@@ -323,7 +295,7 @@ def test_task_hash_with_a_non_integer_field_is_dead_lettered(r, make_worker):
 def test_task_key_of_the_wrong_type_is_dead_lettered(r, make_worker):
     r.set(K.task("wrongtype"), "a string, not a hash")
     r.lpush(K.pending, "wrongtype")
-    run = drain(make_worker, timeout=6)
+    run = run_burst(make_worker("default"), 6)
     assert run.finished
     assert r.zscore(K.dead, "wrongtype") is not None
 
@@ -334,7 +306,7 @@ def test_an_id_that_is_not_utf8_is_dead_lettered_and_the_worker_lives(r, make_wo
     raw = redis.Redis(host="127.0.0.1", port=r.connection_pool.connection_kwargs["port"])  # bytes in, bytes out
     raw.lpush(K.pending, b"\xff\xfe-id")
     good = tasks.noop.enqueue(7)
-    run = drain(make_worker, timeout=6)
+    run = run_burst(make_worker("default"), 6)
     raw.close()
     assert run.crashed == []
     assert run.finished and settled_behind(r, good.id)
@@ -346,7 +318,7 @@ def test_an_id_that_is_not_utf8_is_dead_lettered_and_the_worker_lives(r, make_wo
 def test_a_message_that_is_not_utf8_is_dead_lettered(r, make_worker):
     push(r, "latin1", b"\xe9t\xe9")
     good = tasks.noop.enqueue(7)
-    run = drain(make_worker, timeout=6)
+    run = run_burst(make_worker("default"), 6)
     assert run.crashed == []
     assert run.finished and settled_behind(r, good.id)
     assert dead_reason(r, "latin1") == "bad_message"
@@ -357,7 +329,7 @@ def test_a_message_that_is_not_utf8_is_dead_lettered(r, make_worker):
 # was in no list at all
 def test_a_task_failing_with_undecodable_text_is_not_lost(r, make_worker):
     result = chaos_tasks.fails_with_undecodable_name.enqueue()
-    run = drain(make_worker, timeout=6)
+    run = run_burst(make_worker("default"), 6)
     assert run.finished
     k = K
     places = [name for name, found in [
@@ -394,7 +366,7 @@ def test_fuzz_random_messages_all_end_dead_and_the_worker_lives(r, make_worker, 
     for tid, msg in batch:
         push(r, tid, msg)
     good = tasks.noop.enqueue(7)
-    run = drain(make_worker)
+    run = run_burst(make_worker("default"), 8)
     assert run.crashed == [] and run.finished
     assert settled_behind(r, good.id)
     dead = set(r.zrange(K.dead, 0, -1))
@@ -420,7 +392,7 @@ def test_fuzz_random_bytes_all_end_dead_and_the_worker_lives(r, make_worker, bat
             raw.hset(K.prefix.encode() + b"t:" + tid, mapping={"msg": msg, "state": "pending", "deliveries": 0, "failures": 0})
         raw.lpush(K.pending, tid)
     good = tasks.noop.enqueue(7)
-    run = drain(make_worker, timeout=5)
+    run = run_burst(make_worker("default"), 5)
     try:
         assert run.crashed == [] and run.finished
         assert settled_behind(r, good.id)

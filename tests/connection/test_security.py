@@ -149,7 +149,7 @@ def test_enqueue_with_a_wrong_password_raises_without_the_password(auth_server, 
 
 def _runworker(url: str, *args: str, stop_after: float | None = None, during=None, serving=None) -> tuple[int, str]:
     """``serving``: a predicate true once the worker serves; ``stop_after`` counts from then, not from its start
-    (setting Django up can take seconds on a loaded machine)."""
+    (setting Django up can take seconds on a loaded machine); ``during(wp)`` runs after it, before the SIGTERM."""
     wp = WorkerProcess(url, *args)
     try:
         if serving is not None and not wait_for(lambda: serving() or wp.proc.poll() is not None, 60):
@@ -157,7 +157,7 @@ def _runworker(url: str, *args: str, stop_after: float | None = None, during=Non
         if stop_after is not None:
             time.sleep(stop_after)
             if during:
-                during()
+                during(wp)
             wp.proc.send_signal(signal.SIGTERM)
         wp.proc.wait(60)
     finally:
@@ -176,23 +176,39 @@ def test_runworker_with_a_wrong_password_exits_3_with_one_line_and_no_password(a
     no_secret_in(out)
 
 
+def log_of(wp: WorkerProcess) -> str:
+    wp.log.seek(0)
+    return wp.log.read()
+
+
+def _serving_again(client: redis.Redis) -> bool:
+    """The restarted server has the worker's heartbeat again (it came back empty)."""
+    try:
+        return client.zcard(keys().workers) > 0
+    except redis.ConnectionError:
+        return False
+
+
 def test_worker_logs_never_show_the_password_even_when_redis_fails(auth_server, r):
     """A worker at full verbosity, its Redis restarted and its connections killed while it runs."""
     flush(auth_server)
     url = url_for(auth_server, f":{PASSWORD}")
     producer = redis.Redis.from_url(url, decode_responses=True)
 
-    def trouble() -> None:
+    def trouble(wp: WorkerProcess) -> None:
         producer.client_kill_filter(_type="normal", skipme=True)
         time.sleep(0.5)
         auth_server.stop()
-        time.sleep(4)  # longer than redis-py's own retries: the worker logs connection errors
+        # down until the worker logged the outage (past redis-py's own retries), then up until it serves again
+        assert wait_for(lambda: "Connection refused" in log_of(wp), 30), log_of(wp)
         auth_server.start()
-        time.sleep(1.5)
+        again = redis.Redis.from_url(url, decode_responses=True)
+        assert wait_for(lambda: _serving_again(again), 30), log_of(wp)
+        again.close()
 
     # the trouble starts once the worker serves (its heartbeat is in Redis): seen under parallel load, a fixed 1.5 s
     # from the process's start stopped Redis before the worker had connected, and it exited 3 at its start check
-    code, out = _runworker(url, "default", "-v", "3", stop_after=1.5, during=trouble,
+    code, out = _runworker(url, "default", "-v", "3", stop_after=0.5, during=trouble,
                            serving=lambda: producer.zcard(keys().workers) > 0)
     producer.close()
     assert code == 0, out

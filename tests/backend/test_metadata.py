@@ -23,8 +23,8 @@ from django_redisq.compat import FRAMEWORK_HAS_METADATA, TaskResult, TaskResultD
 from django_redisq.exceptions import InvalidArguments
 from django_redisq.settings.read import get_options
 from django_redisq.store.broker import Broker
+from tests.backend.test_contract import TASK_FIELDS
 from tests.helpers import drain, keys, where_is
-from tests.test_contract import TASK_FIELDS
 from tests.testapp import contract_tasks as ct
 from tests.testapp import metadata_tasks as mt
 from tests.worker.test_pools import POOLS, serving, settled

@@ -29,28 +29,12 @@ from django_redisq.ops.inspector import Inspector
 from django_redisq.settings.read import get_options
 from django_redisq.store.keys import QueueKeys
 from django_redisq.worker.worker import Worker
-from tests.conftest import topology_settings
 from tests.helpers import wait_for
-from tests.testapp import topology_tasks
 from tests.testapp.topology_tasks import always_fails, fails_once, mark, runs
+from tests.topologies.conftest import FAST
 
 pytestmark = pytest.mark.cluster
 QUEUES = ("default", "emails", "low")
-FAST = {"HEARTBEAT_INTERVAL": 0.2, "WORKER_TIMEOUT": 1.5}
-
-
-@pytest.fixture
-def cluster(redis_cluster: Any, r: Any, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[RedisCluster]:
-    """TASKS pointing at the cluster (fast heartbeats), emptied around the test; effects go to the single Redis."""
-    monkeypatch.setattr(topology_tasks, "EFFECTS_URL", redis_url)
-    client = RedisCluster.from_url(redis_cluster.url, decode_responses=True)
-    client.flushall()
-    with topology_settings(REDIS_URL=redis_cluster.url, CLUSTER=True, **FAST):
-        connection.reset()
-        yield client
-    connection.reset()
-    client.flushall()
-    client.close()
 
 
 def test_the_queues_live_on_three_masters(cluster):

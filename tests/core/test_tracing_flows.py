@@ -1,7 +1,7 @@
 """OpenTelemetry through workflows and events: every step and every subscriber task is in the trace that created it.
 
 Spans of this process go to the SDK's InMemorySpanExporter through ``tracing.provider_override`` (as in
-test_tracing.py); a real ``runworker`` configures the SDK in its settings (tests/otel_worker_settings.py) and
+test_tracing.py); a real ``runworker`` configures the SDK in its settings (tests/core/otel_worker_settings.py) and
 writes its spans to a file.
 """
 
@@ -39,7 +39,7 @@ from tests.testapp.tasks import add
 
 TOPIC = "orders.placed"
 BILLING = {"billing-on-order": {"topic": TOPIC, "task": H + "billing"}}  # its tasks go to "default"
-OTEL_ENV = {"DJANGO_SETTINGS_MODULE": "tests.otel_worker_settings"}
+OTEL_ENV = {"DJANGO_SETTINGS_MODULE": "tests.core.otel_worker_settings"}
 
 
 

@@ -1,7 +1,7 @@
 """The holes a hostile review found in the engine, each reproduced against a real redis-server.
 
 Named after the scenario; each failed on the engine before the fix. The same
-classes run at random in the state machine (tests/test_state_machine.py) and
+classes run at random in the state machine (tests/invariants/test_state_machine.py) and
 the chaos run (bench/chaos.py).
 """
 
@@ -138,7 +138,7 @@ def test_a_worker_frozen_past_the_timeout_reruns_only_what_was_running(r, run_wo
     rescuer = run_worker_process("emails", "-c", "4", "--name", "rescuer", env=env)
     try:
         assert wait_for(lambda: not held_by(r, "frozen", "emails"), timeout=20), "the frozen worker was not reaped"
-        time.sleep(1.0)
+        time.sleep(1.0)  # the point: the rescuer runs what it took over while the reaped worker is still frozen
     finally:
         os.kill(frozen.proc.pid, signal.SIGCONT)
     assert wait_for(lambda: r.hlen(EFFECTS) == n, timeout=60)
@@ -263,11 +263,11 @@ def test_redis_paused_longer_than_the_timeout_reaps_nobody_and_reruns_nothing(r,
     assert wait_for(lambda: r.hlen(EFFECTS) >= 4, timeout=30)
     os.kill(redis_server.proc.pid, signal.SIGSTOP)
     try:
-        time.sleep(4.0)
+        time.sleep(4.0)  # the point: Redis frozen for twice WORKER_TIMEOUT
     finally:
         os.kill(redis_server.proc.pid, signal.SIGCONT)
     assert wait_for(lambda: r.hlen(EFFECTS) == 40, timeout=60)
-    time.sleep(1.0)
+    time.sleep(1.0)  # the point: a window in which a wrongly reaped task would run again (an absence has no event)
     for wp in workers:
         wp.proc.send_signal(signal.SIGTERM)
     logs = [wp.output() for wp in workers]
