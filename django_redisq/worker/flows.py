@@ -31,18 +31,19 @@ import logging
 from functools import partial
 
 from django_redisq.store.replies import Delivery
-from django_redisq.store.workflows import StepTooLarge, WorkflowStore
 from django_redisq.worker.outcome import Missed, Outcome, Retrying, SettleFailed
-from django_redisq.workflows.canvas import MARKER, error_id, markers, step_id
+from django_redisq.workflows.canvas import MARKER, markers, step_id
+from django_redisq.workflows.engine import StepTooLarge, WorkflowEngine
 
 logger = logging.getLogger("django_redisq")
 
 class WorkflowHooks:
     """Called by the settler around the settle steps of tasks that are workflow steps."""
 
-    def __init__(self, store: WorkflowStore) -> None:
-        self.store = store
-        self.broker = store.broker
+    def __init__(self, engine: WorkflowEngine) -> None:
+        self.engine = engine
+        self.store = engine.store
+        self.broker = engine.broker
 
     @staticmethod
     def concerns(d: Delivery) -> bool:
@@ -62,7 +63,7 @@ class WorkflowHooks:
             return False
         for r in reply.released:
             try:
-                if isinstance(retrying(partial(self.store.release, wf, [r], link), f"releasing step {r.step} of workflow {wf}"), Missed):
+                if isinstance(retrying(partial(self.engine.release, wf, [r], link), f"releasing step {r.step} of workflow {wf}"), Missed):
                     return False
             except SettleFailed as exc:
                 if not isinstance(exc.cause, StepTooLarge):
@@ -73,7 +74,7 @@ class WorkflowHooks:
         # cancelled while we released: wf_cancel.lua's caller may have read the steps before these were queued
         if retrying(partial(self.store.status, wf), f"reading the status of workflow {wf}") == "cancelled":
             for r in reply.released:
-                retrying(partial(self.broker.cancel, r.spec.get("q", "default"), [step_id(wf, r.step)], "workflow cancelled"),
+                retrying(partial(self.broker.cancel, r.spec.queue, [step_id(wf, r.step)], "workflow cancelled"),
                          f"cancelling step {r.step} of cancelled workflow {wf}")
         return True
 
@@ -94,6 +95,5 @@ class WorkflowHooks:
             return
         _, on_error, _ = answer
         if on_error:
-            args = [*(on_error.get("a") or []), wf, task_id or step_id(wf, step)]
-            retrying(partial(self.store.enqueue_step, error_id(wf), on_error, args, dict(on_error.get("k") or {}), 0, link),
+            retrying(partial(self.engine.queue_on_error, wf, on_error, task_id or step_id(wf, step), link),
                      f"queueing the on_error callback of workflow {wf}")

@@ -279,7 +279,7 @@ class Runner:
             self._coros.pop(a.d.id, None)
 
     @staticmethod
-    def _span(a: Attempt) -> tracing.Processing | tracing._Noop:
+    def _span(a: Attempt) -> tracing.Processing | tracing.Noop:
         """The attempt's consumer span, continuing the trace its message carries (core/tracing.py)."""
         return tracing.process(a.message.task, a.message.queue, a.d.id, a.d.deliveries, a.message.metadata)
 

@@ -68,6 +68,7 @@ from django_redisq.worker.scheduler import Scheduler
 from django_redisq.worker.settler import ACK_BATCH, SETTLE_WITHIN, Batch, Settler, Unsettled
 from django_redisq.worker.tasklog import TaskLog
 from django_redisq.worker.upkeep import Upkeep
+from django_redisq.workflows.engine import WorkflowEngine
 
 logger = logging.getLogger("django_redisq")
 """One line per settled task (INFO; WARNING with the traceback for a failed attempt)."""
@@ -186,7 +187,7 @@ class Worker:
         self.marks = Marks(self.broker, self.id, self.queues, held, self._flush_stop, self.options.worker_timeout,
                            self.options.heartbeat_interval)
         self.settler = Settler(self.broker, self.id, self._force, self._settled, on_event=self.observer.settle_event,
-                               flows=WorkflowHooks(WorkflowStore(self.broker)), unsettled=unsettled)
+                               flows=WorkflowHooks(WorkflowEngine(WorkflowStore(self.broker))), unsettled=unsettled)
         self.tasklog = TaskLog()
         self.upkeep = Upkeep(self.broker, self.id, self.queues, held, self.pool, self._stop, self.options.heartbeat_interval,
                              burst, self.observer.recovered, paused=self.fetcher.paused, tick=self.tasklog.tick,
