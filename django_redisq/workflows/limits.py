@@ -2,7 +2,7 @@
 
 A step that takes its parents' results (a chord's callback, the step after a
 group) is queued with all of them joined into its first argument (wf_done.lua,
-store/workflows.py ``enqueue_step``), so its message grows with its fan-in.
+workflows/engine.py ``enqueue_step``), so its message grows with its fan-in.
 
 The rule, and why: the true worst case is ``parents x RESULT_MAX_BYTES`` of
 their queues, and with the defaults (RESULT_MAX_BYTES 1 MiB, MAX_MESSAGE_BYTES
