@@ -4,7 +4,7 @@ Inside a task run by a worker, ``report_progress`` stores how far the task got
 with the task itself (the ``progress`` field of its task hash, written by
 ``store/scripts/progress.lua``), so it lives and expires with the task and is
 read by id like its result: ``get_progress(id_or_result)`` /
-``aget_progress(...)`` (in ``backend.py``), the admin's task page and
+``aget_progress(...)`` (in ``backend/by_alias.py``), the admin's task page and
 ``manage.py redisq task ID``.
 
 A tight loop cannot flood Redis: the worker's writer (``worker/running/progress.py``)

@@ -229,6 +229,17 @@ def registered_modules() -> set[str]:
     return {t.func.__module__ for t in list(_registry.values())}
 
 
+def find_registered(path: str, load: Callable[[], object] | None = None) -> RedisTask[Any, Any] | None:
+    """The task registered under ``path``, looked for again after ``load()`` if it is not yet: the one way a task is
+    found by its path. ``load`` imports the modules that register tasks (the caller's policy: a path read from Redis
+    is never imported itself, backend/queue_backend.py; a path from settings may be, schedules/registry.py)."""
+    found = _registry.get(path)
+    if found is None and load is not None:
+        load()
+        found = _registry.get(path)
+    return found
+
+
 # The overloads follow django-stubs' ``django.tasks.task``: a coroutine function's task returns what it awaits
 # (``call()`` and the worker await it), and a task that takes a context is called without it.
 @overload

@@ -123,13 +123,13 @@ def _placeholders(trace: Any) -> tuple[type, ...]:
     return (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
 
 
-class _Noop:
+class Noop:
     """What ``send`` and ``process`` return when tracing is off: every method does nothing."""
 
     carrier: dict[str, str] | None = None
     traceparent = ""
 
-    def __enter__(self) -> _Noop:
+    def __enter__(self) -> Noop:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -142,7 +142,7 @@ class _Noop:
         return None
 
 
-NOOP = _Noop()
+NOOP = Noop()
 
 
 def _messaging(destination: str | None, operation: str) -> dict[str, Any]:
@@ -185,13 +185,13 @@ class Sending:
         self.span.end()
 
 
-def send(task_name: str, queue: str) -> Sending | _Noop:
+def send(task_name: str, queue: str) -> Sending | Noop:
     """The producer span of an enqueue (``NOOP`` when tracing is off); ``.carrier`` goes into the task's metadata."""
     found = tracer()
     return NOOP if found is None else Sending(found, f"send {queue}", _attributes(queue, task_name, "send"))
 
 
-def send_workflow(workflow_id: str, queues: list[str], steps: int) -> Sending | _Noop:
+def send_workflow(workflow_id: str, queues: list[str], steps: int) -> Sending | Noop:
     """The producer span of a workflow's creation (``NOOP`` when off); ``.carrier`` goes into every step's spec."""
     found = tracer()
     if found is None:
@@ -212,7 +212,7 @@ def current_context() -> Any:
     return context.get_current()
 
 
-def publish(topic: str, parent: Any = None) -> Sending | _Noop:
+def publish(topic: str, parent: Any = None) -> Sending | Noop:
     """The producer span of an event's publish (``NOOP`` when off), child of ``parent`` (None: the current context);
     ``.carrier`` goes into the entry's field ``tc`` (``carrier_json``), ``identify`` names the entry."""
     found = tracer()
@@ -295,7 +295,7 @@ class Processing:
         self.span.end()
 
 
-def process(task_name: str, queue: str, task_id: str, attempt: int, metadata: dict[str, Any]) -> Processing | _Noop:
+def process(task_name: str, queue: str, task_id: str, attempt: int, metadata: dict[str, Any]) -> Processing | Noop:
     """The consumer span of one attempt (``NOOP`` when tracing is off), continuing the trace in ``metadata``."""
     found = tracer()
     return NOOP if found is None else Processing(found, task_name, queue, task_id, attempt, metadata)

@@ -24,8 +24,10 @@ import logging
 from typing import Any
 
 from django_redisq import signals
-from django_redisq.compat import task_backends, task_enqueued, task_finished, task_started
+from django_redisq.compat import task_enqueued, task_finished, task_started
 from django_redisq.events.subscriptions import LIFECYCLE_TOPIC, publish_plan
+from django_redisq.store.topics import Topics
+from django_redisq.workflows.port import find_backend
 
 logger = logging.getLogger("django_redisq")
 UID = "django_redisq.events.lifecycle"
@@ -33,15 +35,12 @@ UID = "django_redisq.events.lifecycle"
 
 def _publish(alias: str, task_id: str, task: str, queue: str, state: str, extra: dict[str, Any] | None = None) -> None:
     try:
-        be: Any = task_backends[alias]
-        options = getattr(be, "conf", None)
-        if options is None or not getattr(options, "lifecycle_events", False):
+        be = find_backend(alias)
+        if be is None or not be.conf.lifecycle_events:
             return
-        plan = publish_plan(options)
+        plan = publish_plan(be.conf)
         if plan.lifecycle_bases and task_id.startswith(plan.lifecycle_bases):
             return  # a lifecycle subscription's own task: no event, or each would make the next
-        from django_redisq.store.topics import Topics
-
         payload = json.dumps({**(extra or {}), "task_id": task_id, "task": task, "queue": queue, "backend": alias, "state": state},
                              separators=(",", ":"), ensure_ascii=False)
         Topics(be.broker).publish(LIFECYCLE_TOPIC, payload, plan.groups.get(LIFECYCLE_TOPIC, []))

@@ -28,6 +28,8 @@ from django_redisq.core.message import encode_arguments
 from django_redisq.core.options import NAME_RE, Options
 from django_redisq.events.subscriptions import publish_plan
 from django_redisq.exceptions import InvalidArguments, RedisQError
+from django_redisq.store.topics import Topics
+from django_redisq.workflows.port import Backend, find_backend
 
 __all__ = ["InvalidEvent", "publish", "publish_on_commit"]
 
@@ -36,12 +38,9 @@ class InvalidEvent(RedisQError, ValueError):
     """An event that cannot be published: a bad or unconfigured topic, or a payload that is not a JSON object."""
 
 
-def _backend(alias: str) -> Any:
-    from django_redisq.backend import RedisQueueBackend
-    from django_redisq.compat import task_backends
-
-    be = task_backends[alias]
-    if not isinstance(be, RedisQueueBackend):
+def _backend(alias: str) -> Backend:
+    be = find_backend(alias)
+    if be is None:
         raise InvalidEvent(f"TASKS[{alias!r}] is not a django_redisq RedisQueueBackend; events need one.")
     return be
 
@@ -73,9 +72,7 @@ def publish(topic: str, payload: dict[str, Any], *, backend: str = "default") ->
     return _send(be, topic, text, groups)
 
 
-def _send(be: Any, topic: str, text: str, groups: list[tuple[str, str]], parent: Any = None) -> str:
-    from django_redisq.store.topics import Topics
-
+def _send(be: Backend, topic: str, text: str, groups: list[tuple[str, str]], parent: Any = None) -> str:
     with tracing.publish(topic, parent) as span:  # NOOP unless a tracer provider is configured
         entry_id = Topics(be.broker).publish(topic, text, groups, tracing.carrier_json(span.carrier))
         span.identify([entry_id])

@@ -28,6 +28,7 @@ from django_redisq.ops.inspector import DeadFilter, Inspector, find_schedule
 from django_redisq.store.broker import Broker
 from django_redisq.store.records import pause_state
 from django_redisq.store.workflows import WorkflowStore
+from django_redisq.workflows.engine import WorkflowEngine
 
 logger = logging.getLogger("django_redisq")
 
@@ -135,7 +136,7 @@ class Operations:
         for q in dict.fromkeys(w for w in where.values() if w is not None):
             chosen = [i for i in ids if where.get(i) == q]
             out.update(zip(chosen, self.broker.cancel(q, chosen, who), strict=True))
-            WorkflowStore(self.broker).fail_steps(q, [i for i in chosen if out[i] == "cancelled"], f"cancelled by {who}")
+            WorkflowEngine(WorkflowStore(self.broker)).fail_steps(q, [i for i in chosen if out[i] == "cancelled"], f"cancelled by {who}")
         counts = Counter(out.values())
         logger.info("cancel by %s: %s", who, ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items())))
         return out

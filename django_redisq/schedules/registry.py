@@ -355,12 +355,9 @@ def find_task(path: str) -> Any:
     """The registered task of a dotted path from settings (loading the apps' tasks modules first)."""
     from django.utils.module_loading import autodiscover_modules, import_string
 
-    from django_redisq.task import get_registered
+    from django_redisq.task import find_registered, get_registered
 
-    found = get_registered(path)
-    if found is None:
-        autodiscover_modules("tasks")
-        found = get_registered(path)
+    found = find_registered(path, lambda: autodiscover_modules("tasks"))
     if found is None and re.match(r"^[A-Za-z_][\w.]*\.[A-Za-z_]\w*$", path):
         try:  # settings are trusted: a task outside a tasks module registers on import
             import_string(path)

@@ -5,8 +5,9 @@ Each step is one script on the workflow's own slot (``{wf:<id>}``, keys.py's
 ``Broker`` in their own queues' slots, so a workflow may span queues and
 Cluster nodes. Nothing here touches two slots in one script: releasing a step
 into its queue is a separate, idempotent enqueue by its deterministic task id
-(enqueue.lua answers ``'!'`` for an id that exists), done by the caller after
-``done`` answered.
+(enqueue.lua answers ``'!'`` for an id that exists), done by the workflow engine
+(workflows/engine.py) after ``done`` answered: building a step's task is the
+engine's work, this module only stores and reads.
 """
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from django_redisq.core import tracing
-from django_redisq.core.message import dumps, encode
+from django_redisq.core.message import dumps
 from django_redisq.store.broker import Broker
 from django_redisq.store.keys import WorkflowKeys
-from django_redisq.workflows.canvas import MARKER, error_id, markers, release_call, step_id
+from django_redisq.workflows.canvas import MARKER, markers
+from django_redisq.workflows.spec import StepSpec
 
 FAILED_KEPT = 30 * 86400.0
 """Seconds a failed workflow's keys are kept when DEAD_LETTER_TTL is 0 (its dead letters are then kept until
@@ -29,24 +30,12 @@ PROVISIONAL_MS = 3_600_000
 """TTL of a new workflow's keys until its first steps are queued (wf_start.lua makes them last)."""
 
 
-class StepTooLarge(ValueError):
-    """A step's message over its queue's ``MAX_MESSAGE_BYTES``: a chord's callback gets every member's result, which
-    no check at creation can bound. Queueing it would put a message in Redis no worker should take (or one Redis
-    refuses past ``proto-max-bulk-len``), so the worker fails the workflow instead (worker/flows.py)."""
-
-    def __init__(self, task_id: str, queue: str, size: int, limit: int) -> None:
-        super().__init__(f"its message ({task_id}, with its parents' results) is {size} bytes, over MAX_MESSAGE_BYTES "
-                         f"{limit} of queue {queue!r}; return smaller results (store large ones elsewhere and return "
-                         "their ids), or raise MAX_MESSAGE_BYTES for that queue")
-        self.size, self.limit = size, limit
-
-
 @dataclass(frozen=True, slots=True)
 class Released:
     """A step whose parents are all done: its index, stored spec and the parents' results (in parent order)."""
 
     step: int
-    spec: dict[str, Any]
+    spec: StepSpec
     inputs: list[Any]
 
 
@@ -94,15 +83,15 @@ class WorkflowStore:
     def _run(self, script: str, workflow_id: str, args: Sequence[Any]) -> Any:
         return self.broker._script(script)(keys=self.keys(workflow_id).all(), args=list(args))
 
-    def create(self, workflow_id: str, steps: list[dict[str, Any]], specs: dict[int, dict[str, Any]],
-               children: dict[int, list[int]], on_error: dict[str, Any] | None) -> bool:
+    def create(self, workflow_id: str, steps: list[dict[str, Any]], specs: dict[int, StepSpec],
+               children: dict[int, list[int]], on_error: StepSpec | None) -> bool:
         """Store a new workflow (provisional TTL: ``start`` follows once its first steps are queued)."""
         argv: list[Any] = [len(steps), json.dumps(steps, separators=(",", ":")),
-                           json.dumps(on_error, separators=(",", ":")) if on_error else "", PROVISIONAL_MS, len(specs)]
+                           on_error.dumps() if on_error else "", PROVISIONAL_MS, len(specs)]
         for index, spec in specs.items():
-            argv += [index, json.dumps(spec, separators=(",", ":"))]
+            argv += [index, spec.dumps()]
         for index, spec in specs.items():
-            argv += [index, len(spec["p"])]
+            argv += [index, len(spec.parents)]
         for index, kids in children.items():
             if kids:
                 argv += [index, json.dumps(kids)]
@@ -117,41 +106,12 @@ class WorkflowStore:
     def done(self, workflow_id: str, step: int, result_json: str) -> DoneReply:
         """Record ``step`` as done; every waiting step whose parents are now all done (see wf_done.lua)."""
         reply = self._run("wf_done", workflow_id, [step, result_json, self.broker._ms(self.broker.options.result_ttl)])
-        released = [Released(int(reply[i]), json.loads(reply[i + 1]), json.loads(reply[i + 2]))
+        released = [Released(int(reply[i]), StepSpec.loads(reply[i + 1]), json.loads(reply[i + 2]))
                     for i in range(1, len(reply) - 2, 3)]
         status = str(reply[0])
         if status in ("ended", "resumed", "ended_resumed"):
             self.count("succeeded" if status != "resumed" else "", "resumed" if status != "ended" else "")
         return DoneReply({"resumed": "running", "ended_resumed": "ended"}.get(status, status), released)
-
-    def release(self, workflow_id: str, released: Sequence[Released], link: str = "") -> int:
-        """Queue each released step by its fixed id, in its own queue (an id already stored is left alone); how many were new.
-
-        ``link``: the traceparent of the attempt that released them (core/tracing.py), when traced."""
-        new = 0
-        for r in released:
-            args, kwargs, delay = release_call(r.spec, r.inputs)
-            new += self.enqueue_step(step_id(workflow_id, r.step), r.spec, args, kwargs, delay, link)
-        return new
-
-    def enqueue_step(self, task_id: str, spec: dict[str, Any], args: list[Any], kwargs: dict[str, Any], delay: int,
-                     link: str = "") -> bool:
-        """Queue one step (or an on_error callback) from its spec; False: the id was stored already (idempotent).
-
-        ``StepTooLarge`` if its message exceeds its queue's ``MAX_MESSAGE_BYTES``.
-
-        The spec's metadata carries the workflow creator's trace context (``_trace``) as stored; ``link`` adds the
-        attempt that released the step (``tracing.LINK_KEY``): given only when that attempt was traced."""
-        metadata = spec.get("m") or None
-        if link:  # the releasing worker traces: so does this step's attempt, as a root span if its creator did not
-            metadata = {**(metadata if isinstance(metadata, dict) else {}), tracing.LINK_KEY: link}
-        msg = encode(args, kwargs, spec.get("o") or None, metadata)
-        queue = spec.get("q", "default")
-        limit = self.broker.options.for_queue(queue).max_message_bytes
-        if len(msg) > limit // 4 and (size := len(msg.encode("utf-8", "surrogatepass"))) > limit:
-            raise StepTooLarge(task_id, queue, size, limit)
-        item = (task_id, msg, spec["t"], delay, spec.get("i") or "", int(spec.get("pr") or 0), spec.get("l") or "")
-        return not self.broker.enqueue(queue, [item])[0].duplicate_of
 
     def adopt(self, queue: str, task_id: str, workflow_id: str, step: int) -> tuple[str, str]:
         """Mark task ``task_id`` of ``queue`` (enqueued earlier) as step ``step`` of the workflow (wf_adopt.lua).
@@ -176,14 +136,14 @@ class WorkflowStore:
                 return str(reply[0]), str(reply[1]) if len(reply) > 1 else "null"
         return "changed", "null"
 
-    def fail(self, workflow_id: str, step: int, error: str) -> tuple[str, dict[str, Any] | None, bool]:
+    def fail(self, workflow_id: str, step: int, error: str) -> tuple[str, StepSpec | None, bool]:
         """Fail the workflow for ``step``: (status, the on_error spec to queue (idempotently), whether this call failed it)."""
         o = self.broker.options
         ttl = max(o.result_ttl, o.dead_letter_ttl) if o.dead_letter_ttl else FAILED_KEPT
         status, on_error, first = self._run("wf_fail", workflow_id, [step, error[:2000], self.broker._ms(ttl)])
         if int(first):
             self.count("failed")
-        return str(status), (json.loads(on_error) if on_error else None), bool(int(first))
+        return str(status), (StepSpec.loads(on_error) if on_error else None), bool(int(first))
 
     def resume(self, workflow_id: str, step: int) -> str:
         """A failed step was replayed: the workflow runs again once no failed step is left (wf_resume.lua)."""
@@ -203,14 +163,6 @@ class WorkflowStore:
             if state and (state == "dead") == dead:
                 found += [(wf, step, task_id) for wf, step in markers(msg or "", metadata or "")]
         return found
-
-    def fail_steps(self, queue: str, ids: Sequence[str], why: str) -> None:
-        """Fail the workflows of those ``ids`` that are dead workflow steps (dead-lettered outside a worker's settle:
-        a cancel of the step itself), and queue their ``on_error`` callbacks (once, by id)."""
-        for wf, step, task_id in self.replayed_steps(queue, ids, dead=True):
-            _, on_error, _ = self.fail(wf, step, f"step {step} (task {task_id}) {why}")
-            if on_error:
-                self.enqueue_step(error_id(wf), on_error, [*(on_error.get("a") or []), wf, task_id], dict(on_error.get("k") or {}), 0)
 
     def cancel(self, workflow_id: str, who: str) -> str:
         before = str(self._run("wf_cancel", workflow_id, [who, self.broker._ms(self.broker.options.result_ttl)]))
@@ -267,9 +219,9 @@ class WorkflowStore:
             at += len(qs)
         return out
 
-    def spec(self, workflow_id: str, step: int) -> dict[str, Any] | None:
+    def spec(self, workflow_id: str, step: int) -> StepSpec | None:
         found = self.broker.client.hget(self.keys(workflow_id).spec, str(step))
-        return json.loads(found) if found else None
+        return StepSpec.loads(found) if found else None
 
     def _header(self, k: WorkflowKeys, pipe: Any) -> None:
         pipe.hmget(k.meta, list(HEADER_FIELDS))
@@ -289,7 +241,7 @@ class WorkflowStore:
         self._header(self.keys(workflow_id), pipe)
         return self._made_header(workflow_id, *pipe.execute())
 
-    def step_record(self, workflow_id: str, step: int) -> tuple[WorkflowHeader, dict[str, Any] | None, bool] | None:
+    def step_record(self, workflow_id: str, step: int) -> tuple[WorkflowHeader, StepSpec | None, bool] | None:
         """``header``, the step's stored spec (None for a first step: it was queued at creation) and whether it is
         done, in one round trip: what a result of one step not queued yet needs, whatever the workflow's size."""
         k = self.keys(workflow_id)
@@ -301,7 +253,7 @@ class WorkflowStore:
         header = self._made_header(workflow_id, meta, done, failed)
         if header is None:
             return None
-        return header, (json.loads(spec) if spec else None), bool(is_done)
+        return header, (StepSpec.loads(spec) if spec else None), bool(is_done)
 
     def summary(self, workflow_id: str) -> list[dict[str, Any]]:
         """Every step as written (task path, queue, parents; ``id`` of a depends_on parent): one field, O(steps) bytes,

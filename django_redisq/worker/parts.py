@@ -44,6 +44,7 @@ from django_redisq.worker.settling.flows import WorkflowHooks
 from django_redisq.worker.settling.hooks import Batch, MetadataHook, SettleHook
 from django_redisq.worker.settling.settler import Settler
 from django_redisq.worker.settling.steps import SettleSteps
+from django_redisq.workflows.engine import WorkflowEngine
 
 
 def default_name() -> str:
@@ -194,5 +195,5 @@ def build_parts(spec: WorkerSpec, controls: Controls, runner: Runner | None = No
 def settle_hooks(broker: Broker, worker_id: str, steps: SettleSteps, observer: Observer) -> list[SettleHook]:
     """The settler's hooks, in the order it calls them: saved metadata, workflow steps, the observer."""
     return [MetadataHook(broker=broker, worker_id=worker_id, steps=steps),
-            WorkflowHooks(store=WorkflowStore(broker), steps=steps),
+            WorkflowHooks(engine=WorkflowEngine(WorkflowStore(broker)), steps=steps),
             observer]

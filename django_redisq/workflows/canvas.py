@@ -17,10 +17,14 @@ How results flow (Celery's canvas, where each idea comes from):
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, Union
+
+from django_redisq.workflows.spec import StepSpec
+
+if TYPE_CHECKING:
+    from django_redisq.task import RedisTask
 
 
 class InvalidWorkflow(TypeError, ValueError):
@@ -46,7 +50,8 @@ Node = Union["Signature", "Chain", "Group", "Chord"]
 class Signature:
     """One task call, not yet enqueued: ``task.s(*args, **kwargs)`` (``immutable``: ``task.si(...)``)."""
 
-    task: Any  # a RedisTask (task.py builds signatures; this module sits below it and imports nothing of the package)
+    task: RedisTask[Any, Any]
+    """The task called (task.py builds signatures with ``.s()`` / ``.si()``; a type-only import: task.py imports this module)."""
     args: tuple[Any, ...] = ()
     kwargs: dict[str, Any] = field(default_factory=dict)
     immutable: bool = False
@@ -258,15 +263,7 @@ def markers(raw_message: str, saved_metadata: str) -> list[tuple[str, int]]:
     return []
 
 
-def release_call(spec: dict[str, Any], inputs: Sequence[Any]) -> tuple[list[Any], dict[str, Any], int]:
-    """The arguments of a released step, from its stored spec and its parents' results (in parent order),
-    and its delay in ms (its ``run_after``, measured from now)."""
-    args = list(spec.get("a") or [])
-    mode = spec.get("mode", "none")
-    if mode == "one":
-        args = [inputs[0] if inputs else None, *args]
-    elif mode == "list":
-        args = [list(inputs), *args]
-    at = spec.get("at")
-    delay = max(0, int(at - time.time() * 1000)) if isinstance(at, (int, float)) else 0
-    return args, dict(spec.get("k") or {}), delay
+def release_call(spec: StepSpec | Mapping[str, Any], inputs: Sequence[Any]) -> tuple[list[Any], dict[str, Any], int]:
+    """The arguments of a released step, from its spec (workflows/spec.py) and its parents' results (in parent order),
+    and its delay in ms (its ``run_after``, measured from now): ``StepSpec.call``, kept for the path ``flow`` documented."""
+    return (spec if isinstance(spec, StepSpec) else StepSpec.from_stored(spec)).call(inputs)

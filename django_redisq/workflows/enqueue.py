@@ -28,21 +28,25 @@ from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from django_redisq.compat import TaskResult, TaskResultStatus
 from django_redisq.core import tracing
 from django_redisq.core.limits import task_limits
-from django_redisq.core.message import encode, encode_arguments
+from django_redisq.core.message import encode_arguments
 from django_redisq.exceptions import InvalidArguments
 from django_redisq.task import RedisTask
 from django_redisq.workflows.canvas import MARKER, Node, Signature, Step, compile_flow, parse_step_id, step_id
+from django_redisq.workflows.engine import new_task
 from django_redisq.workflows.limits import check_fan_in
-from django_redisq.workflows.result import PAGE, WorkflowNotFound, WorkflowResult, _settle_parent, _store
+from django_redisq.workflows.port import Backend
+from django_redisq.workflows.result import WorkflowNotFound, WorkflowResult
+from django_redisq.workflows.spec import StepSpec
 
 
-def _spec(backend: Any, sig: Signature, workflow_id: str, index: int, takes_input: bool, trailing: int = 0,
-          trace: dict[str, str] | None = None) -> dict[str, Any]:
+def _spec(backend: Backend, sig: Signature, workflow_id: str, index: int, takes_input: bool, mode: str,
+          parents: list[int], trailing: int = 0, trace: dict[str, str] | None = None) -> StepSpec:
     """A step as stored: everything the worker needs to queue it later, checked now (with ``trailing`` arguments added later);
     ``trace``: the creator's trace context, in its metadata (core/tracing.py; None when off: nothing is added)."""
     task = sig.task
@@ -53,8 +57,8 @@ def _spec(backend: Any, sig: Signature, workflow_id: str, index: int, takes_inpu
     if task.backend != backend.alias:
         raise InvalidArguments(f"all steps of a workflow must use one backend: {task.module_path} uses {task.backend!r}, "
                                f"the workflow {backend.alias!r}.")
-    backend._validated(task)
-    backend._bind(task, [None] * takes_input + list(sig.args) + [None] * trailing, dict(sig.kwargs))  # ``trailing``: added later
+    backend.validated(task)
+    backend.bind(task, [None] * takes_input + list(sig.args) + [None] * trailing, dict(sig.kwargs))  # ``trailing``: added later
     args, kwargs, _ = encode_arguments(sig.args, sig.kwargs, backend.conf.max_message_bytes)
     metadata = dict(getattr(task, "metadata", None) or {})
     if index >= 0:
@@ -64,11 +68,12 @@ def _spec(backend: Any, sig: Signature, workflow_id: str, index: int, takes_inpu
     at = None
     if task.run_after is not None:
         at = int(task.run_after.timestamp() * 1000)
-    return {"t": task.module_path, "q": task.queue_name, "a": args, "k": kwargs, "o": backend._overrides(task),
-            "m": metadata, "pr": int(task.priority), "at": at, "i": task.key_for(args, kwargs), "l": task_limits(task)}
+    return StepSpec(task=task.module_path, queue=task.queue_name, args=args, kwargs=kwargs, overrides=backend.overrides(task),
+                    metadata=metadata, priority=int(task.priority), run_at=at, idempotency_key=task.key_for(args, kwargs),
+                    limits=task_limits(task), mode=mode, parents=parents)
 
 
-def enqueue_workflow(backend: Any, node: Node, on_error: Signature | None = None) -> WorkflowResult:
+def enqueue_workflow(backend: Backend, node: Node, on_error: Signature | None = None) -> WorkflowResult:
     """Store the workflow in its slot, queue its first steps, then let it run (see the module docstring).
 
     A crash between the store and the queueing leaves keys with a provisional TTL
@@ -83,50 +88,43 @@ def enqueue_workflow(backend: Any, node: Node, on_error: Signature | None = None
         return _create(backend, steps, workflow_id, on_error, span.carrier)
 
 
-def _create(backend: Any, steps: list[Step], workflow_id: str, on_error: Signature | None,
+def _create(backend: Backend, steps: list[Step], workflow_id: str, on_error: Signature | None,
             trace: dict[str, str] | None) -> WorkflowResult:
     """``enqueue_workflow``'s work, inside its producer span (``trace``: that span's context, or None)."""
-    specs = {s.index: _spec(backend, s.sig, workflow_id, s.index, s.mode != "none", trace=trace) for s in steps}
-    for s in steps:
-        specs[s.index].update(mode=s.mode, p=s.parents)
-    check_fan_in(backend, steps, specs)
+    specs = {s.index: _spec(backend, s.sig, workflow_id, s.index, s.mode != "none", s.mode, s.parents, trace=trace)
+             for s in steps}
+    check_fan_in(backend.conf, steps, specs)
     error_spec = None
-    if on_error is not None:
-        error_spec = _spec(backend, on_error, workflow_id, -1, False, trailing=2, trace=trace)  # gets (workflow id, failed task id) too
-        error_spec.update(mode="none", p=[])
-    summary = [{"t": specs[s.index]["t"], "q": specs[s.index]["q"], "p": s.parents} for s in steps]
+    if on_error is not None:  # gets (workflow id, failed task id) too
+        error_spec = _spec(backend, on_error, workflow_id, -1, False, "none", [], trailing=2, trace=trace)
+    summary = [{"t": specs[s.index].task, "q": specs[s.index].queue, "p": s.parents} for s in steps]
     waiting = {s.index: specs[s.index] for s in steps if s.parents}
-    store = _store(backend)
-    store.create(workflow_id, summary, waiting, {s.index: s.children for s in steps}, error_spec)
+    engine = backend.workflows
+    engine.store.create(workflow_id, summary, waiting, {s.index: s.children for s in steps}, error_spec)
     by_queue: dict[str, list[tuple[str, str, str, int, str, int, str]]] = {}
     now_ms = time.time() * 1000
     for s in steps:
-        if s.parents:
-            continue
-        spec = specs[s.index]
-        msg = encode(spec["a"], spec["k"], spec["o"] or None, spec["m"] or None)
-        delay = max(0, int(spec["at"] - now_ms)) if spec["at"] is not None else 0
-        by_queue.setdefault(spec["q"], []).append((step_id(workflow_id, s.index), msg, spec["t"], delay, spec["i"], spec["pr"], spec["l"]))
+        if not s.parents:
+            spec = specs[s.index]
+            args, kwargs, delay = spec.call([], now_ms)
+            by_queue.setdefault(spec.queue, []).append(new_task(step_id(workflow_id, s.index), spec, args, kwargs, delay))
     for queue, items in by_queue.items():
         backend.broker.enqueue(queue, items)
-    store.start(workflow_id)
-    wf = WorkflowResult(backend.alias, workflow_id)
+    engine.store.start(workflow_id)
     # as enqueued, without a read: every step READY (refresh() reads them)
-    wf._pages = {n: [] for n in range(0, (len(steps) + PAGE - 1) // PAGE)}
-    as_enqueued = [backend.result_class(task=s.sig.task, id=step_id(workflow_id, s.index), status=TaskResultStatus.READY,
-                                       enqueued_at=None, started_at=None, last_attempted_at=None, finished_at=None,
-                                       args=list(specs[s.index]["a"]), kwargs=dict(specs[s.index]["k"]), backend=backend.alias,
-                                       errors=[], worker_ids=[]) for s in steps]
-    for s, res in zip(steps, as_enqueued, strict=True):
-        wf._pages[s.index // PAGE].append((res, "waiting" if s.parents else "pending"))
-    return wf
+    as_enqueued = [(backend.result_class(task=s.sig.task, id=step_id(workflow_id, s.index), status=TaskResultStatus.READY,
+                                         enqueued_at=None, started_at=None, last_attempted_at=None, finished_at=None,
+                                         args=list(specs[s.index].args), kwargs=dict(specs[s.index].kwargs),
+                                         backend=backend.alias, errors=[], worker_ids=[]),
+                    "waiting" if s.parents else "pending") for s in steps]
+    return WorkflowResult(backend.alias, workflow_id, as_enqueued=as_enqueued)
 
 
 class _Plain(Signature):
     """The call of ``task.using(depends_on=[...]).enqueue(...)``: a step like any other."""
 
 
-def enqueue_dependent(backend: Any, task: Any, args: list[Any], kwargs: dict[str, Any],
+def enqueue_dependent(backend: Backend, task: RedisTask[Any, Any], args: Sequence[Any], kwargs: dict[str, Any],
                       trace: dict[str, str] | None = None) -> TaskResult:
     """``task.using(depends_on=[r1, r2]).enqueue(...)``: a workflow of the parents (tasks enqueued earlier) and this call.
 
@@ -136,7 +134,7 @@ def enqueue_dependent(backend: Any, task: Any, args: list[Any], kwargs: dict[str
     before the marker was written cannot tell that worker; it is recorded by the next read of
     the workflow or of this task's result (``refresh``). Returns this call's ``TaskResult``
     (READY until the parents succeeded; FAILED, naming the parent, if one failed for good). ``trace``: the context
-    of the enqueue's producer span (backend.py), stored in the call's spec for the worker's span.
+    of the enqueue's producer span (the backend's), stored in the call's spec for the worker's span.
     """
     parents = []
     for parent_id in task.depends_on:
@@ -146,27 +144,26 @@ def enqueue_dependent(backend: Any, task: Any, args: list[Any], kwargs: dict[str
         parents.append((parent_id, found[0], found[1].get("task", "")))
     workflow_id = _new_id()
     k = len(parents)
-    spec = _spec(backend, _Plain(task, tuple(args), dict(kwargs)), workflow_id, k, False, trace=trace)
-    spec.update(mode="none", p=list(range(k)))
-    summary = [{"t": path, "q": queue, "p": [], "id": pid} for pid, queue, path in parents]
-    summary.append({"t": spec["t"], "q": spec["q"], "p": list(range(k))})
-    store = _store(backend)
-    store.create(workflow_id, summary, {k: spec}, {i: [k] for i in range(k)}, None)
+    spec = _spec(backend, _Plain(task, tuple(args), dict(kwargs)), workflow_id, k, False, "none", list(range(k)), trace=trace)
+    summary: list[dict[str, Any]] = [{"t": path, "q": queue, "p": [], "id": pid} for pid, queue, path in parents]
+    summary.append({"t": spec.task, "q": spec.queue, "p": list(range(k))})
+    engine = backend.workflows
+    engine.store.create(workflow_id, summary, {k: spec}, {i: [k] for i in range(k)}, None)
     for i, (pid, queue, _) in enumerate(parents):
-        found_state, result = store.adopt(queue, pid, workflow_id, i)
-        _settle_parent(store, workflow_id, i, pid, found_state, result)
-    store.start(workflow_id)
+        found_state, result = engine.store.adopt(queue, pid, workflow_id, i)
+        engine.settle_parent(workflow_id, i, pid, found_state, result)
+    engine.store.start(workflow_id)
     wf = WorkflowResult(backend.alias, workflow_id)
     wf.repair()  # a parent fetched before its marker and settled since: recorded now (later: the waiter's repair)
     return wf.refresh().results[-1]
 
 
-def fail_cancelled(backend: Any, queue: str, task_id: str, who: str) -> None:
+def fail_cancelled(backend: Backend, queue: str, task_id: str, who: str) -> None:
     """A workflow step cancelled by itself (``cancel(step id)``) fails its workflow, as a dead-lettered step does."""
-    _store(backend).fail_steps(queue, [task_id], f"cancelled by {who}")
+    backend.workflows.fail_steps(queue, [task_id], f"cancelled by {who}")
 
 
-def waiting_result(backend: Any, task_id: str) -> TaskResult | None:
+def waiting_result(backend: Backend, task_id: str) -> TaskResult | None:
     """The result of a workflow step not queued yet (READY, or FAILED saying why), or None if ``task_id`` is none.
 
     Reads that step only (``WorkflowResult.step``): a round trip or two, whatever the workflow's size."""

@@ -2,7 +2,7 @@
 
 A step that takes its parents' results (a chord's callback, the step after a
 group) is queued with all of them joined into its first argument (wf_done.lua,
-store/workflows.py ``enqueue_step``), so its message grows with its fan-in.
+workflows/engine.py ``enqueue_step``), so its message grows with its fan-in.
 
 The rule, and why: the true worst case is ``parents x RESULT_MAX_BYTES`` of
 their queues, and with the defaults (RESULT_MAX_BYTES 1 MiB, MAX_MESSAGE_BYTES
@@ -17,36 +17,30 @@ numbers of both cases and what to change.
 
 from __future__ import annotations
 
-from typing import Any
-
 from django_redisq.core.message import dumps
+from django_redisq.core.options import Options
 from django_redisq.workflows.canvas import InvalidWorkflow, Step
+from django_redisq.workflows.spec import StepSpec
 
 SMALLEST_RESULT = 2
 """Bytes one parent's result adds to its dependent's message at the least: ``0`` and a comma."""
 
 
-def fan_in(spec: dict[str, Any]) -> int:
-    """How many parents' results a step's message carries: all for ``list``, the first for ``one``, none otherwise."""
-    mode = spec.get("mode", "none")
-    return len(spec.get("p") or []) if mode == "list" else (1 if mode == "one" and spec.get("p") else 0)
-
-
-def check_fan_in(backend: Any, steps: list[Step], specs: dict[int, dict[str, Any]]) -> None:
+def check_fan_in(options: Options, steps: list[Step], specs: dict[int, StepSpec]) -> None:
     """``InvalidWorkflow`` for a step whose message cannot fit MAX_MESSAGE_BYTES even with its parents' smallest results."""
-    limit = int(backend.conf.max_message_bytes)
+    limit = int(options.max_message_bytes)
     for s in steps:
         spec = specs[s.index]
-        n = fan_in(spec)
+        n = spec.fan_in()
         if not n:
             continue
-        own = len(dumps([spec.get("a") or [], spec.get("k") or {}, spec.get("m") or {}]).encode("utf-8"))
+        own = len(dumps([spec.args, spec.kwargs, spec.metadata]).encode("utf-8"))
         least = own + n * SMALLEST_RESULT
         if least <= limit:
             continue
-        worst = own + sum(backend.conf.for_queue(specs[p]["q"]).result_max_bytes for p in spec["p"][:n])
+        worst = own + sum(options.for_queue(specs[p].queue).result_max_bytes for p in spec.parents[:n])
         raise InvalidWorkflow(
-            f"step {s.index} ({spec['t']}) takes the results of {n} steps: even if each returns 0 its message is "
+            f"step {s.index} ({spec.task}) takes the results of {n} steps: even if each returns 0 its message is "
             f"{least:,} bytes ({own:,} of its own arguments), over MAX_MESSAGE_BYTES ({limit:,}); at their queues' "
             f"RESULT_MAX_BYTES it could be {worst:,}. Use fewer members per chord (e.g. chords of chords), "
             f"or raise MAX_MESSAGE_BYTES (and keep RESULT_MAX_BYTES of those queues small).")

@@ -21,13 +21,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Generator, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, overload
 
-from django_redisq.compat import TaskResult, TaskResultStatus, task_backends
+from django_redisq.compat import TaskResult, TaskResultStatus
 from django_redisq.exceptions import RedisQError
 from django_redisq.store.workflows import WorkflowHeader, WorkflowState, WorkflowStore
 from django_redisq.workflows.canvas import step_id
+from django_redisq.workflows.port import Backend, backend_of
 from django_redisq.workflows.steps import from_hash, not_queued
 
 FINAL = (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED)
@@ -46,21 +48,27 @@ class WorkflowNotFound(RedisQError, LookupError):
     """No workflow with this id (never created, or its keys expired RESULT_TTL after it ended)."""
 
 
-def _store(backend: Any) -> WorkflowStore:
-    store = getattr(backend, "_workflow_store", None)
-    if store is None:
-        store = WorkflowStore(backend.broker)
-        backend._workflow_store = store
-    return store
+@dataclass(frozen=True, slots=True)
+class Poll:
+    """A step of the waiting plan: read whether the workflow ended (``full``: repair, then a full refresh)."""
+
+    full: bool
 
 
-def _settle_parent(store: WorkflowStore, workflow_id: str, step: int, task_id: str, state: str, result: str) -> None:
-    """Record a parent found finished (and release what waits), or fail the workflow for one found dead or gone."""
-    if state == "finished":
-        reply = store.done(workflow_id, step, result)
-        store.release(workflow_id, reply.released)
-    elif state in ("dead", "missing"):
-        store.fail(workflow_id, step, f"step {step} (task {task_id}) {'failed' if state == 'dead' else 'expired'} before its dependents ran")
+@dataclass(frozen=True, slots=True)
+class Pause:
+    """A step of the waiting plan: sleep ``seconds`` before the next poll."""
+
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Refresh:
+    """A step of the waiting plan: ``refresh`` (what a timeout reports)."""
+
+
+WaitPlan = Generator["Poll | Pause | Refresh", bool, None]
+"""``WorkflowResult.waiting``: what ``wait`` runs with blocking calls and ``await_`` on the event loop."""
 
 
 class WorkflowResult:
@@ -71,7 +79,8 @@ class WorkflowResult:
     trip (``page()`` reads one page); ``step(i)`` reads one step. ``repair()`` is the one method that writes.
     """
 
-    def __init__(self, backend: str, workflow_id: str) -> None:
+    def __init__(self, backend: str, workflow_id: str, as_enqueued: Sequence[tuple[TaskResult, str]] = ()) -> None:
+        """``as_enqueued``: each step's result and state as its enqueuer knows them, read by nothing until ``refresh``."""
         self.backend = backend
         self.id = workflow_id
         self.status: TaskResultStatus = TaskResultStatus.READY
@@ -79,14 +88,20 @@ class WorkflowResult:
         self.header: WorkflowHeader | None = None
         self._summary: list[dict[str, Any]] | None = None  # fixed at creation: read once per instance
         self._pages: dict[int, list[tuple[TaskResult, str]]] = {}
+        for i in range(0, len(as_enqueued), PAGE):
+            self._pages[i // PAGE] = list(as_enqueued[i:i + PAGE])
         self._state: WorkflowState | None = None
 
     def __repr__(self) -> str:
         return f"<WorkflowResult {self.id} {self.status}>"
 
     @property
-    def _backend(self) -> Any:
-        return task_backends[self.backend]
+    def _backend(self) -> Backend:
+        return backend_of(self.backend, "it runs no workflows")
+
+    @property
+    def _store(self) -> WorkflowStore:
+        return self._backend.workflows.store
 
     @property
     def total(self) -> int:
@@ -100,13 +115,13 @@ class WorkflowResult:
     @property
     def states(self) -> list[str]:
         """Each step's stored task state (``waiting``: not queued); reads every page not read since the last refresh."""
-        return [st for i in range(0, self.total, PAGE) for _, st in self._page(i // PAGE)]
+        return [st for i in range(0, self.total, PAGE) for _, st in self.cached_page(i // PAGE)]
 
     @property
     def state(self) -> WorkflowState | None:
         """The full record (every step as written, the done and failed sets): O(steps), read on access."""
         if self._state is None:
-            self._state = _store(self._backend).read(self.id)
+            self._state = self._store.read(self.id)
         return self._state
 
     @property
@@ -117,7 +132,7 @@ class WorkflowResult:
 
     def refresh(self) -> WorkflowResult:
         """Read the workflow's status again: a bounded read that writes nothing (``repair`` does the repairs)."""
-        store = _store(self._backend)
+        store = self._store
         header = store.header(self.id)
         if header is None:
             raise WorkflowNotFound(f"no workflow {self.id!r} (never created, or expired RESULT_TTL after it ended)")
@@ -160,19 +175,20 @@ class WorkflowResult:
 
     def _info(self, index: int) -> dict[str, Any]:
         if self._summary is None:
-            self._summary = _store(self._backend).summary(self.id)
+            self._summary = self._store.summary(self.id)
         return self._summary[index] if index < len(self._summary) else {}
 
     def step(self, index: int) -> TaskResult | None:
         """Step ``index``'s result, reading that step only (its record and its task hash); None if there is none."""
-        store = _store(self._backend)
+        store = self._store
         found = store.step_record(self.id, index)
         if found is None:
             raise WorkflowNotFound(f"no workflow {self.id!r} (never created, or expired RESULT_TTL after it ended)")
         header, spec, done = found
         if not 0 <= index < header.total:
             return None
-        info = spec if spec is not None else self._info(index)  # a first step: queued at creation, no stored spec
+        # a first step was queued at creation and has no stored spec: the steps' list names it
+        info = {"t": spec.task, "q": spec.queue, "p": spec.parents} if spec is not None else self._info(index)
         return self._read(store, [index], {index: info}, {index} if done else set(), _why(header))[0][0]
 
     def page(self, offset: int = 0, limit: int = PAGE) -> list[tuple[TaskResult, str, dict[str, Any]]]:
@@ -180,13 +196,14 @@ class WorkflowResult:
         if self.header is None:
             self.refresh()
         stop = min(self.total, offset + max(0, limit))
-        store = _store(self._backend)
+        store = self._store
         indexes = list(range(max(0, offset), stop))
         infos = {i: self._info(i) for i in indexes}
         found = self._read(store, indexes, infos, store.done_among(self.id, indexes), _why(self.header))
         return [(r, st, infos[i]) for i, (r, st) in zip(indexes, found, strict=True)]
 
-    def _page(self, n: int) -> list[tuple[TaskResult, str]]:
+    def cached_page(self, n: int) -> list[tuple[TaskResult, str]]:
+        """Page ``n`` (``PAGE`` steps) of results and states, read once per refresh (``results`` indexes these)."""
         if n not in self._pages:
             self._pages[n] = [(r, st) for r, st, _ in self.page(n * PAGE, PAGE)]
         return self._pages[n]
@@ -210,7 +227,8 @@ class WorkflowResult:
         (it was fetched before wf_adopt.lua wrote it), and fail the workflow of a step dead-lettered where no hook
         saw it (the store's cancel alone). Reads every step's state (O(steps), ``REPAIR_CHUNK`` a round trip);
         how many steps it repaired."""
-        store, queues = _store(self._backend), sorted(self._backend.queues)
+        engine, queues = self._backend.workflows, sorted(self._backend.queues)
+        store = engine.store
         state = store.read(self.id)
         if state is None:
             raise WorkflowNotFound(f"no workflow {self.id!r}")
@@ -223,10 +241,10 @@ class WorkflowResult:
             for i, task_id, (queue, st) in zip(indexes, ids, store.task_states(ids, queues), strict=True):
                 if state.steps[i].get("id") and st in ("finished", "dead"):  # a depends_on parent, settled unseen
                     found = store.task_hashes([(task_id, queue)], queues)[0] if st == "finished" else None
-                    _settle_parent(store, self.id, i, task_id, st, found[1].get("result", "null") if found else "null")
+                    engine.settle_parent(self.id, i, task_id, st, found[1].get("result", "null") if found else "null")
                     repaired += 1
                 elif st == "dead":  # dead-lettered where no hook saw it: fail the workflow now
-                    store.fail_steps(queue, [task_id], "was dead-lettered")
+                    engine.fail_steps(queue, [task_id], "was dead-lettered")
                     repaired += 1
         return repaired
 
@@ -234,32 +252,52 @@ class WorkflowResult:
         """Whether the workflow has ended: one HGET of its stored status while it runs; every ``FULL_EVERY``
         seconds, ``repair`` then a full ``refresh``. A waiter is who needs a step settled where no workflow hook
         saw it to end its workflow; the repair writes only when there is something to repair."""
-        if _store(self._backend).status(self.id) == "running":
+        if self._store.status(self.id) == "running":
             if not full:
                 return False
             self.repair()
         return self.refresh().status in FINAL
 
-    def wait(self, timeout: float | None = None, interval: float = 0.05) -> WorkflowResult:
-        """Refresh until SUCCESSFUL or FAILED; ``TimeoutError`` after ``timeout`` seconds (None: no limit)."""
+    def waiting(self, timeout: float | None, interval: float) -> WaitPlan:
+        """The plan of ``wait`` and ``await_``: poll, pause, until the workflow ended; ``TimeoutError`` after
+        ``timeout`` seconds (None: no limit). Each ``Poll`` is answered with whether the workflow ended."""
         deadline = None if timeout is None else time.monotonic() + timeout
         last_full = time.monotonic()
-        while not self._poll(full := time.monotonic() - last_full >= FULL_EVERY):
+        while not (yield Poll(full := time.monotonic() - last_full >= FULL_EVERY)):
             last_full = time.monotonic() if full else last_full
             if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError(f"workflow {self.id} is still {self.refresh().status} after {timeout} s")
-            time.sleep(interval)
+                yield Refresh()
+                raise TimeoutError(f"workflow {self.id} is still {self.status} after {timeout} s")
+            yield Pause(interval)
+
+    def wait(self, timeout: float | None = None, interval: float = 0.05) -> WorkflowResult:
+        """Refresh until SUCCESSFUL or FAILED; ``TimeoutError`` after ``timeout`` seconds (None: no limit)."""
+        plan = self.waiting(timeout, interval)
+        step = next(plan, None)
+        while step is not None:
+            answer = False
+            if isinstance(step, Poll):
+                answer = self._poll(step.full)
+            elif isinstance(step, Pause):
+                time.sleep(step.seconds)
+            else:
+                self.refresh()
+            step = _next(plan, answer)
         return self
 
     async def await_(self, timeout: float | None = None, interval: float = 0.05) -> WorkflowResult:
-        """``wait`` on the running event loop: the reads run in a thread, the waits are ``asyncio.sleep``."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        last_full = time.monotonic()
-        while not await asyncio.to_thread(self._poll, full := time.monotonic() - last_full >= FULL_EVERY):
-            last_full = time.monotonic() if full else last_full
-            if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError(f"workflow {self.id} is still {(await asyncio.to_thread(self.refresh)).status} after {timeout} s")
-            await asyncio.sleep(interval)
+        """``wait`` on the running event loop: the reads run in a thread, the pauses are ``asyncio.sleep``."""
+        plan = self.waiting(timeout, interval)
+        step = next(plan, None)
+        while step is not None:
+            answer = False
+            if isinstance(step, Poll):
+                answer = await asyncio.to_thread(self._poll, step.full)
+            elif isinstance(step, Pause):
+                await asyncio.sleep(step.seconds)
+            else:
+                await asyncio.to_thread(self.refresh)
+            step = _next(plan, answer)
         return self
 
     def cancel(self, who: str = "api") -> str:
@@ -268,7 +306,7 @@ class WorkflowResult:
         Returns the status before (``running``, ``failed``; ``succeeded`` / ``cancelled``: nothing changed).
         """
         backend = self._backend
-        store = _store(backend)
+        store = backend.workflows.store
         before = store.cancel(self.id, who)
         if before == "":
             raise WorkflowNotFound(f"no workflow {self.id!r}")
@@ -303,7 +341,15 @@ class StepResults(Sequence[TaskResult]):
             index += len(self)
         if not 0 <= index < len(self):
             raise IndexError(index)
-        return self.wf._page(index // PAGE)[index % PAGE][0]
+        return self.wf.cached_page(index // PAGE)[index % PAGE][0]
+
+
+def _next(plan: WaitPlan, answer: bool) -> Poll | Pause | Refresh | None:
+    """The plan's next step, given the answer to its last (None once it is done)."""
+    try:
+        return plan.send(answer)
+    except StopIteration:
+        return None
 
 
 def _why(header: WorkflowHeader | None) -> str:

@@ -19,6 +19,7 @@ from django_redisq.compat import InvalidTask, Task, TaskError, TaskResult, TaskR
 from django_redisq.core.clock import ms_to_datetime
 from django_redisq.core.states import STATE_TO_STATUS
 from django_redisq.store.records import stored_errors
+from django_redisq.workflows.port import Backend
 
 STEP_NOT_RUN = "django_redisq.workflows.enqueue.StepNotRun"
 UNREGISTERED = "task no longer registered: "
@@ -44,7 +45,7 @@ def unregistered(path: str, queue: str, alias: str) -> UnregisteredTask:
     return UnregisteredTask(func=gone, backend=alias, queue_name=queue)
 
 
-def resolved(backend: Any, path: str, queue: str) -> Task:
+def resolved(backend: Backend, path: str, queue: str) -> Task:
     """The registered task of ``path``, or an ``UnregisteredTask`` naming it."""
     try:
         return backend.resolve_task(path, queue)
@@ -52,7 +53,7 @@ def resolved(backend: Any, path: str, queue: str) -> Task:
         return unregistered(path, queue, backend.alias)
 
 
-def from_hash(backend: Any, task_id: str, queue: str, data: dict[str, str]) -> TaskResult:
+def from_hash(backend: Backend, task_id: str, queue: str, data: dict[str, str]) -> TaskResult:
     """``backend.build_result``, or for a task no longer registered the same fields with an ``UnregisteredTask``."""
     try:
         return backend.build_result(task_id, queue, data)
@@ -77,7 +78,7 @@ def from_hash(backend: Any, task_id: str, queue: str, data: dict[str, str]) -> T
     return result
 
 
-def not_queued(backend: Any, task_id: str, info: dict[str, Any], done: bool, why: str) -> TaskResult:
+def not_queued(backend: Backend, task_id: str, info: dict[str, Any], done: bool, why: str) -> TaskResult:
     """A step with no task hash: SUCCESSFUL when done (its hash expired since), FAILED when its workflow
     ended without it (``why``), READY otherwise (its parents are not all done)."""
     status = TaskResultStatus.READY

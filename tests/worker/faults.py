@@ -28,11 +28,13 @@ from django_redisq.store.broker import Broker
 from django_redisq.store.topics import Topics
 from django_redisq.store.workflows import WorkflowStore
 from django_redisq.worker.running.runner import Runner
+from django_redisq.workflows.engine import WorkflowEngine
 
 TARGETS: dict[str, tuple[type, str]] = {
     **{f"broker.{m}": (Broker, m) for m in ("fetch", "wait", "ack_many", "retry", "bury", "save_metadata_held",
                                             "enqueue", "release", "processing_ids")},
-    **{f"workflows.{m}": (WorkflowStore, m) for m in ("done", "release", "enqueue_step", "fail", "status")},
+    **{f"workflows.{m}": (WorkflowStore, m) for m in ("done", "fail", "status")},
+    **{f"workflows.{m}": (WorkflowEngine, m) for m in ("release", "enqueue_step")},  # the engine's (workflows/engine.py)
     **{f"topics.{m}": (Topics, m) for m in ("read", "ack", "claim", "bury", "wait")},
     "runner.run": (Runner, "run"),
 }

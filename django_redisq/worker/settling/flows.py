@@ -32,11 +32,12 @@ from functools import partial
 from typing import Any
 
 from django_redisq.store.replies import Delivery
-from django_redisq.store.workflows import Released, StepTooLarge, WorkflowStore
+from django_redisq.store.workflows import Released
 from django_redisq.worker.running.outcome import Outcome
 from django_redisq.worker.settling.hooks import SettleHook
 from django_redisq.worker.settling.steps import StepResult, StepRunner
-from django_redisq.workflows.canvas import MARKER, error_id, markers, step_id
+from django_redisq.workflows.canvas import MARKER, markers, step_id
+from django_redisq.workflows.engine import StepTooLarge, WorkflowEngine
 
 logger = logging.getLogger("django_redisq")
 
@@ -44,10 +45,11 @@ logger = logging.getLogger("django_redisq")
 class WorkflowHooks(SettleHook):
     """The settle hook of tasks that are workflow steps: recorded before the ack, their workflow failed before a burial."""
 
-    def __init__(self, *, store: WorkflowStore, steps: StepRunner) -> None:
+    def __init__(self, *, engine: WorkflowEngine, steps: StepRunner) -> None:
         """``steps``: runs each Redis step under the settle policy (``steps.py``)."""
-        self.store = store
-        self.broker = store.broker
+        self.engine = engine
+        self.store = engine.store
+        self.broker = engine.broker
         self.steps = steps
 
     @staticmethod
@@ -73,7 +75,7 @@ class WorkflowHooks(SettleHook):
             return reply
         released = reply.value.released
         for r in released:
-            queued = self.steps.run(partial(self.store.release, wf, [r], link), f"releasing step {r.step} of workflow {wf}")
+            queued = self.steps.run(partial(self.engine.release, wf, [r], link), f"releasing step {r.step} of workflow {wf}")
             if queued.failure is not None and isinstance(queued.failure.cause, StepTooLarge):
                 queued = self._fail(wf, r.step, f"step {r.step} was not queued: {queued.failure.cause}", "")
                 if queued.failed:
@@ -90,7 +92,7 @@ class WorkflowHooks(SettleHook):
         if status.failed or status.value != "cancelled":
             return status if status.failed else StepResult.ok()
         for r in released:
-            cancelled = self.steps.run(partial(self.broker.cancel, r.spec.get("q", "default"), [step_id(wf, r.step)],
+            cancelled = self.steps.run(partial(self.broker.cancel, r.spec.queue, [step_id(wf, r.step)],
                                                "workflow cancelled"), f"cancelling step {r.step} of cancelled workflow {wf}")
             if cancelled.failed:
                 return cancelled
@@ -115,6 +117,5 @@ class WorkflowHooks(SettleHook):
         _, on_error, _ = answer.value
         if not on_error:
             return answer
-        args = [*(on_error.get("a") or []), wf, task_id or step_id(wf, step)]
-        return self.steps.run(partial(self.store.enqueue_step, error_id(wf), on_error, args, dict(on_error.get("k") or {}), 0, link),
+        return self.steps.run(partial(self.engine.queue_on_error, wf, on_error, task_id or step_id(wf, step), link),
                               f"queueing the on_error callback of workflow {wf}")

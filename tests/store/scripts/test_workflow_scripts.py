@@ -33,6 +33,7 @@ from django_redisq.store.broker import Broker
 from django_redisq.store.keys import WorkflowKeys
 from django_redisq.store.workflows import WorkflowStore
 from django_redisq.workflows.canvas import chain, chord, compile_flow, group, release_call, step_id
+from django_redisq.workflows.engine import WorkflowEngine
 from django_redisq.workflows.enqueue import enqueue_workflow
 from tests.helpers import keys
 from tests.testapp import workflow_tasks as wt
@@ -106,7 +107,7 @@ class WorkflowMachine(RuleBasedStateMachine):
                 assert args[0] == result_of(step.parents[0])
             elif step.mode == "list":
                 assert args[0] == [result_of(p) for p in step.parents]
-            self.store.enqueue_step(step_id(self.wf, rel.step), rel.spec, args, kwargs, delay)
+            WorkflowEngine(self.store).enqueue_step(step_id(self.wf, rel.step), rel.spec, args, kwargs, delay)
         if crash == "after_release":
             return
         self.acked.add(i)
@@ -183,7 +184,7 @@ def test_fail_then_replayed_step_unfails_and_cancel_and_adopt(r) -> None:  # typ
     store = WorkflowStore(Broker(backend.conf))
     wf = enqueue_workflow(backend, chain(wt.add.s(1), wt.add.s(2)), wt.on_failure.s("n")).id
     status, on_error, first = store.fail(wf, 0, "step 0 failed")
-    assert (status, first) == ("failed", True) and on_error["t"] == wt.on_failure.module_path
+    assert (status, first) == ("failed", True) and on_error is not None and on_error.task == wt.on_failure.module_path
     assert store.fail(wf, 0, "again")[2] is False  # failed once; on_error given again (queued by id: once)
     assert 0 < r.pttl(WorkflowKeys(wf).meta)
     assert store.resume(wf, 0) == "resumed" and r.ttl(WorkflowKeys(wf).meta) == -1  # replayed: runs again

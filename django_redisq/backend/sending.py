@@ -1,0 +1,146 @@
+"""What an enqueue sends, built once (backend/wire.py runs it on either wire): the new tasks, their placement in a
+partitioned queue, and the results the caller gets back (a duplicate's holder, the stored enqueue time)."""
+
+from __future__ import annotations
+
+import dataclasses
+import secrets
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from django.utils import timezone
+
+from django_redisq.backend.wire import Announce, Enqueue, GetTask, Plan
+from django_redisq.compat import InvalidTask, Task, TaskResult, TaskResultStatus
+from django_redisq.core import partitions, tracing
+from django_redisq.core.clock import ms_to_datetime
+from django_redisq.core.limits import task_limits
+from django_redisq.core.message import OVERRIDES, encode_arguments
+from django_redisq.core.message import encode as encode_message
+from django_redisq.core.metadata import attach
+from django_redisq.core.metadata import encode as encode_metadata
+from django_redisq.core.options import Options
+from django_redisq.exceptions import InvalidArguments
+from django_redisq.store.replies import Enqueued, NewTask
+from django_redisq.task import RedisTask, get_registered
+from django_redisq.workflows.port import Backend
+
+ID_START = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+
+
+def new_task_id() -> str:
+    """32 characters, 192 random bits; never one a shell command line would take for an option (``-x...``)."""
+    task_id = secrets.token_urlsafe(24)
+    if task_id[0] == "-":
+        task_id = secrets.choice(ID_START) + task_id[1:]
+    return task_id
+
+
+def overrides(task: Task) -> dict[str, Any]:
+    """What ``task.using(...)`` changed from the registered task: it travels with the call."""
+    if not isinstance(task, RedisTask):
+        return {}
+    registered = get_registered(task.module_path)
+    if registered is None or registered is task:
+        return {}
+    for name in ("retry_on", "no_retry_on", "backoff"):
+        if getattr(task, name) != getattr(registered, name):
+            raise InvalidTask(f"{name} cannot be changed per call with using(): a worker never imports classes or functions "
+                              f"named in Redis. Set it in @task, or raise Retry(delay=...) / an exception it names.")
+    return {name: getattr(task, name) for name in OVERRIDES
+            if getattr(task, name) is not None and getattr(task, name) != getattr(registered, name)}
+
+
+def prepare(backend: Backend, task: Task, args: Sequence[Any], kwargs: dict[str, Any],
+            trace: dict[str, str] | None = None) -> tuple[TaskResult, NewTask]:
+    """One call's result (READY) and the task to store; ``trace``: the producer span's context (core/tracing.py)."""
+    backend.bind(task, args, kwargs)
+    conf = backend.conf
+    args, kwargs, _ = encode_arguments(args, kwargs, conf.max_message_bytes)
+    task_id = new_task_id()
+    delay_ms = 0
+    if task.run_after is not None:  # a relative delay: the due time itself is computed from Redis TIME
+        delay_ms = max(0, int((task.run_after - timezone.now()).total_seconds() * 1000))
+    idem = task.key_for(args, kwargs) if isinstance(task, RedisTask) else ""
+    metadata = getattr(task, "metadata", None)  # Django's metadata proposal: a field of newer Tasks
+    metadata = tracing.with_trace(metadata, trace)
+    if metadata:
+        try:
+            metadata = encode_metadata(metadata, conf.for_queue(task.queue_name).metadata_max_bytes)[0]
+        except (TypeError, ValueError) as exc:
+            raise InvalidArguments(f"the task's {exc}") from None
+    msg = encode_message(args, kwargs, backend.overrides(task), metadata or None)
+    if metadata and len(msg) > conf.max_message_bytes:
+        raise InvalidArguments(f"the task's arguments and metadata are over {conf.max_message_bytes} bytes (MAX_MESSAGE_BYTES).")
+    result: TaskResult = backend.result_class(
+        task=task, id=task_id, status=TaskResultStatus.READY, enqueued_at=None,
+        started_at=None, last_attempted_at=None, finished_at=None,
+        args=args, kwargs=kwargs, backend=backend.alias, errors=[], worker_ids=[],
+    )
+    attach(result, metadata or {})
+    return result, (task_id, msg, task.module_path, delay_ms, idem, int(task.priority), task_limits(task))
+
+
+def placed(conf: Options, queue: str, items: Sequence[NewTask]) -> list[tuple[str, list[int]]]:
+    """The physical queue of each item (core/partitions.py), as (queue, item indexes); one group when unpartitioned."""
+    n = conf.partitions(queue)
+    if n == 1:
+        return [(queue, list(range(len(items))))]
+    groups: dict[str, list[int]] = {}
+    for i, item in enumerate(items):
+        groups.setdefault(partitions.pick(queue, n, item[4]), []).append(i)
+    return list(groups.items())
+
+
+def merged(count: int, parts: Iterable[tuple[list[int], Sequence[Enqueued]]]) -> list[Enqueued]:
+    """The outcomes of the per-partition calls back in the order of the items."""
+    out: list[Enqueued | None] = [None] * count
+    for idx, got in parts:
+        for i, outcome in zip(idx, got, strict=True):
+            out[i] = outcome
+    return [o for o in out if o is not None]
+
+
+def stored(result: TaskResult, outcome: Enqueued) -> TaskResult:
+    """``result`` with the enqueued_at the script stored, so that refresh() and get_result() agree with it."""
+    object.__setattr__(result, "enqueued_at", ms_to_datetime(outcome.enqueued_at))
+    return result
+
+
+def duplicate_result(backend: Backend, result: TaskResult, holder: str, found: tuple[str, dict[str, str]] | None) -> TaskResult:
+    """The result of the task holding the idempotency key.
+
+    The key outlives the holder's result when IDEMPOTENCY_TTL exceeds RESULT_TTL. A key
+    whose task is gone means the holder succeeded (only a success gives the key a TTL;
+    enqueue.lua takes a key whose task vanished otherwise), so this call's result is
+    returned under the holder's id as SUCCESSFUL, with an unknown return value (None)
+    and no timestamps; ``get_result`` on that id raises ``TaskResultDoesNotExist``.
+    A holder left without a message (a dead letter whose data was corrupt) reads as FAILED.
+    ``found`` is the holder's task hash.
+    """
+    if found is not None and "msg" in found[1]:
+        return backend.build_result(holder, found[0], found[1])
+    status = TaskResultStatus.SUCCESSFUL if found is None else TaskResultStatus.FAILED
+    return dataclasses.replace(result, id=holder, status=status, enqueued_at=None)
+
+
+def enqueue_plan(backend: Backend, task: Task, arg_sets: Iterable[tuple[Sequence[Any], dict[str, Any]]],
+                 span: tracing.Sending | tracing.Noop) -> Plan[list[TaskResult]]:
+    """Enqueue several calls of one task: one script call per partition they go to, then each result (a duplicate's
+    holder read back, a new one announced with ``task_enqueued``), in the order of the calls."""
+    prepared = [prepare(backend, task, a, k, span.carrier) for a, k in arg_sets]
+    if not prepared:
+        return []
+    items = [item for _, item in prepared]
+    span.identify([item[0] for item in items])
+    groups = placed(backend.conf, task.queue_name, items)
+    outs = yield [Enqueue(queue, [items[i] for i in idx]) for queue, idx in groups]
+    results = []
+    for (result, _), outcome in zip(prepared, merged(len(items), zip([idx for _, idx in groups], outs, strict=True)), strict=False):
+        if outcome.duplicate_of:
+            (found,) = yield [GetTask(outcome.duplicate_of, [task.queue_name])]
+            results.append(duplicate_result(backend, result, outcome.duplicate_of, found))
+        else:
+            yield [Announce(type(backend), stored(result, outcome))]
+            results.append(result)
+    return results
