@@ -23,7 +23,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from django_redisq.testing import RedisServer, _call, find_redis_server
+from django_redisq.testing.server import RedisServer, find_redis_server, redis_cli
 from django_redisq.testing.capture import Captured, Drain, captured_tasks
 
 BACKEND = "django_redisq.backend.RedisQueueBackend"
@@ -61,14 +61,14 @@ def redisq_queue(redisq_server: RedisServer) -> Iterator[Drain]:
         for key in CONNECTION_KEYS:
             options.pop(key, None)  # the throwaway server replaces whatever the settings connect to
         options["REDIS_URL"] = redisq_server.url
-    _call(redisq_server.port, "FLUSHALL")
+    redis_cli(redisq_server.port, "FLUSHALL")
     with override_settings(TASKS=tasks):
         connection.reset()
         try:
             yield Drain("default" if "default" in ours else ours[0])
         finally:
             connection.reset()
-            _call(redisq_server.port, "FLUSHALL")
+            redis_cli(redisq_server.port, "FLUSHALL")
 
 
 @pytest.fixture
