@@ -1,6 +1,6 @@
 """What operators read and do about events: each subscription's lag, pending and drops; rewinding one.
 
-Used by ``manage.py redisq topics`` (management/commands/_topics.py), the admin's
+Used by ``manage.py redisq topics`` (management/cli/topics.py), the admin's
 Topics page (admin/topics.py), the metrics (``redisq_subscription_lag``) and
 ``redisq health`` (``HEALTH_MAX_LAG`` per topic). Reads are bounded: one
 XINFO GROUPS, one XPENDING summary per group with pending entries, and, only

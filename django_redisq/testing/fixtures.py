@@ -23,8 +23,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from django_redisq.testing.server import RedisServer, find_redis_server, redis_cli
 from django_redisq.testing.capture import Captured, Drain, captured_tasks
+from django_redisq.testing.server import RedisServer, find_redis_server, redis_cli
 
 BACKEND = "django_redisq.backend.RedisQueueBackend"
 

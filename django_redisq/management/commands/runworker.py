@@ -17,8 +17,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django_redisq.apps import SUCCESS_LOGGER
 from django_redisq.compat import LOGGER_NAME
 from django_redisq.exceptions import RedisUnavailable
-from django_redisq.management.commands import _out
-from django_redisq.management.commands._args import memory, one_voice, port, positive
+from django_redisq.management.cli import out as _out  # the exit codes and one-line errors redisq uses too
+from django_redisq.management.cli.args import memory, one_voice, port, positive
 from django_redisq.worker.pools import POOLS
 
 LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
@@ -107,7 +107,7 @@ class Command(BaseCommand):
     requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: CommandParser) -> None:
-        one_voice(parser)  # a usage error is one line, exit 2 (_out.py has the exit codes)
+        one_voice(parser)  # a usage error is one line, exit 2 (cli/out.py has the exit codes)
         parser.add_argument("queues", nargs="*", metavar="QUEUE[:WEIGHT]",
                             help="queues to serve, most important first (strict order); with weights (emails:6 default:3 "
                                  "low:1), each queue with work is picked in proportion to its weight (default: all configured)")
