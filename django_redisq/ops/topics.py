@@ -158,7 +158,7 @@ def at(entry_id: str) -> datetime | None:
 
 def subscription_families(aliases: list[str]) -> Iterator[Any]:
     """``redisq_subscription_lag`` / ``_pending`` / ``_dropped_total`` / ``_regrouped_total`` of every subscription."""
-    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily  # optional: only a metrics scrape calls this
 
     labels = ["backend", "subscription", "topic"]
     lag = GaugeMetricFamily("redisq_subscription_lag", "Events of the topic not yet delivered to the subscription "

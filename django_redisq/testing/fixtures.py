@@ -22,7 +22,11 @@ import os
 from collections.abc import Iterator
 
 import pytest
+from django.conf import settings
+from django.test import override_settings
 
+from django_redisq import connection
+from django_redisq.settings.read import CONNECTION_KEYS
 from django_redisq.testing.capture import Captured, Drain, captured_tasks
 from django_redisq.testing.server import RedisServer, find_redis_server, redis_cli
 
@@ -46,12 +50,6 @@ def redisq_url(redisq_server: RedisServer) -> str:
 
 @pytest.fixture
 def redisq_queue(redisq_server: RedisServer) -> Iterator[Drain]:
-    from django.conf import settings
-    from django.test import override_settings
-
-    from django_redisq import connection
-    from django_redisq.settings.read import CONNECTION_KEYS
-
     tasks = copy.deepcopy(getattr(settings, "TASKS", {}))
     ours = [alias for alias, params in tasks.items() if params.get("BACKEND") == BACKEND]
     if not ours:
