@@ -10,10 +10,11 @@ from __future__ import annotations
 import ast
 import io
 import tokenize
-import tomllib
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "django_redisq"
