@@ -1,6 +1,6 @@
 """What every change view of the admin shares: the POST-and-permission guard, the page protocol, small helpers.
 
-The views (cancel.py, edit.py, pause.py, and the dead letters' own in site.py)
+The views (cancel.py, dead.py, edit.py, pause.py, schedules.py)
 take the admin that serves them as an ``AdminPage``: the few public methods they
 need (a page's context, rendering, the admin log, the inspector of a backend),
 not the ModelAdmin's internals.
@@ -57,6 +57,16 @@ SAMPLE = 10
 
 def tasks_url(alias: str, queue: str, state: str) -> str:
     return reverse(f"admin:django_redisq_{state}task_changelist") + "?" + urlencode({"backend": alias, "queue": queue})
+
+
+def dead_letters_url(alias: str, queue: str, **params: str) -> str:
+    """The dead letters' page of one queue, with the filter or page ``params`` that are set."""
+    query = urlencode({"backend": alias, "queue": queue, **{k: v for k, v in params.items() if v}})
+    return reverse("admin:django_redisq_deadletter_changelist") + "?" + query
+
+
+def schedules_url(alias: str) -> str:
+    return reverse("admin:django_redisq_schedule_changelist") + "?" + urlencode({"backend": alias})
 
 
 def plural(n: int, one: str, many: str) -> str:

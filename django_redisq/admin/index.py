@@ -44,7 +44,7 @@ class PageAdmin(admin.ModelAdmin):
     def get_urls(self) -> list[URLPattern]:
         def view(request: HttpRequest) -> HttpResponse:
             pages = self._pages()
-            return pages._redis_guard(lambda req: self.page(pages, req))(request)
+            return pages.redis_guard(lambda req: self.page(pages, req))(request)
 
         return [path("", self.admin_site.admin_view(view), name=f"{self.opts.app_label}_{self.opts.model_name}_changelist")]
 

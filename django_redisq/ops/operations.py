@@ -25,6 +25,7 @@ from django_redisq.core.clock import ms_to_datetime
 from django_redisq.core.message import encode_arguments
 from django_redisq.ops import workflows
 from django_redisq.ops.inspector import DeadFilter, Inspector, find_schedule
+from django_redisq.schedules.ticks import id_base, marker_ttl_ms, own_limits, task_priority, tick_message, wants_tick
 from django_redisq.store.broker import Broker
 from django_redisq.store.records import pause_state
 from django_redisq.store.workflows import WorkflowStore
@@ -241,8 +242,6 @@ class ScheduleOperations:
 
     def resume(self, name: str, by: str) -> ScheduleChange:
         """Run the schedule's ticks again from the next one; ticks that passed while paused are not run."""
-        from django_redisq.schedules.ticks import marker_ttl_ms
-
         s = find_schedule(self.inspector, name)
         since = self.broker.resume_schedule(s.queue, s.name, marker_ttl_ms(s, self.broker.server_time_ms()))
         if since is not None:
@@ -251,8 +250,6 @@ class ScheduleOperations:
 
     def run_now(self, name: str, by: str) -> ScheduleChange:
         """Enqueue the schedule's task once now (its ``periodic_tick``: now on the Redis clock), leaving its ticks alone."""
-        from django_redisq.schedules.ticks import id_base, marker_ttl_ms, own_limits, task_priority, tick_message, wants_tick
-
         s = find_schedule(self.inspector, name)
         encode_arguments(s.args, s.kwargs, self.inspector.options.max_message_bytes)  # InvalidArguments: too large
         now = self.broker.server_time_ms()

@@ -1,6 +1,6 @@
 """What operators read and do about events: each subscription's lag, pending and drops; rewinding one.
 
-Used by ``manage.py redisq topics`` (management/commands/_topics.py), the admin's
+Used by ``manage.py redisq topics`` (management/cli/topics.py), the admin's
 Topics page (admin/topics.py), the metrics (``redisq_subscription_lag``) and
 ``redisq health`` (``HEALTH_MAX_LAG`` per topic). Reads are bounded: one
 XINFO GROUPS, one XPENDING summary per group with pending entries, and, only
@@ -158,7 +158,7 @@ def at(entry_id: str) -> datetime | None:
 
 def subscription_families(aliases: list[str]) -> Iterator[Any]:
     """``redisq_subscription_lag`` / ``_pending`` / ``_dropped_total`` / ``_regrouped_total`` of every subscription."""
-    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily  # optional: only a metrics scrape calls this
 
     labels = ["backend", "subscription", "topic"]
     lag = GaugeMetricFamily("redisq_subscription_lag", "Events of the topic not yet delivered to the subscription "

@@ -146,7 +146,7 @@ def totals(alias: str = "default") -> dict[str, int]:
 
 def families(by_alias: dict[str, dict[str, int]]) -> Iterator[Any]:
     """Prometheus families: workflows running now, and the totals that succeeded, failed, were cancelled."""
-    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily  # optional: only a metrics scrape calls this
 
     running = GaugeMetricFamily("redisq_workflows_running", "Workflows started and not ended (failed ones replayed count again).",
                                 labels=["backend"])

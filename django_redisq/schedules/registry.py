@@ -1,4 +1,4 @@
-"""Periodic schedules: the registry, their validation, and the tick arithmetic.
+"""Periodic schedules: the registry, their validation, and the tick arithmetic (their words: words.py).
 
 A schedule comes from ``TASKS[alias]["OPTIONS"]["SCHEDULES"]`` (the public
 contract: operators change it without code) or from ``@periodic`` beside a
@@ -15,6 +15,7 @@ to Redis or reads a clock: the scheduler passes in the Redis time.
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,9 +24,15 @@ from typing import Any, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
+from django.conf import settings
+from django.core.checks import Error
+from django.utils.module_loading import autodiscover_modules, import_string
 
+from django_redisq.core.message import encode_arguments
 from django_redisq.core.options import NAME_RE
 from django_redisq.core.redact import redact
+from django_redisq.schedules.words import cron_in_words, every_in_words
+from django_redisq.task import find_registered, get_registered, plain_signature
 
 T = TypeVar("T")
 
@@ -167,75 +174,6 @@ class Schedule:
         return self._dt(tick).isoformat()
 
 
-# -- in words ----------------------------------------------------------------
-
-DAYS = ("Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday")
-MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October", "November", "December")
-_DAY_NAMES = {d[:3].lower(): i for i, d in enumerate(DAYS)}
-_MONTH_NAMES = {m[:3].lower(): i + 1 for i, m in enumerate(MONTHS)}
-_EVEN_MINUTES = {n for n in range(1, 60) if 60 % n == 0}  # */7 restarts at :00, so it is not "every 7 minutes"
-_EVEN_HOURS = {n for n in range(1, 24) if 24 % n == 0}
-
-
-def _units(n: float, unit: str) -> str:
-    return f"every {unit}" if n == 1 else f"every {n:g} {unit}s"
-
-
-def every_in_words(ms: int) -> str:
-    """``every`` as "every 30 seconds", "every 5 minutes", "every 2 hours"."""
-    if ms % 3_600_000 == 0:
-        return _units(ms // 3_600_000, "hour")
-    if ms % 60_000 == 0:
-        return _units(ms // 60_000, "minute")
-    return _units(ms / 1000, "second")
-
-
-def _number(field: str, low: int, high: int, names: dict[str, int] | None = None) -> int | None:
-    value = names.get(field.lower()) if names and field.lower() in names else int(field) if field.isdigit() else None
-    return value if value is not None and low <= value <= high else None
-
-
-def cron_in_words(expr: str) -> str:
-    """Common 5-field forms in words ("every minute", "every 5 minutes", "hourly at :15", "daily at 03:00",
-    "weekdays at 09:00", "every Monday at 08:30", "monthly on day 1 at 00:00", "yearly on 1 January at 00:00");
-    anything else is returned as it is."""
-    fields = expr.split()
-    if len(fields) != 5:
-        return expr
-    minute_f, hour_f, dom_f, month_f, dow_f = fields
-    if fields == ["*"] * 5:
-        return "every minute"
-    if minute_f.startswith("*/") and fields[1:] == ["*"] * 4 and minute_f[2:].isdigit() and int(minute_f[2:]) in _EVEN_MINUTES:
-        return _units(int(minute_f[2:]), "minute")
-    minute = _number(minute_f, 0, 59)
-    if minute is None:
-        return expr
-    if hour_f == "*" and fields[2:] == ["*"] * 3:
-        return f"hourly at :{minute:02d}"
-    if hour_f.startswith("*/") and fields[2:] == ["*"] * 3 and hour_f[2:].isdigit() and int(hour_f[2:]) in _EVEN_HOURS:
-        return _units(int(hour_f[2:]), "hour") + (f" at :{minute:02d}" if minute else "")
-    hour = _number(hour_f, 0, 23)
-    if hour is None:
-        return expr
-    at = f"at {hour:02d}:{minute:02d}"
-    if (dom_f, month_f) == ("*", "*"):
-        if dow_f == "*":
-            return f"daily {at}"
-        if dow_f.lower() in ("1-5", "mon-fri"):
-            return f"weekdays {at}"
-        day = _number(dow_f, 0, 7, _DAY_NAMES)
-        return f"every {DAYS[day % 7]} {at}" if day is not None else expr
-    if dow_f != "*":
-        return expr
-    dom = _number(dom_f, 1, 31)
-    if dom is None:
-        return expr
-    if month_f == "*":
-        return f"monthly on day {dom} {at}"
-    month = _number(month_f, 1, 12, _MONTH_NAMES)
-    return f"yearly on {dom} {MONTHS[month - 1]} {at}" if month is not None else expr
-
-
 # -- building and checking --------------------------------------------------
 
 
@@ -272,8 +210,6 @@ class Problem:
 
 def _unfit(task: Any, args: Any, kwargs: dict[str, Any]) -> tuple[str, str] | None:
     """(the signature, why) when a call with ``args`` / ``kwargs`` could not run ``task``, as the worker binds it."""
-    import inspect
-
     try:
         sig = inspect.signature(task.func)
     except (TypeError, ValueError):
@@ -282,8 +218,6 @@ def _unfit(task: Any, args: Any, kwargs: dict[str, Any]) -> tuple[str, str] | No
     try:
         sig.bind(*([None] if task.takes_context else []), *args, **kwargs, **tick)
     except TypeError as exc:
-        from django_redisq.task import plain_signature
-
         return plain_signature(sig), str(exc)
     return None
 
@@ -291,72 +225,92 @@ def _unfit(task: Any, args: Any, kwargs: dict[str, Any]) -> tuple[str, str] | No
 def build(name: str, entry: Any, queues: tuple[str, ...], default_tz: str, find_task: Callable[[str], Any]) -> tuple[Schedule | None, list[Problem]]:
     """A Schedule from one entry, or None and every problem with it (ids E020-E028)."""
     where = f"SCHEDULES[{name!r}]"
-    if not isinstance(name, str) or not NAME_RE.match(name):
-        return None, [Problem("E020", f"{where}: a schedule name must be 1-100 letters, digits, '_', '-' or '.'.", "Rename the schedule.")]
-    if not isinstance(entry, dict):
-        return None, [Problem("E020", f"{where} must be a dict, got {type(entry).__name__}.", 'For example {"task": "app.tasks.f", "every": 60}.')]
-    problems: list[Problem] = []
-    for key in sorted(set(entry) - set(OPTIONS), key=str):
-        problems.append(Problem("E021", f"{where} has an unknown option {key!r}.", f"Known options: {', '.join(OPTIONS)}."))
-    cron, every = entry.get("cron"), entry.get("every")
-    expr, ms = None, 0
-    if (cron is None) == (every is None):
-        problems.append(Problem("E022", f"{where} needs exactly one of 'cron' and 'every'.", 'E.g. "cron": "0 3 * * *" or "every": 300.'))
-    else:
-        try:
-            if cron is not None:
-                expr = cron_expression(cron)
-            else:
-                ms = every_ms(every)
-        except ValueError as exc:
-            problems.append(Problem("E023", f"{where}: {exc}.", "cron: 5 fields (minute hour day month weekday) or @hourly/@daily/...; every: seconds >= 1."))
-    tz_name = entry.get("timezone", default_tz)
-    tz = None
-    try:
-        tz = ZoneInfo(tz_name)
-    except (ZoneInfoNotFoundError, ValueError, TypeError):
-        problems.append(Problem("E024", f"{where}: unknown time zone {tz_name!r}.", 'Use an IANA name such as "Europe/Berlin" or "UTC".'))
+    refused = _refused(name, entry, where)
+    if refused is not None:
+        return None, [refused]
+    problems = [Problem("E021", f"{where} has an unknown option {key!r}.", f"Known options: {', '.join(OPTIONS)}.")
+                for key in sorted(set(entry) - set(OPTIONS), key=str)]
+    expr, ms = _timing(where, entry, problems)
+    tz = _zone(where, entry.get("timezone", default_tz), problems)
     path = entry.get("task")
     task = find_task(path) if isinstance(path, str) and path else None
-    if task is None:
-        problems.append(Problem("E025", f"{where}: {path!r} is not a registered django_redisq task.",
-                                "Give the dotted path of a function decorated with @task in an installed app's tasks module."))
-    queue = entry.get("queue_name") or (task.queue_name if task is not None else None)
-    if task is not None and queue not in queues:
-        problems.append(Problem("E026", f"{where}: queue {queue!r} is not in QUEUES {list(queues)}.", "Add it to QUEUES or set queue_name."))
+    queue = _queue(where, entry, path, task, queues, problems)
     args, kwargs = entry.get("args", []), entry.get("kwargs", {})
-    unfit: tuple[str, str] | None = None
+    _check_arguments(where, path, task, args, kwargs, problems)
     catch_up, overlap = entry.get("catch_up", "latest"), entry.get("allow_overlap", True)
-    if not isinstance(args, (list, tuple)) or not isinstance(kwargs, dict) or any(not isinstance(k, str) for k in kwargs):
-        problems.append(Problem("E027", f"{where}: args must be a list and kwargs a dict with str keys.", "Use JSON values."))
-    else:
-        from django_redisq.core.message import encode_arguments
-
-        try:
-            encode_arguments(args, kwargs, 1 << 20)
-        except Exception as exc:  # noqa: BLE001 - InvalidArguments says what does not encode
-            problems.append(Problem("E027", f"{where}: {exc}", "Use JSON values."))
-        else:
-            unfit = _unfit(task, args, kwargs) if task is not None else None
-        if task is not None and unfit:
-            problems.append(Problem("E028", f"{where}: args {list(args)!r} and kwargs {kwargs!r} do not fit {path}{unfit[0]}: {unfit[1]}.",
-                                    "Give the arguments the task takes; otherwise every tick's task is dead-lettered as bad_arguments."))
-    if catch_up not in CATCH_UP:
-        problems.append(Problem("E027", f"{where}: catch_up must be one of {', '.join(CATCH_UP)}, got {catch_up!r}.", 'The default is "latest".'))
-    if not isinstance(overlap, bool):
-        problems.append(Problem("E027", f"{where}: allow_overlap must be True or False, got {overlap!r}.", "The default is True."))
+    _check_policies(where, catch_up, overlap, problems)
     if problems or tz is None or task is None:
         return None, problems
     return Schedule(name=name, task=path, queue=queue, tz=tz, cron=expr, every_ms=ms, args=list(args), kwargs=dict(kwargs),  # type: ignore[arg-type]
                     catch_up=catch_up, allow_overlap=overlap), []
 
 
+def _refused(name: Any, entry: Any, where: str) -> Problem | None:
+    """The one problem of a name or an entry that cannot be read at all (E020)."""
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        return Problem("E020", f"{where}: a schedule name must be 1-100 letters, digits, '_', '-' or '.'.", "Rename the schedule.")
+    if not isinstance(entry, dict):
+        return Problem("E020", f"{where} must be a dict, got {type(entry).__name__}.", 'For example {"task": "app.tasks.f", "every": 60}.')
+    return None
+
+
+def _timing(where: str, entry: dict[str, Any], problems: list[Problem]) -> tuple[str | None, int]:
+    """The cron expression or the period in ms (exactly one of them; E022, E023)."""
+    cron, every = entry.get("cron"), entry.get("every")
+    if (cron is None) == (every is None):
+        problems.append(Problem("E022", f"{where} needs exactly one of 'cron' and 'every'.", 'E.g. "cron": "0 3 * * *" or "every": 300.'))
+        return None, 0
+    try:
+        return (cron_expression(cron), 0) if cron is not None else (None, every_ms(every))
+    except ValueError as exc:
+        problems.append(Problem("E023", f"{where}: {exc}.", "cron: 5 fields (minute hour day month weekday) or @hourly/@daily/...; every: seconds >= 1."))
+        return None, 0
+
+
+def _zone(where: str, tz_name: Any, problems: list[Problem]) -> ZoneInfo | None:
+    try:
+        return ZoneInfo(tz_name)
+    except (ZoneInfoNotFoundError, ValueError, TypeError):
+        problems.append(Problem("E024", f"{where}: unknown time zone {tz_name!r}.", 'Use an IANA name such as "Europe/Berlin" or "UTC".'))
+        return None
+
+
+def _queue(where: str, entry: dict[str, Any], path: Any, task: Any, queues: tuple[str, ...], problems: list[Problem]) -> Any:
+    """The queue the ticks go to: the entry's, else the task's (E025 for no task, E026 for a queue not served)."""
+    if task is None:
+        problems.append(Problem("E025", f"{where}: {path!r} is not a registered django_redisq task.",
+                                "Give the dotted path of a function decorated with @task in an installed app's tasks module."))
+    queue = entry.get("queue_name") or (task.queue_name if task is not None else None)
+    if task is not None and queue not in queues:
+        problems.append(Problem("E026", f"{where}: queue {queue!r} is not in QUEUES {list(queues)}.", "Add it to QUEUES or set queue_name."))
+    return queue
+
+
+def _check_arguments(where: str, path: Any, task: Any, args: Any, kwargs: Any, problems: list[Problem]) -> None:
+    """The arguments are JSON (E027) and fit the task's signature (E028)."""
+    if not isinstance(args, (list, tuple)) or not isinstance(kwargs, dict) or any(not isinstance(k, str) for k in kwargs):
+        problems.append(Problem("E027", f"{where}: args must be a list and kwargs a dict with str keys.", "Use JSON values."))
+        return
+    try:
+        encode_arguments(args, kwargs, 1 << 20)
+    except Exception as exc:  # noqa: BLE001 - InvalidArguments says what does not encode
+        problems.append(Problem("E027", f"{where}: {exc}", "Use JSON values."))
+        return
+    unfit = _unfit(task, args, kwargs) if task is not None else None
+    if unfit:
+        problems.append(Problem("E028", f"{where}: args {list(args)!r} and kwargs {kwargs!r} do not fit {path}{unfit[0]}: {unfit[1]}.",
+                                "Give the arguments the task takes; otherwise every tick's task is dead-lettered as bad_arguments."))
+
+
+def _check_policies(where: str, catch_up: Any, overlap: Any, problems: list[Problem]) -> None:
+    if catch_up not in CATCH_UP:
+        problems.append(Problem("E027", f"{where}: catch_up must be one of {', '.join(CATCH_UP)}, got {catch_up!r}.", 'The default is "latest".'))
+    if not isinstance(overlap, bool):
+        problems.append(Problem("E027", f"{where}: allow_overlap must be True or False, got {overlap!r}.", "The default is True."))
+
+
 def find_task(path: str) -> Any:
     """The registered task of a dotted path from settings (loading the apps' tasks modules first)."""
-    from django.utils.module_loading import autodiscover_modules, import_string
-
-    from django_redisq.task import find_registered, get_registered
-
     found = find_registered(path, lambda: autodiscover_modules("tasks"))
     if found is None and re.match(r"^[A-Za-z_][\w.]*\.[A-Za-z_]\w*$", path):
         try:  # settings are trusted: a task outside a tasks module registers on import
@@ -369,8 +323,6 @@ def find_task(path: str) -> Any:
 
 def load(alias: str, queues: tuple[str, ...], settings_schedules: Any) -> tuple[list[Schedule], dict[str, list[Problem]]]:
     """Every valid schedule of a backend, and the problems of the others by name (never with a credential in them)."""
-    from django.conf import settings
-
     default_tz = getattr(settings, "TIME_ZONE", None) or "UTC"
     good: list[Schedule] = []
     bad: dict[str, list[Problem]] = {}
@@ -388,8 +340,6 @@ def load(alias: str, queues: tuple[str, ...], settings_schedules: Any) -> tuple[
 
 def check_errors(alias: str, params: Any, obj: Any = None) -> list[Any]:
     """System check errors for the schedules of ``TASKS[alias]`` (run once the apps are loaded)."""
-    from django.core.checks import Error
-
     if not isinstance(params, dict) or not isinstance(params.get("OPTIONS", {}), dict):
         return []  # conf.validate reports it
     queues = params.get("QUEUES", ["default"])

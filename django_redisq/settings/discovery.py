@@ -29,6 +29,8 @@ from typing import Any
 from django.apps import apps
 from django.utils.module_loading import autodiscover_modules, module_has_submodule
 
+from django_redisq.compat import Task
+
 IMPORTS = "IMPORTS"
 """``TASKS[alias]["OPTIONS"]["IMPORTS"]``: more modules whose tasks a worker loads, besides the apps' ``tasks``."""
 
@@ -65,8 +67,6 @@ def _project(module: ModuleType) -> bool:
 
 def _defined_in(value: Any) -> str | None:
     """The module that defines ``value``, where that says something was imported."""
-    from django_redisq.compat import Task
-
     if isinstance(value, ModuleType):
         return value.__name__
     if isinstance(value, Task):

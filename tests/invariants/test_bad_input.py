@@ -593,7 +593,7 @@ def test_redis_older_than_6_2_is_refused_by_check_server(old_redis):
 
 def test_runworker_refuses_redis_older_than_6_2(old_redis):
     code, out, _ = _runworker(old_redis, "--burst")
-    assert code == 3  # Redis it cannot use: nothing started (management/commands/_out.py)
+    assert code == 3  # Redis it cannot use: nothing started (management/cli/out.py)
     assert "CommandError:" in out and "needs 6.2 or newer" in out and "Traceback" not in out
 
 

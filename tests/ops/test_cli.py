@@ -1,6 +1,6 @@
 """``manage.py redisq`` (and ``runworker``) speak with one voice: one-line errors, exit codes, headers, JSON everywhere.
 
-Exit codes (management/commands/_out.py): 0 ok, 1 a failure reported, 2 a wrong
+Exit codes (management/cli/out.py): 0 ok, 1 a failure reported, 2 a wrong
 command line, 3 Redis unreachable. The Redis-down cases run the real command in
 a subprocess against a port nothing listens on, so the exit code and stderr are
 what a shell sees.
@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from django.core.management import CommandError, call_command
 
-from django_redisq.management.commands._out import clip, table
+from django_redisq.management.cli.out import clip, table
 from tests import helpers
 from tests.conftest import ROOT
 from tests.seed import seed_dead
@@ -227,7 +227,8 @@ def test_a_new_family_module_is_two_lines_and_speaks_like_the_others(r, monkeypa
     """
     import types
 
-    from django_redisq.management.commands import _out, redisq
+    from django_redisq.management.cli import out
+    from django_redisq.management.commands import redisq
 
     probe = types.ModuleType("_probe")
 
@@ -238,8 +239,8 @@ def test_a_new_family_module_is_two_lines_and_speaks_like_the_others(r, monkeypa
 
     def probe_run(command, ins, opts) -> None:
         if opts["what"] == "bad":
-            raise _out.usage("probe: bad what")
-        _out.emit(command, opts, {"queues": list(ins.queues), "backend": opts["backend"]}, "\n".join(_out.table(["queue"], [[q] for q in ins.queues])))
+            raise out.usage("probe: bad what")
+        out.emit(command, opts, {"queues": list(ins.queues), "backend": opts["backend"]}, "\n".join(out.table(["queue"], [[q] for q in ins.queues])))
 
     probe.add_parser, probe.run = add_parser, probe_run
     monkeypatch.setattr(redisq, "FAMILIES", (*redisq.FAMILIES, probe))

@@ -296,7 +296,7 @@ BASE_OPTIONS = {"-h", "--help", "--version", "-v", "--verbosity", "--settings", 
 
 def is_global(action: argparse.Action) -> bool:
     """A global option of ``redisq`` repeated on a subcommand (documented once, under ``redisq``)."""
-    from django_redisq.management.commands._args import GLOBAL_OPTIONS
+    from django_redisq.management.cli.args import GLOBAL_OPTIONS
 
     return action.default is argparse.SUPPRESS and set(action.option_strings) <= GLOBAL_OPTIONS
 

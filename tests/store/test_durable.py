@@ -31,7 +31,7 @@ from django_redisq.compat import TaskResultStatus, task_backends
 from django_redisq.exceptions import NotDurable, RedisUnavailable
 from django_redisq.settings.read import get_options, validate
 from django_redisq.store.keys import QueueKeys
-from django_redisq.testing import RedisServer, SentinelSetup, _call, _wait_for, find_redis_server
+from django_redisq.testing import RedisServer, SentinelSetup, find_redis_server, redis_cli, wait_until
 from django_redisq.worker.worker import Worker
 from tests.conftest import topology_settings
 from tests.helpers import wait_for
@@ -172,7 +172,7 @@ def test_durable_enqueue_and_ack_on_the_cluster(redis_cluster: Any, r: Any, redi
         with topology_settings(REDIS_URL=redis_cluster.url, CLUSTER=True, **DURABLE, **FAST):
             connection.reset()
             primary = client.get_node_from_key(QueueKeys("default").pending)
-            assert wait_for(lambda: "state=online" in _call(primary.port, "info", "replication"), 20), "the replica never synced"
+            assert wait_for(lambda: "state=online" in redis_cli(primary.port, "info", "replication"), 20), "the replica never synced"
             result = mark.enqueue("c1")
             aresult = asyncio.run(mark.aenqueue("c2"))
             key = QueueKeys("default").task(result.id)
@@ -212,7 +212,7 @@ def test_a_durable_step_follows_a_slot_that_moves_twice_to_a_node_without_the_sc
         manager.slots_cache[slot] = [wrong]
         manager.initialize = refresh  # type: ignore[method-assign]
         options = dataclasses.replace(get_options("default"), durable_replicas=1, durable_timeout=2.0)
-        assert wait_for(lambda: "state=online" in _call(int(right.port), "info", "replication"), 20), "the replica never synced"
+        assert wait_for(lambda: "state=online" in redis_cli(int(right.port), "info", "replication"), 20), "the replica never synced"
         assert durable.call(client, options, sha, source, [key], ["v"], lambda: "the step", settle=False) == "OK"
         assert stale[0] == 0  # two redirects were followed
         assert client.get(key) == "v"
@@ -232,8 +232,8 @@ class TwoReplicas(SentinelSetup):
     def start(self) -> TwoReplicas:
         self.second.start()  # it connects once the master is up; the sentinels find it in the master's INFO
         super().start()
-        _wait_for("the sentinels to know both replicas", lambda: all(
-            f"\n{self.second.port}\n" in _call(p, "sentinel", "replicas", self.master_name) for p in self.sentinel_ports), 20)
+        wait_until("the sentinels to know both replicas", lambda: all(
+            f"\n{self.second.port}\n" in redis_cli(p, "sentinel", "replicas", self.master_name) for p in self.sentinel_ports), 20)
         return self
 
     def cleanup(self) -> None:

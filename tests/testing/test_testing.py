@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import pytest
 
 from django_redisq import testing
-from django_redisq.testing import RedisServer, SentinelSetup, _call, find_redis_server
+from django_redisq.testing import RedisServer, SentinelSetup, find_redis_server, redis_cli
 
 
 @pytest.fixture
@@ -56,10 +56,10 @@ def impostor() -> Iterator[int]:
 def test_a_server_whose_port_was_taken_starts_on_another_and_is_the_one_answering(impostor, monkeypatch):
     ports = iter([impostor])
     real_free_port = testing.free_port
-    monkeypatch.setattr(testing, "free_port", lambda: next(ports, None) or real_free_port())
+    monkeypatch.setattr(testing.server, "free_port", lambda: next(ports, None) or real_free_port())
     with RedisServer() as srv:
         assert srv.port != impostor  # it noticed the port was taken and moved
-        info = _call(srv.port, "info", "server")
+        info = redis_cli(srv.port, "info", "server")
         assert f"process_id:{srv.proc.pid}" in info  # the server answering is the process it started
 
 
@@ -86,6 +86,6 @@ def test_a_sentinel_whose_port_was_taken_starts_on_another_and_the_setup_settles
         assert setup.master_port() == setup.master.port  # the three found each other and the master
         pids = {proc.pid for proc in setup.procs}
         for port in setup.sentinel_ports:
-            info = _call(port, "info", "server")
+            info = redis_cli(port, "info", "server")
             assert "redis_mode:sentinel" in info
             assert int(re.search(r"process_id:(\d+)", info).group(1)) in pids  # ours, not someone else's

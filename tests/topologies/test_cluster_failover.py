@@ -46,7 +46,7 @@ from redis.cluster import RedisCluster
 
 from django_redisq import connection
 from django_redisq.store.keys import QueueKeys
-from django_redisq.testing import RedisServer, _call, _wait_for
+from django_redisq.testing import RedisServer, redis_cli, wait_until
 from tests.conftest import topology_settings
 from tests.helpers import wait_for
 from tests.testapp.topology_tasks import mark, runs
@@ -67,7 +67,7 @@ def master_and_replica(redis_cluster: Any, client: RedisCluster, key: str) -> tu
     """The nodes (RedisServer) of the master holding ``key``'s slot and of its replica."""
     by_port = {n.port: n for n in redis_cluster.nodes}
     master = by_port[int(client.get_node_from_key(key).port)]
-    info = _call(master.port, "info", "replication")
+    info = redis_cli(master.port, "info", "replication")
     replica_port = next(int(part.split("=")[1]) for line in info.splitlines() if line.startswith("slave0:")
                         for part in line.split(":", 1)[1].split(",") if part.startswith("port="))
     return master, by_port[replica_port]
@@ -81,14 +81,14 @@ _elections: dict[int, float] = {}
 
 def node_timeout(node: RedisServer) -> float:
     """The node's cluster-node-timeout in seconds (tests/conftest.py's cluster: 2 s)."""
-    return int(_call(node.port, "config", "get", "cluster-node-timeout").split()[1]) / 1000
+    return int(redis_cli(node.port, "config", "get", "cluster-node-timeout").split()[1]) / 1000
 
 
 def cluster_nodes(port: int) -> dict[int, tuple[str, set[str], str, int, bool]] | None:
     """The node's CLUSTER NODES by port: (id, flags, master id, config epoch, holds slots); None if it does not
     answer (a SIGSTOPped master)."""
     try:
-        out = _call(port, "cluster", "nodes")
+        out = redis_cli(port, "cluster", "nodes")
     except subprocess.TimeoutExpired:
         return None
     view = {}
@@ -141,7 +141,7 @@ def fail_over(redis_cluster: Any, to: RedisServer, frm: RedisServer, force: bool
     deadline, attempts = time.monotonic() + timeout, 0
     while True:
         wait_out_last_election(to)
-        answer = _call(to.port, "cluster", "failover", *(["force"] if force else [])).strip()
+        answer = redis_cli(to.port, "cluster", "failover", *(["force"] if force else [])).strip()
         if "OK" in answer:
             attempts += 1
             stuck = wait_for(lambda: agreed(redis_cluster, to, frm), MF_TIMEOUT + 2 * node_timeout(to), 0.1)
@@ -196,8 +196,8 @@ def replicating(master: RedisServer) -> bool:
 def settled(redis_cluster: Any, master: RedisServer, replica: RedisServer) -> bool:
     """``master`` is the master, every node agrees, ``replica`` is in sync and every node says cluster_state:ok."""
     return (agreed(redis_cluster, master, replica)
-            and "master_link_status:up" in _call(replica.port, "info", "replication")
-            and all("cluster_state:ok" in _call(n.port, "cluster", "info") for n in redis_cluster.nodes)
+            and "master_link_status:up" in redis_cli(replica.port, "info", "replication")
+            and all("cluster_state:ok" in redis_cli(n.port, "cluster", "info") for n in redis_cluster.nodes)
             and replicating(master))
 
 
@@ -209,7 +209,7 @@ def restore(redis_cluster: Any, master: RedisServer, replica: RedisServer) -> No
     while not settled(redis_cluster, master, replica):
         if time.monotonic() > deadline:
             raise RuntimeError("timed out after 90 s waiting for the cluster back as it was")
-        if agreed(redis_cluster, replica, master) and "master_link_status:up" in _call(master.port, "info", "replication"):
+        if agreed(redis_cluster, replica, master) and "master_link_status:up" in redis_cli(master.port, "info", "replication"):
             fail_over(redis_cluster, master, replica)
         time.sleep(0.2)
 
@@ -242,7 +242,7 @@ def test_a_master_fails_over_during_a_run(mode, cluster, redis_cluster, redis_ur
     the failover lands during the run whatever it took, and a failed one fails the test, not a later wait."""
     durable, force = mode.endswith("durable"), mode == "force"
     master, replica = master_and_replica(redis_cluster, cluster, QueueKeys(QUEUE).pending)
-    _wait_for("the replica in sync", lambda: settled(redis_cluster, master, replica), 20)  # a fresh cluster: not yet
+    wait_until("the replica in sync", lambda: settled(redis_cluster, master, replica), 20)  # a fresh cluster: not yet
     n, failover_at = 300, 100
     acked: list[tuple[str, str]] = []  # (id, key) of every enqueue that returned
     refused: dict[str, int] = {}

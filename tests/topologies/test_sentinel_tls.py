@@ -42,7 +42,7 @@ from django_redisq.exceptions import RedisUnavailable
 from django_redisq.settings.read import build_options, get_options, validate
 from django_redisq.store import server as store_server
 from django_redisq.store.keys import QueueKeys
-from django_redisq.testing import RedisServer, SentinelSetup, _call, find_redis_server, free_port
+from django_redisq.testing import RedisServer, SentinelSetup, find_redis_server, free_port, redis_cli
 from django_redisq.worker.worker import Worker
 from tests.conftest import topology_settings
 from tests.connection.test_security import ALICE_PW, PASSWORD, SECRETS, make_certificates, no_secret_in
@@ -63,8 +63,8 @@ def _unavailable(reason: str) -> NoReturn:
 
 
 def _tls_cli(certs: Path, port: int, password: str, *command: str) -> str:
-    """redis-cli over TLS with AUTH (the helpers' ``_call`` with the flags in front of the command)."""
-    return _call(port, "--tls", "--cacert", str(certs / "ca.crt"), "-a", password, "--no-auth-warning", *command)
+    """redis-cli over TLS with AUTH (the helpers' ``redis_cli`` with the flags in front of the command)."""
+    return redis_cli(port, "--tls", "--cacert", str(certs / "ca.crt"), "-a", password, "--no-auth-warning", *command)
 
 
 class TlsServer(RedisServer):

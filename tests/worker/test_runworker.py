@@ -35,7 +35,7 @@ def test_unreachable_redis_is_one_clear_line(r, run_worker_process, redis_url):
 
     wp = WorkerProcess("redis://:hunter2@127.0.0.1:1/0", "--burst")
     out = wp.output()
-    assert wp.proc.returncode == 3  # Redis unreachable (management/commands/_out.py)
+    assert wp.proc.returncode == 3  # Redis unreachable (management/cli/out.py)
     assert "cannot reach Redis at redis://127.0.0.1:1/0" in out
     assert "Traceback" not in out and "hunter2" not in out
 

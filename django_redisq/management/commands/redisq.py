@@ -1,40 +1,42 @@
 """``manage.py redisq``: queue figures, health, schedules and dead letters from a shell.
 
-    redisq stats                                       _stats.py
-    redisq queue [list | pause NAME | resume NAME]     _queue.py
-    redisq health [--max-pending N] [...]              _health.py
-    redisq topics [rewind SUBSCRIPTION --to ...]       _topics.py (events)
-    redisq workflow ID                                 _workflow.py (workflows)
-    redisq schedules [pause | resume | run NAME]       _schedules.py
-    redisq dead (list | show | replay | purge) ...     _dead.py
-    redisq cancel ID [ID ...]                          _cancel.py
-    redisq task ID [--queue Q]                         _task.py (one task, its progress as a bar)
+    redisq stats                                       stats.py
+    redisq queue [list | pause NAME | resume NAME]     queue.py
+    redisq health [--max-pending N] [...]              health.py
+    redisq topics [rewind SUBSCRIPTION --to ...]       topics.py (events)
+    redisq workflow ID                                 workflow.py (workflows)
+    redisq schedules [pause | resume | run NAME]       schedules.py
+    redisq dead (list | show | replay | purge) ...     dead.py
+    redisq cancel ID [ID ...]                          cancel.py
+    redisq task ID [--queue Q]                         task.py (one task, its progress as a bar)
 
 Every subcommand takes the global options before or after its name
 (``--backend``, ``--json``, ``-v``, ``--settings``, ...), prints tables with a
 header row, answers ``--json``, and reports an error as one line with the exit
-codes of ``_out.py``: 0 ok, 1 a failure the command reports, 2 a wrong command
+codes of ``out.py``: 0 ok, 1 a failure the command reports, 2 a wrong command
 line (or a backend, queue or schedule the settings do not name), 3 Redis unreachable.
 
-Adding a subcommand family: a module ``_NAME.py`` beside this one with
+The families live in ``django_redisq/management/cli/`` (Django would take any
+module of ``commands/`` whose name does not start with ``_`` for a command).
+Adding a subcommand family: a module ``cli/NAME.py`` with
 
     def add_parser(sub) -> None:                   # sub: the subparsers; add yours to it
         p = sub.add_parser("NAME", help="...")     # gets the global options (--json...) by itself
         p.add_argument(...)
 
     def run(command, ins, opts) -> None:           # command: this Command; ins: the alias's Inspector
-        _out.emit(command, opts, data, text)       # --json or the text; _out.table for tables
+        out.emit(command, opts, data, text)       # --json or the text; out.table for tables
 
-and two lines here: ``from ...commands import _NAME`` and ``_NAME`` in
+and two lines here: ``from django_redisq.management.cli import NAME`` and ``NAME`` in
 ``FAMILIES``. A module may add its own ``--json`` (it replaces the global one on
-its subcommand, and ``redisq --json NAME`` still means JSON). Raise ``_out.usage(...)`` for a wrong command line and
-``CommandError(..., returncode=_out.FAILED)`` for a failure; Redis being
+its subcommand, and ``redisq --json NAME`` still means JSON). Raise ``out.usage(...)`` for a wrong command line and
+``CommandError(..., returncode=out.FAILED)`` for a failure; Redis being
 unreachable, an ``UnknownQueue`` and other ``CommandError``\\ s are turned into
 one line (and JSON with ``--json``) here, for every family alike.
 
 It reads through ``ops/inspector.py`` and changes through ``ops/operations.py``, as
 the admin does. What it prints of Redis's strings (ids, task names, errors,
-tracebacks, workers, who paused) is escaped (``_text.printable``): a stored ESC
+tracebacks, workers, who paused) is escaped (``text.printable``): a stored ESC
 or BEL never reaches the terminal.
 """
 
@@ -48,11 +50,11 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_redisq.exceptions import RedisError, RedisUnavailable
-from django_redisq.management.commands import _cancel, _dead, _health, _out, _queue, _schedules, _stats, _task, _topics, _workflow
-from django_redisq.management.commands._args import one_voice
+from django_redisq.management.cli import cancel, dead, health, out, queue, schedules, stats, task, topics, workflow
+from django_redisq.management.cli.args import one_voice
 from django_redisq.ops.inspector import Inspector, UnknownQueue
 
-FAMILIES: tuple[ModuleType, ...] = (_stats, _queue, _health, _topics, _workflow, _schedules, _dead, _cancel, _task)
+FAMILIES: tuple[ModuleType, ...] = (stats, queue, health, topics, workflow, schedules, dead, cancel, task)
 
 
 class Command(BaseCommand):
@@ -83,21 +85,21 @@ class Command(BaseCommand):
                 self.ins = Inspector.for_alias(alias)
                 self.families[opts["command"]].run(self, self.ins, opts)
             except UnknownQueue as exc:
-                raise _out.usage(str(exc)) from None
+                raise out.usage(str(exc)) from None
             except ImproperlyConfigured as exc:
-                raise CommandError(" ".join(str(exc).split()), returncode=_out.FAILED) from None
+                raise CommandError(" ".join(str(exc).split()), returncode=out.FAILED) from None
             except (RedisError, RedisUnavailable, OSError) as exc:
-                if _out.is_unreachable(exc):
+                if out.is_unreachable(exc):
                     where = self.ins.where if hasattr(self, "ins") else "Redis"
-                    raise _out.unreachable(alias, where, exc) from None
-                raise _out.redis_failed(exc) from None
+                    raise out.unreachable(alias, where, exc) from None
+                raise out.redis_failed(exc) from None
         except CommandError as error:
-            _out.json_error(self, opts, error)
+            out.json_error(self, opts, error)
             raise
 
     def emit(self, opts: dict[str, Any], data: Any, text: str) -> None:
-        """``_out.emit`` for this command (what a family module may call as ``command.emit``)."""
-        _out.emit(self, opts, data, text)
+        """``out.emit`` for this command (what a family module may call as ``command.emit``)."""
+        out.emit(self, opts, data, text)
 
 
 def _leave_globals_alone(parser: argparse.ArgumentParser) -> None:

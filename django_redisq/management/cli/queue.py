@@ -11,9 +11,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from django_redisq.management.commands._out import emit, table, when, who
-from django_redisq.management.commands._stats import pause_state
-from django_redisq.management.commands._text import printable
+from django_redisq.management.cli.out import emit, table, when, who
+from django_redisq.management.cli.stats import pause_state
+from django_redisq.management.cli.text import printable
 from django_redisq.ops.inspector import Inspector
 from django_redisq.ops.operations import PAUSE, QueueOperations
 

@@ -6,7 +6,7 @@ the steps ``--limit`` (default 100) at a time from ``--offset``. ``--repair``
 is the one write (``ops.workflows.repair``): it records steps settled or
 dead-lettered where no workflow hook saw them, then shows the page.
 
-Exit codes (_out.py): 0 when the workflow is found (whatever its status: the
+Exit codes (out.py): 0 when the workflow is found (whatever its status: the
 output says it), 1 when there is no such workflow, 3 when Redis is unreachable
 (redisq.py says so for every subcommand).
 """
@@ -18,8 +18,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from django_redisq.management.commands._out import FAILED, table
-from django_redisq.management.commands._text import printable
+from django_redisq.management.cli.out import FAILED, table
+from django_redisq.management.cli.text import printable
 from django_redisq.ops.inspector import Inspector
 from django_redisq.ops.workflows import MAX_PAGE, PAGE, WorkflowNotFound, describe, repair
 

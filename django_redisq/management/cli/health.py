@@ -6,7 +6,7 @@ Kept out of redisq.py (a module per subcommand family). Thresholds on the
 command line apply to every queue checked and override ``OPTIONS["HEALTH"]``.
 A usage error exits 2 and Redis unreachable 3 (one line on stderr; with
 ``--json`` also ``{"status": "unreachable", ...}`` on stdout), as for every
-subcommand (_out.py): a probe tells "breached" from "could not look".
+subcommand (out.py): a probe tells "breached" from "could not look".
 """
 
 from __future__ import annotations
@@ -19,14 +19,14 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from django_redisq.exceptions import RedisError
-from django_redisq.management.commands import _out
-from django_redisq.management.commands._args import non_negative
-from django_redisq.management.commands._text import printable
+from django_redisq.management.cli import out
+from django_redisq.management.cli.args import non_negative
+from django_redisq.management.cli.text import printable
 from django_redisq.ops.inspector import Inspector
 from django_redisq.ops.topics import TopicOps
 from django_redisq.settings.health import Thresholds, breaches, configured
 
-OK, BREACHED, UNREACHABLE = _out.OK, _out.FAILED, _out.UNREACHABLE
+OK, BREACHED, UNREACHABLE = out.OK, out.FAILED, out.UNREACHABLE
 
 
 def add_parser(sub: Any) -> None:

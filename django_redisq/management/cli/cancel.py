@@ -12,7 +12,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from django_redisq.management.commands._out import FAILED, Reported, emit, queue_of, table, usage
+from django_redisq.management.cli.out import FAILED, Reported, emit, queue_of, table, usage
 from django_redisq.ops.inspector import Inspector
 from django_redisq.ops.operations import TASK_ID_RE, Operations
 

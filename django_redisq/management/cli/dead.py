@@ -18,9 +18,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from django_redisq.management.commands._args import non_negative, positive
-from django_redisq.management.commands._out import FAILED, emit, queue_of, table, usage, when
-from django_redisq.management.commands._text import printable
+from django_redisq.management.cli.args import non_negative, positive
+from django_redisq.management.cli.out import FAILED, emit, queue_of, table, usage, when
+from django_redisq.management.cli.text import printable
 from django_redisq.ops.inspector import DeadFilter, Inspector
 from django_redisq.ops.operations import DELETE, REPLAY, Operations, Progress
 

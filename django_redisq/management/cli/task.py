@@ -15,8 +15,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from django_redisq.core.partitions import logical
-from django_redisq.management.commands import _out
-from django_redisq.management.commands._text import printable
+from django_redisq.management.cli import out
+from django_redisq.management.cli.text import printable
 from django_redisq.ops.inspector import Inspector
 from django_redisq.ops.operations import TASK_ID_RE
 from django_redisq.progress import Progress
@@ -40,7 +40,7 @@ def bar(progress: Progress, width: int = BAR_WIDTH) -> str:
 def run(command: BaseCommand, ins: Inspector, opts: dict[str, Any]) -> None:
     task_id = opts["task_id"]
     if not TASK_ID_RE.match(task_id):
-        raise _out.usage(f"not a task id (1-64 letters, digits, '_', '-', '.', ':'): {task_id[:80]!r}")
+        raise out.usage(f"not a task id (1-64 letters, digits, '_', '-', '.', ':'): {task_id[:80]!r}")
     queue = opts.get("task_queue")
     if queue:
         ins.keys(queue)  # UnknownQueue -> CommandError
@@ -49,7 +49,7 @@ def run(command: BaseCommand, ins: Inspector, opts: dict[str, Any]) -> None:
         where = None
     detail = ins.task(where, task_id) if where else None
     if detail is None:
-        raise CommandError(f"no task {task_id!r} in {f'queue {queue!r}' if queue else 'any configured queue'}", returncode=_out.FAILED)
+        raise CommandError(f"no task {task_id!r} in {f'queue {queue!r}' if queue else 'any configured queue'}", returncode=out.FAILED)
     r = detail.row
     lines = [f"id:        {printable(r.id)}", f"task:      {printable(r.task) or '?'}", f"queue:     {printable(r.queue)}",
              f"state:     {printable(r.state) or '?'}{f' ({printable(r.reason)})' if r.reason else ''}",
@@ -64,4 +64,4 @@ def run(command: BaseCommand, ins: Inspector, opts: dict[str, Any]) -> None:
         lines.append(f"error:     {printable(last.exc)}: {printable(last.message[:200])}")
     data = asdict(detail)
     data["progress"] = detail.progress.as_dict() if detail.progress is not None else None
-    _out.emit(command, opts, data, "\n".join(lines))
+    out.emit(command, opts, data, "\n".join(lines))

@@ -12,8 +12,8 @@ from typing import Any
 from django.core.management.base import BaseCommand
 
 from django_redisq.exceptions import InvalidArguments
-from django_redisq.management.commands._out import emit, table, usage, when, who
-from django_redisq.management.commands._text import printable
+from django_redisq.management.cli.out import emit, table, usage, when, who
+from django_redisq.management.cli.text import printable
 from django_redisq.ops.inspector import Inspector, UnknownSchedule, schedule_rows
 from django_redisq.ops.operations import PAUSE, RUN_NOW, ScheduleOperations
 

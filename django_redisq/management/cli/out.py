@@ -14,7 +14,7 @@ also gets ``{"status": "error" | "usage" | "unreachable", "error": ..., "exit_co
 so a script reading JSON always has JSON to read (``health`` adds its own
 fields). A table has a header row and columns as wide as their content; a
 column given a width (an error message) is cut at a word boundary with ``…``.
-What Redis holds is escaped (``_text.printable``) before it is measured.
+What Redis holds is escaped (``text.printable``) before it is measured.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from django_redisq.core.redact import redact
 from django_redisq.exceptions import RedisError, RedisUnavailable
-from django_redisq.management.commands._text import printable
+from django_redisq.management.cli.text import printable
 
 if TYPE_CHECKING:  # runworker imports this module: the worker's start needs none of the inspector's reads
     from django_redisq.ops.inspector import Inspector

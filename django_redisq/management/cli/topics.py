@@ -3,7 +3,7 @@
     redisq topics [--json]
     redisq topics rewind SUBSCRIPTION --to ID|TIME|earliest [--json]
 
-Exit codes (_out.py): 0 ok; 1 a failure the command reports (an unknown
+Exit codes (out.py): 0 ok; 1 a failure the command reports (an unknown
 subscription, a group not created yet); 2 a usage error (argparse, a bad
 ``--to``); 3 Redis unreachable (redisq.py says so for every subcommand).
 Errors are one line (CommandError), never a traceback.
@@ -17,8 +17,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from django_redisq.management.commands._out import FAILED, table, usage
-from django_redisq.management.commands._text import printable
+from django_redisq.management.cli.out import FAILED, table, usage
+from django_redisq.management.cli.text import printable
 from django_redisq.ops.inspector import Inspector
 from django_redisq.ops.topics import BadRewindTarget, TopicOps, UnknownSubscription, at
 

@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 
 from django.core.management.base import CommandError, CommandParser
 
-from django_redisq.management.commands._out import USAGE
+from django_redisq.management.cli.out import USAGE
 
 
 def positive(value: str) -> int:

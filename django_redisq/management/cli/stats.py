@@ -10,8 +10,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from django_redisq.management.commands._out import emit, table, when
-from django_redisq.management.commands._text import printable
+from django_redisq.management.cli.out import emit, table, when
+from django_redisq.management.cli.text import printable
 from django_redisq.ops.inspector import Inspector
 
 
