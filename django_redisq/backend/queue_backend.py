@@ -158,8 +158,8 @@ class RedisQueueBackend(BaseTaskBackend):
         # not a cycle: the checks of schedules and subscriptions are loaded by ``manage.py check``, not by an enqueue
         from django.core.checks import Error
 
-        from django_redisq.events import subscriptions
-        from django_redisq.schedules import registry as schedules
+        from django_redisq.events import subscriptions  # (as above: loaded by manage.py check)
+        from django_redisq.schedules import registry as schedules  # (as above)
 
         where = f"TASKS[{self.alias!r}]"
         errors = check_errors(self.alias, self.params, obj=where) + schedules.check_errors(self.alias, self.params, obj=where)

@@ -161,7 +161,7 @@ class Sending:
     """The PRODUCER span of one enqueue call (one task, or a batch of one task's calls), a workflow, or a publish."""
 
     def __init__(self, found: Any, name: str, attributes: dict[str, Any], parent: Any = None) -> None:
-        from opentelemetry import propagate, trace
+        from opentelemetry import propagate, trace  # the optional extra (tracing): imported once traces are on
 
         self._trace = trace
         self.span = found.start_span(name, context=parent, kind=trace.SpanKind.PRODUCER, attributes=attributes)
@@ -207,7 +207,7 @@ def current_context() -> Any:
     """The active context when tracing is on (kept by ``publish_on_commit`` for the publish at the commit), else None."""
     if tracer() is None:
         return None
-    from opentelemetry import context
+    from opentelemetry import context  # the optional extra (tracing): imported once traces are on
 
     return context.get_current()
 
@@ -256,7 +256,7 @@ class Processing:
     """The CONSUMER span of one attempt: current inside ``with``, ended by ``end`` once the outcome is known."""
 
     def __init__(self, found: Any, task_name: str, queue: str, task_id: str, attempt: int, metadata: dict[str, Any]) -> None:
-        from opentelemetry import context, propagate, trace
+        from opentelemetry import context, propagate, trace  # the optional extra (tracing): imported once traces are on
 
         self._trace, self._context = trace, context
         carrier = clean_carrier(metadata.get(TRACE_KEY)) if isinstance(metadata, dict) else None
@@ -305,8 +305,8 @@ def _links(value: Any) -> list[Any] | None:
     """The link to the attempt that released a workflow step (a traceparent; anything else: no link)."""
     if not isinstance(value, str) or not 0 < len(value) <= 64:
         return None
-    from opentelemetry import trace
-    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+    from opentelemetry import trace  # the optional extra (tracing): imported once traces are on
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator  # the optional extra (tracing): imported once traces are on
 
     found = trace.get_current_span(TraceContextTextMapPropagator().extract({"traceparent": value})).get_span_context()
     return [trace.Link(found, {"messaging.redisq.link": "released_by"})] if found.is_valid else None

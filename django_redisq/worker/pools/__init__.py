@@ -32,16 +32,16 @@ def make_pool(kind: str, runner: Runner, worker_id: str, concurrency: int, *,
     pool's child machinery, nor an event loop's.
     """
     if kind == "threads":
-        from django_redisq.worker.pools.threads import ThreadPool
+        from django_redisq.worker.pools.threads import ThreadPool  # imported when chosen (a light import path)
 
         return ThreadPool(runner, worker_id, concurrency)
     if kind == "processes":
-        from django_redisq.worker.pools.processes import ProcessPool
+        from django_redisq.worker.pools.processes import ProcessPool  # imported when chosen (a light import path)
 
         return ProcessPool(runner, worker_id, concurrency, max_tasks_per_child=max_tasks_per_child,
                            max_memory_per_child=max_memory_per_child)
     if kind == "asyncio":
-        from django_redisq.worker.pools.eventloop import EventLoopPool
+        from django_redisq.worker.pools.eventloop import EventLoopPool  # imported when chosen (a light import path)
 
         return EventLoopPool(runner, worker_id, concurrency)
     raise ValueError(f"unknown pool {kind!r}: choose one of {', '.join(POOLS)}")

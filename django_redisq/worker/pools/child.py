@@ -38,14 +38,18 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import resource
 import signal
 import socket
 import sys
+import threading
 import traceback
 from dataclasses import dataclass
 from importlib import import_module
 from multiprocessing.connection import Connection, wait
 from typing import Any
+
+from django.db import connections
 
 PR_SET_PDEATHSIG = 1
 
@@ -77,8 +81,6 @@ def rss_bytes() -> int:
         with open("/proc/self/statm", "rb") as f:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
-        import resource
-
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         return peak if sys.platform == "darwin" else peak * 1024
 
@@ -93,16 +95,16 @@ def _die_with_parent() -> None:
 
 
 def _setup(config: ChildConfig) -> Any:
-    import django
-    from django.apps import apps
-    from django.conf import settings
+    import django  # in the child: Django is set up here, before anything that reads settings is imported
+    from django.apps import apps  # (as above)
+    from django.conf import settings  # (as above)
 
     if not apps.ready:
         django.setup()
     settings.TASKS = config.tasks
     for module in config.modules:
         import_module(module)
-    from django_redisq.settings import discovery
+    from django_redisq.settings import discovery  # after the tasks modules above: it reads what they registered
 
     discovery.load(discovery.imports_of(config.tasks.get(config.alias)))
     log = logging.getLogger("django_redisq")
@@ -113,7 +115,7 @@ def _setup(config: ChildConfig) -> Any:
         log.addHandler(handler)
     # after django.setup() above: these read settings and the app registry at import
     from django_redisq.settings.read import get_options
-    from django_redisq.worker.running.runner import Runner
+    from django_redisq.worker.running.runner import Runner  # (as above)
 
     return Runner(get_options(config.alias), config.alias)
 
@@ -139,8 +141,6 @@ def thread_count() -> int:
     try:
         return len(os.listdir("/proc/self/task"))
     except OSError:
-        import threading
-
         return threading.active_count()
 
 
@@ -261,8 +261,6 @@ def _quiet_descriptors(keep: set[int]) -> None:
 
 
 def _drop_database_connections() -> None:
-    from django.db import connections
-
     try:
         opened = connections.all(initialized_only=True)
     except TypeError:  # an older Django

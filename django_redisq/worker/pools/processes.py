@@ -34,6 +34,7 @@ from multiprocessing.connection import wait
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
+from django.db import connections
 
 from django_redisq.exceptions import TaskCancelled, TaskTimeout, WorkerLost
 from django_redisq.store.replies import Delivery
@@ -79,8 +80,6 @@ class ProcessPool(Pool):
         return self._spawn.spare if self._spawn is not None else None
 
     def start(self) -> None:
-        from django.db import connections
-
         early, self._early = self._early, None
         self._spawn = Children(config_for(self.runner.alias, self.worker_id), early)
         connections.close_all()

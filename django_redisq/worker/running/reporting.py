@@ -97,7 +97,7 @@ class ErrorReporter:
         client = sentry.get_client()
         if self._quieted is client:
             return
-        from sentry_sdk.integrations.logging import ignore_logger
+        from sentry_sdk.integrations.logging import ignore_logger  # optional: only where Sentry is installed
 
         for name in SENTRY_QUIET:
             ignore_logger(name)
