@@ -27,7 +27,7 @@ import redis
 TOPIC = "chaos.flows"
 SUBSCRIPTIONS = {f"chaos-{n}": {"topic": TOPIC, "task": "tests.testapp.chaos_flow_tasks.chaos_event", "start": "earliest"}
                  for n in ("a", "b")}
-"""Two subscriptions of one topic: each event must become two tasks, each run once (DESIGN invariant 14)."""
+"""Two subscriptions of one topic: each event must become two tasks, each run once (invariant 14 (docs/explanation/architecture.md))."""
 TOPICS = {TOPIC: {}}
 SETTINGS = "tests.chaos_worker_settings"
 """The settings of every process of a run with flows: the flows' tasks among the modules a worker imports."""

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Periodic tasks under fire: ``python bench/periodic.py [--duration 130] [--json FILE]``.
 
-Proves DESIGN invariant 11 for schedules: three ``runworker`` processes serve
+Proves invariant 11 (docs/explanation/architecture.md) for schedules: three ``runworker`` processes serve
 three one-second schedules, one per catch-up policy (``latest``, ``skip``,
 ``all``), on a redis-server with ``appendonly yes`` / ``appendfsync always``
 that this script starts on a loopback port, while it, in turn: SIGKILLs a

@@ -1,6 +1,6 @@
 """Fleet-wide limits, the Python side: what ``max_running`` and ``rate_limit`` mean, and their checks.
 
-The limits themselves live in Redis (store/scripts/lib/limits.lua, DESIGN invariant 12):
+The limits themselves live in Redis (store/scripts/lib/limits.lua, invariant 12 (docs/explanation/architecture.md)):
 a task's own come with it (the task hash's ``maxr`` and ``rate``, written at
 enqueue from ``@task(max_running=3, rate_limit="10/s")``), a queue's come from
 ``QUEUE_OPTIONS[q]["MAX_RUNNING"]`` / ``["RATE_LIMIT"]`` and are passed by the

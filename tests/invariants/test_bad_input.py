@@ -1,4 +1,4 @@
-"""Bad input, tried systematically at every entry point (DESIGN invariant 4).
+"""Bad input, tried systematically at every entry point (invariant 4 (docs/explanation/architecture.md)).
 
 * enqueue: arguments that are not JSON, too large, too deep; an unknown queue,
   a bad priority, a naive ``run_after``: a clear exception, nothing stored;

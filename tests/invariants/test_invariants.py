@@ -1,4 +1,4 @@
-"""DESIGN.md's invariants, each proven against real processes and a real Redis."""
+"""The invariants of docs/explanation/architecture.md, each proven against real processes and a real Redis."""
 
 import signal
 from datetime import timedelta

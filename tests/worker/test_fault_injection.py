@@ -1,4 +1,4 @@
-"""Every task ends, done or dead, never a loop (DESIGN invariant 16), whatever step of its life raises.
+"""Every task ends, done or dead, never a loop (invariant 16 (docs/explanation/architecture.md)), whatever step of its life raises.
 
 An in-process worker (threads, events on) runs a mix of plain tasks, a chain, a chord, a failing chain and
 published events while tests/faults.py makes one chosen step of fetch, run, settle (ack, retry, bury), workflow

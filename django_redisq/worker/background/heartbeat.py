@@ -6,8 +6,8 @@ idempotency guards of what it holds, and returns the queues on which the
 worker was no longer registered: it was reaped there while paused (SIGSTOP, a
 long GC pause, C code holding the GIL) or cut off from Redis. Then the worker
 drops, unstarted, every task of that queue it still holds locally: those went
-back to pending and may already have run elsewhere (the fence, DESIGN
-invariant 8).
+back to pending and may already have run elsewhere (the fence, invariant 8 of
+docs/explanation/architecture.md).
 
 The beat also grants the worker a lease: executors start a task only while
 ``may_start()``, that is within WORKER_TIMEOUT less one interval of the last

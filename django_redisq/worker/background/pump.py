@@ -1,4 +1,4 @@
-"""The event pump: turns each event of a subscription into one ordinary task (DESIGN invariant 14).
+"""The event pump: turns each event of a subscription into one ordinary task (invariant 14 (docs/explanation/architecture.md)).
 
 A worker that serves a subscription's queue reads the subscription's consumer
 group (one thread per subscription: topic_read.lua, then a blocking XREAD past

@@ -1,6 +1,6 @@
 """The worker's part in workflows: record a settled step in its workflow, then release what waits for it.
 
-Order, and why it survives a crash at any instant (DESIGN invariant 13):
+Order, and why it survives a crash at any instant (invariant 13 (docs/explanation/architecture.md)):
 
 1. a step succeeded: ``wf_done.lua`` records it in the workflow's set of done
    steps and answers every waiting step whose parents are all done;

@@ -5,7 +5,7 @@ for many), but a finished task never waits long for its batch: the executor
 settles at once after a task slower than ``SETTLE_WITHIN``, and a flusher
 thread settles whatever has waited that long while its executor is busy with
 the next task. So ``get_result`` tells the truth within tens of milliseconds,
-and a crash re-runs only what had not finished (DESIGN invariant 9).
+and a crash re-runs only what had not finished (invariant 9 (docs/explanation/architecture.md)).
 
 A settle step that Redis cannot take now (connection lost, memory full, a
 failover, a busy script) is retried with backoff until it lands. One that
@@ -93,7 +93,7 @@ class Settler:
     worker (its lease was lost), or, when a settle step fails for good, dead-lettered with reason ``settle_failed``.
     One task's failure never holds the rest of its batch. Only if that burial fails too is the task left in the
     processing list, and then ``unsettled`` tells the sweep it ran: it goes back with its delivery counted, so a task
-    that can never be settled ends as ``too_many_deliveries`` instead of running for ever (DESIGN invariant 4).
+    that can never be settled ends as ``too_many_deliveries`` instead of running for ever (invariant 4 (docs/explanation/architecture.md)).
     """
 
     def __init__(self, *, broker: Broker, worker_id: str, steps: StepRunner, hooks: Sequence[SettleHook] = (),

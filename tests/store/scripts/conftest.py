@@ -1,4 +1,4 @@
-"""The script tests run twice: on one Redis, and on a Redis Cluster (the slot proof of DESIGN invariant 6).
+"""The script tests run twice: on one Redis, and on a Redis Cluster (the slot proof of invariant 6 (docs/explanation/architecture.md)).
 
 On the cluster every script runs on the node of its declared keys' slot.
 redis-py refuses before sending a call whose declared KEYS span slots, and

@@ -1,4 +1,4 @@
-"""DESIGN invariant 10: every key the engine writes has a TTL, a size cap, or belongs to a live structure."""
+"""invariant 10 (docs/explanation/architecture.md): every key the engine writes has a TTL, a size cap, or belongs to a live structure."""
 
 import json
 import random
