@@ -45,12 +45,12 @@ from django_redisq.progress import decode as decode_progress
 from django_redisq.settings import discovery
 from django_redisq.settings.read import TOP_LEVEL, build_options, check_errors
 from django_redisq.store.broker import Broker
-from django_redisq.store.priority import stored_priority
-from django_redisq.store.replies import Enqueued
+from django_redisq.store.reads.priority import stored_priority
+from django_redisq.store.steps.replies import Enqueued, NewTask
 from django_redisq.task import RedisTask, get_registered, plain_signature
 
 if TYPE_CHECKING:  # the async steps load on first use: a worker (threads) or a sync caller never needs them
-    from django_redisq.store.async_broker import AsyncBroker
+    from django_redisq.store.broker.async_broker import AsyncBroker
 
 
 
@@ -163,7 +163,7 @@ class RedisQueueBackend(BaseTaskBackend):
     @cached_property
     def abroker(self) -> AsyncBroker:
         """The broker of ``aenqueue`` / ``aget_result``: the same steps on the running loop's own pool."""
-        from django_redisq.store.async_broker import AsyncBroker
+        from django_redisq.store.broker.async_broker import AsyncBroker
 
         return AsyncBroker(self.broker)
 
@@ -206,7 +206,7 @@ class RedisQueueBackend(BaseTaskBackend):
     # -- enqueue ---------------------------------------------------------
 
     def _prepare(self, task: Task, args: Sequence[Any], kwargs: dict[str, Any],
-                 trace: dict[str, str] | None = None) -> tuple[TaskResult, tuple[str, str, str, int, str, int, str]]:
+                 trace: dict[str, str] | None = None) -> tuple[TaskResult, NewTask]:
         self._bind(task, args, kwargs)
         args, kwargs, _ = encode_arguments(args, kwargs, self.conf.max_message_bytes)
         task_id = secrets.token_urlsafe(24)  # 32 characters, 192 random bits
@@ -233,7 +233,7 @@ class RedisQueueBackend(BaseTaskBackend):
             args=args, kwargs=kwargs, backend=self.alias, errors=[], worker_ids=[],
         )
         attach(result, metadata or {})
-        return result, (task_id, msg, task.module_path, delay_ms, idem, int(task.priority), task_limits(task))
+        return result, NewTask(task_id, msg, task.module_path, delay_ms, idem, int(task.priority), task_limits(task))
 
     @staticmethod
     def _overrides(task: Task) -> dict[str, Any]:
@@ -289,7 +289,7 @@ class RedisQueueBackend(BaseTaskBackend):
         return results
 
     async def aenqueue(self, task: Task, args: Sequence[Any], kwargs: dict[str, Any]) -> TaskResult:
-        """``enqueue`` on the running event loop, with no thread (store/async_broker.py): the same script and result."""
+        """``enqueue`` on the running event loop, with no thread (store/broker/async_broker.py): the same script and result."""
         return (await self.aenqueue_many(task, [(args, kwargs)]))[0]
 
     async def aenqueue_many(self, task: Task, arg_sets: Iterable[tuple[Sequence[Any], dict[str, Any]]]) -> list[TaskResult]:
@@ -319,18 +319,18 @@ class RedisQueueBackend(BaseTaskBackend):
                 found = await self.abroker.get_task(outcome.duplicate_of, [task.queue_name])
                 results.append(self._duplicate_result(result, outcome.duplicate_of, found))
             else:
-                from django_redisq.store.async_broker import send_enqueued
+                from django_redisq.store.broker.async_broker import send_enqueued
 
                 await send_enqueued(type(self), self._stored(result, outcome))
                 results.append(result)
         return results
 
-    def _placed(self, queue: str, items: Sequence[tuple[str, str, str, int, str, int, str]]) -> list[tuple[str, list[int]]]:
+    def _placed(self, queue: str, items: Sequence[NewTask]) -> list[tuple[str, list[int]]]:
         """Partitioned ``queue``: the physical queue of each item (core/partitions.py), as (queue, item indexes)."""
         n = self.conf.partitions(queue)
         groups: dict[str, list[int]] = {}
         for i, item in enumerate(items):
-            groups.setdefault(partitions.pick(queue, n, item[4]), []).append(i)
+            groups.setdefault(partitions.pick(queue, n, item.idem), []).append(i)
         return list(groups.items())
 
     @staticmethod
@@ -381,7 +381,7 @@ class RedisQueueBackend(BaseTaskBackend):
         it is never moved twice), so this records a request that the worker polls.
         """
         found = self.broker.get_task(result_id, sorted(self.queues)) if isinstance(result_id, str) and 0 < len(result_id) <= 64 else None
-        outcome = self.broker.cancel(found[0], [result_id], who)[0] if found else "missing"
+        outcome = self.broker.operator.cancel(found[0], [result_id], who)[0] if found else "missing"
         if outcome == "missing":
             raise TaskNotFound(f"no task {result_id!r} in the queues of backend {self.alias!r}")
         if outcome == "cancelled" and found and "_workflow" in str(found[1].get("msg", "")) + str(found[1].get("metadata", "")):
@@ -423,7 +423,7 @@ class RedisQueueBackend(BaseTaskBackend):
         return self._found_result(result_id, self.broker.get_task(result_id, sorted(self.queues)))
 
     async def aget_result(self, result_id: str) -> TaskResult:
-        """``get_result`` on the running event loop, with no thread (store/async_broker.py); ``arefresh`` comes here too."""
+        """``get_result`` on the running event loop, with no thread (store/broker/async_broker.py); ``arefresh`` comes here too."""
         if not isinstance(result_id, str) or not 0 < len(result_id) <= 64:
             raise TaskResultDoesNotExist(result_id)
         return self._found_result(result_id, await self.abroker.get_task(result_id, sorted(self.queues)))
@@ -456,7 +456,7 @@ class RedisQueueBackend(BaseTaskBackend):
                 task = dataclasses.replace(task, **changes)
             except InvalidTask:
                 pass  # a value this version refuses: the registered task's own options, as the worker uses
-        from django_redisq.store.records import stored_errors  # the read side's records: a worker's start needs none
+        from django_redisq.store.reads.records import stored_errors  # the read side's records: a worker's start needs none
 
         errors = [
             TaskError(exception_class_path=e["exc"], traceback=e["tb"] or e["msg"])

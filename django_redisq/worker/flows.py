@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 from functools import partial
 
-from django_redisq.store.replies import Delivery
+from django_redisq.store.steps.replies import Delivery
 from django_redisq.store.workflows import StepTooLarge, WorkflowStore
 from django_redisq.worker.outcome import Missed, Outcome, Retrying, SettleFailed
 from django_redisq.workflows.canvas import MARKER, error_id, markers, step_id
@@ -73,7 +73,7 @@ class WorkflowHooks:
         # cancelled while we released: wf_cancel.lua's caller may have read the steps before these were queued
         if retrying(partial(self.store.status, wf), f"reading the status of workflow {wf}") == "cancelled":
             for r in reply.released:
-                retrying(partial(self.broker.cancel, r.spec.get("q", "default"), [step_id(wf, r.step)], "workflow cancelled"),
+                retrying(partial(self.broker.operator.cancel, r.spec.get("q", "default"), [step_id(wf, r.step)], "workflow cancelled"),
                          f"cancelling step {r.step} of cancelled workflow {wf}")
         return True
 

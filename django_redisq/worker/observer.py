@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django_redisq import signals
-from django_redisq.store.replies import Delivery, Recovered
+from django_redisq.store.steps.replies import Delivery, Recovered
 from django_redisq.worker.health_file import HealthFile
 from django_redisq.worker.metrics import WorkerMetrics, worker_info
 from django_redisq.worker.outcome import RETRY, Outcome

@@ -26,8 +26,8 @@ from typing import Any
 
 from django_redisq.exceptions import LeaseLost, RedisError
 from django_redisq.store.broker import Broker
-from django_redisq.store.replies import Delivery
 from django_redisq.store.server import is_transient
+from django_redisq.store.steps.replies import Delivery
 from django_redisq.worker.flows import WorkflowHooks
 from django_redisq.worker.outcome import DEAD, RETRY, SUCCESS, Missed, Outcome, SettleFailed, error_dict
 
@@ -167,7 +167,7 @@ class Settler:
 
     def _ack_some(self, q: str, items: list[tuple[Delivery, Outcome]], batch: Batch) -> None:
         results = [(d.id, o.result_json) for d, o in items]
-        runs = [(o.task_name or d.task, o.duration) for d, o in items]  # run times, written by the same call (store/durations.py)
+        runs = [(o.task_name or d.task, o.duration) for d, o in items]  # run times, written by the same call (store/reads/durations.py)
         lost = self.with_retries(partial(self.broker.ack_many, q, self.worker_id, results, runs), f"acking {len(results)} task(s)")
         for task_id in lost if isinstance(lost, list) else ():
             logger.warning("task %s was no longer held by worker %s at ack; another worker has it now", task_id, self.worker_id)

@@ -48,8 +48,8 @@ from django_redisq.core.options import NAME_RE, WORKER_NAME_MAX
 from django_redisq.exceptions import RedisError
 from django_redisq.store import server
 from django_redisq.store.broker import Broker
-from django_redisq.store.replies import CORRUPT, NOMSG, Delivery
 from django_redisq.store.server import BLOCK_TIMEOUT
+from django_redisq.store.steps.replies import CORRUPT, NOMSG, Delivery
 from django_redisq.store.workflows import WorkflowStore
 from django_redisq.worker.fetcher import Fetcher
 from django_redisq.worker.flows import WorkflowHooks
@@ -174,7 +174,7 @@ class Worker:
         beats = Broker.for_heartbeat(self.options)
         unsettled: dict[str, str] = {}  # tasks that ran and could not be settled: the settler's, for the heartbeat's sweep
         self.heartbeat = Heartbeat(beats, self.options, self.id, self.queues, self.info, held.known, self._fenced,
-                                   on_beat=self.observer.beat, presence=beats.presence(self.queues), unsettled=unsettled)
+                                   on_beat=self.observer.beat, presence=beats.presence.links(self.queues), unsettled=unsettled)
         idle = {q: threading.Event() for q in self.queues}  # set: the queue looked dry (or resumed), its thread fetches
         for event in idle.values():
             event.set()
@@ -273,7 +273,7 @@ class Worker:
         return self.processed
 
     def prove_presence(self) -> None:
-        """Open the presence links (store/presence.py): this worker's death is then seen within a second, and it
+        """Open the presence links (store/steps/presence.py): this worker's death is then seen within a second, and it
         reaps dead workers as soon. Refused by an ACL, both fall back to WORKER_TIMEOUT, and the log says so."""
         presence = self.heartbeat.presence
         why = presence.open() if presence is not None else "no presence links"

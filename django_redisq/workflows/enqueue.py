@@ -35,6 +35,7 @@ from django_redisq.core import tracing
 from django_redisq.core.limits import task_limits
 from django_redisq.core.message import encode, encode_arguments
 from django_redisq.exceptions import InvalidArguments
+from django_redisq.store.steps.replies import NewTask
 from django_redisq.task import RedisTask
 from django_redisq.workflows.canvas import MARKER, Node, Signature, Step, compile_flow, parse_step_id, step_id
 from django_redisq.workflows.limits import check_fan_in
@@ -72,7 +73,7 @@ def enqueue_workflow(backend: Any, node: Node, on_error: Signature | None = None
     """Store the workflow in its slot, queue its first steps, then let it run (see the module docstring).
 
     A crash between the store and the queueing leaves keys with a provisional TTL
-    (store/workflows.py) and no step: nothing runs, nothing stays.
+    (store/workflows/store.py) and no step: nothing runs, nothing stays.
     """
     steps = compile_flow(node)
     if not steps:
@@ -98,7 +99,7 @@ def _create(backend: Any, steps: list[Step], workflow_id: str, on_error: Signatu
     waiting = {s.index: specs[s.index] for s in steps if s.parents}
     store = _store(backend)
     store.create(workflow_id, summary, waiting, {s.index: s.children for s in steps}, error_spec)
-    by_queue: dict[str, list[tuple[str, str, str, int, str, int, str]]] = {}
+    by_queue: dict[str, list[NewTask]] = {}
     now_ms = time.time() * 1000
     for s in steps:
         if s.parents:
@@ -106,7 +107,7 @@ def _create(backend: Any, steps: list[Step], workflow_id: str, on_error: Signatu
         spec = specs[s.index]
         msg = encode(spec["a"], spec["k"], spec["o"] or None, spec["m"] or None)
         delay = max(0, int(spec["at"] - now_ms)) if spec["at"] is not None else 0
-        by_queue.setdefault(spec["q"], []).append((step_id(workflow_id, s.index), msg, spec["t"], delay, spec["i"], spec["pr"], spec["l"]))
+        by_queue.setdefault(spec["q"], []).append(NewTask(step_id(workflow_id, s.index), msg, spec["t"], delay, spec["i"], spec["pr"], spec["l"]))
     for queue, items in by_queue.items():
         backend.broker.enqueue(queue, items)
     store.start(workflow_id)

@@ -2,7 +2,7 @@
 
 A step that takes its parents' results (a chord's callback, the step after a
 group) is queued with all of them joined into its first argument (wf_done.lua,
-store/workflows.py ``enqueue_step``), so its message grows with its fan-in.
+store/workflows/store.py ``enqueue_step``), so its message grows with its fan-in.
 
 The rule, and why: the true worst case is ``parents x RESULT_MAX_BYTES`` of
 their queues, and with the defaults (RESULT_MAX_BYTES 1 MiB, MAX_MESSAGE_BYTES
@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from django_redisq.workflows.canvas import InvalidWorkflow, Step
 from django_redisq.core.message import dumps
+from django_redisq.workflows.canvas import InvalidWorkflow, Step
 
 SMALLEST_RESULT = 2
 """Bytes one parent's result adds to its dependent's message at the least: ``0`` and a comma."""
