@@ -123,7 +123,7 @@ class Operations:
         return progress
 
     def cancel(self, ids: Sequence[str], who: str, queue: str | None = None) -> dict[str, str]:
-        """Cancel tasks (Broker.cancel) of ``queue``, or of whichever configured queue holds each id.
+        """Cancel tasks (broker.operator.cancel) of ``queue``, or of whichever configured queue holds each id.
 
         Returns id -> ``cancelled``, ``requested``, ``finished`` or ``missing``, in the order given.
         """
