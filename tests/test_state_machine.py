@@ -270,12 +270,12 @@ class BrokerMachine(RuleBasedStateMachine):
     @rule(q=st.sampled_from(QUEUES), delay=st.sampled_from([0, 0, 0, 0, 1, 5000, 60_000]),
           idem=st.sampled_from(["", "", "", "k1", "k2"]), prios=st.lists(PRIORITIES, min_size=1, max_size=4))
     def enqueue(self, q: str, delay: int, idem: str, prios: list[int]) -> None:
-        """A batch, one task per priority drawn (a 5-tuple is priority 0: every other one of those)."""
-        items: list[tuple[Any, ...]] = []
+        """A batch, one task per priority drawn (priority 0 left to its default: every other one of those)."""
+        items: list[NewTask] = []
         for p in prios:
             tid = self.new_id()
-            item = (tid, _msg(self.n, q), TASK_PATH, delay, idem, p)
-            items.append(item if p or self.n % 2 else item[:5])
+            item = NewTask(tid, _msg(self.n, q), TASK_PATH, delay, idem, p)
+            items.append(item if p or self.n % 2 else NewTask(*item[:5]))
         out = self.b.enqueue(q, items)
         assert [e.id for e in out] == [i[0] for i in items]
         for (tid, *_), p, e in zip(items, prios, out, strict=True):
