@@ -128,7 +128,7 @@ def main() -> int:
 
         url = reverse("admin:django_redisq_deadletter_changelist")
         last_start = (n - 1) // 50 * 50
-        one_id = broker.dead_ids("default", 1, newest_first=True)[0]
+        one_id = broker.operator.dead_ids("default", 1, newest_first=True)[0]
         pages = [
             ("list, first page", {}),
             ("list, last page", {"start": last_start}),

@@ -145,7 +145,7 @@ def measure(url: str, rounds: int, n: int, seconds: float) -> dict[tuple[str, st
 
     def calls() -> float:
         broker.heartbeat(["default"], "bench", {})  # renews the guard's lease, as a worker's heartbeat does
-        writer = ProgressWriter(lambda text: broker.save_progress("default", held.id, "bench", text), attempt=1)
+        writer = ProgressWriter(lambda text: broker.progress.save("default", held.id, "bench", text), attempt=1)
         token = progress.current.set(writer)
         count = 0
         try:
@@ -164,7 +164,7 @@ def measure(url: str, rounds: int, n: int, seconds: float) -> dict[tuple[str, st
         text = progress.encode(1, 2, "a row", 1)
         start = time.perf_counter()
         for _ in range(1000):
-            assert broker.save_progress("default", held.id, "bench", text)
+            assert broker.progress.save("default", held.id, "bench", text)
         return (time.perf_counter() - start) / 1000 * 1e6
 
     results[("progress: report_progress() in a tight loop", "us/call")] = [calls() for _ in range(rounds)]

@@ -64,18 +64,19 @@ def commands_per_scrape(r: Any, fn: Callable[[], Any]) -> int:
 
 
 def fill(broker: Any, queue: str, n: int, delay_ms: int = 0, batch: int = 1000) -> float:
+    from django_redisq.store.steps.replies import NewTask  # bench's imports wait for Django's setup
     from tests.seed import message
 
     msg = message("bench.noop", queue, [1])
     t = time.perf_counter()
     for lo in range(0, n, batch):
-        broker.enqueue(queue, [(f"{queue}-{delay_ms}-{i}", msg, "bench.noop", delay_ms, "") for i in range(lo, min(n, lo + batch))])
+        broker.enqueue(queue, [NewTask(f"{queue}-{delay_ms}-{i}", msg, "bench.noop", delay_ms, "") for i in range(lo, min(n, lo + batch))])
     return time.perf_counter() - t
 
 
 def observe_cost(n: int = 200_000) -> float:
     """Microseconds of CPU per settled task that the per-worker metrics add."""
-    from django_redisq.store.replies import RUN, Delivery
+    from django_redisq.store.steps.replies import RUN, Delivery
     from django_redisq.worker.observability.metrics import WorkerMetrics
     from django_redisq.worker.running.outcome import Outcome
 

@@ -1113,7 +1113,7 @@ class Bench:
                 ids: list[str] = []
                 timed(size, "enqueue", lambda i, task=task: task.delay(i))
                 timed(size, "fetch", lambda i, b=broker, ids=ids: ids.extend(d.id for d in b.fetch("default", FLAT_WORKER, 1)))
-                timed(size, "ack", lambda i, b=broker, ids=ids: b.ack("default", FLAT_WORKER, ids[i], "0") if i < len(ids) else None)
+                timed(size, "ack", lambda i, b=broker, ids=ids: b.ack_many("default", FLAT_WORKER, [(ids[i], "0")]) if i < len(ids) else None)
         return {size: {op: {side: statistics.median(v) for side, v in per_op.items()} for op, per_op in by_op.items()}
                 for size, by_op in samples.items()}
 

@@ -84,7 +84,7 @@ else:
 LOOP_SAFE_RECEIVERS: frozenset[object] = frozenset(
     r for r in (getattr(_signals, "log_task_enqueued", None),) if r is not None
 )
-"""The framework's own ``task_enqueued`` receivers that only log: ``aenqueue`` calls them on the event loop (store/async_broker.py)."""
+"""The framework's own ``task_enqueued`` receivers that only log: ``aenqueue`` calls them on the event loop (store/broker/async_broker.py)."""
 
 LOGGER_NAME = FRAMEWORK
 """The logger the framework's own signal receivers write to ("django.tasks" or "django_tasks")."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -11,6 +12,10 @@ from typing import Any, TypeVar
 
 import redis
 
+from django_redisq.connection import async_pools
+from django_redisq.connection.async_wire import AsyncWire
+from django_redisq.exceptions import LeaseLost
+from django_redisq.store.broker import Broker
 from django_redisq.store.keys import QueueKeys
 
 T = TypeVar("T")
@@ -183,3 +188,21 @@ def blocked_in(r, command: str) -> int:
 def by_kind(exporter: Any, kind: Any) -> list[Any]:
     """The finished spans of one ``SpanKind`` in an in-memory exporter (the ``spans`` fixture)."""
     return [s for s in exporter.get_finished_spans() if s.kind == kind]
+
+
+def ack(broker: Broker, queue: str, worker: str, task_id: str, result_json: str) -> None:
+    """Ack one task as the settler does in a batch (``ack_many``); ``LeaseLost`` if the worker no longer held it."""
+    if broker.ack_many(queue, worker, [(task_id, result_json)]):
+        raise LeaseLost(f"task {task_id} was no longer held by worker {worker} at ack")
+
+
+def reap(broker: Broker, queue: str, reaper: str = "", max_workers: int = 10) -> tuple[int, list[str]]:
+    """``Broker.reap_detail`` without what was given back: (tasks, workers)."""
+    tasks, workers, _ = broker.reap_detail(queue, reaper, max_workers)
+    return tasks, workers
+
+
+def wires_of(loop: asyncio.AbstractEventLoop) -> list[AsyncWire]:
+    """The asyncio wires made for ``loop`` (connection/async_pools.py), none before its first or after it closed."""
+    pools = async_pools.holdings(loop)
+    return list(pools.wires.values()) if pools else []

@@ -15,6 +15,7 @@ from typing import Any
 from django.utils.crypto import get_random_string
 
 from django_redisq.store.broker import Broker
+from django_redisq.store.steps.replies import NewTask
 
 SEED_WORKER = "seed-worker"
 
@@ -49,13 +50,12 @@ def seed_dead(
     start: int = 0,
 ) -> list[str]:
     """Make ``n`` dead letters in ``queue``; returns their ids, oldest first."""
-    bury = broker._script("bury")
     k = broker.keys(queue)
     o = broker.options.for_queue(queue)
     ids: list[str] = []
     for lo in range(start, start + n, batch):
         rows = [(i, *row(i)) for i in range(lo, min(lo + batch, start + n))]
-        items = [(get_random_string(24), message(task, queue, [i], {"note": f"seed {i}"}), task, 0, "") for i, task, _, _ in rows]
+        items = [NewTask(get_random_string(24), message(task, queue, [i], {"note": f"seed {i}"}), task, 0, "") for i, task, _, _ in rows]
         broker.enqueue(queue, items)
         broker.heartbeat([queue], SEED_WORKER, {})
         got = broker.fetch(queue, SEED_WORKER, len(items))
@@ -65,9 +65,9 @@ def seed_dead(
             short = exc.rsplit(".", 1)[-1]
             error = {"exc": exc, "msg": msg, "tb": TRACEBACK.format(name=task.rsplit(".", 1)[-1], exc=short, msg=msg),
                      "at": int(time.time() * 1000)}
-            bury(keys=[k.processing(SEED_WORKER), k.dead, k.task(d.id), k.status(d.id), k.cancels],
-                 args=[k.prefix, d.id, json.dumps(error), "failed", int(o.dead_letter_ttl * 1000), o.dead_letter_max,
-                       SEED_WORKER, 1, msg, exc], client=pipe)
+            broker.scripts.run("bury", keys=[k.processing(SEED_WORKER), k.dead, k.task(d.id), k.status(d.id), k.cancels],
+                               args=[k.prefix, d.id, json.dumps(error), "failed", int(o.dead_letter_ttl * 1000),
+                                     o.dead_letter_max, SEED_WORKER, 1, msg, exc], pipe=pipe)
             ids.append(d.id)
         pipe.execute()
     return ids

@@ -4,7 +4,7 @@ A POST with a confirmation page first (the count and a sample), CSRF-protected
 by the admin site, allowed with the "change dead letter" permission, and
 written to the admin log, like the dead letters' replay and delete. Waiting
 tasks are dead-lettered at once (reason ``cancelled``); running ones get a
-request their worker acts on within about a second (``Broker.cancel``).
+request their worker acts on within about a second (``broker.operator.cancel``).
 """
 
 from __future__ import annotations

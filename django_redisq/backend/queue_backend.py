@@ -33,7 +33,7 @@ from django_redisq.workflows.engine import WorkflowEngine
 from django_redisq.workflows.result import WorkflowResult
 
 if TYPE_CHECKING:  # the async steps load on first use: a worker (threads) or a sync caller never needs them
-    from django_redisq.store.async_broker import AsyncBroker
+    from django_redisq.store.broker.async_broker import AsyncBroker
 
 
 NOT_INSTALLED = ("{where} uses django_redisq's RedisQueueBackend, but django_redisq is not in INSTALLED_APPS: "
@@ -145,7 +145,7 @@ class RedisQueueBackend(BaseTaskBackend):
     @cached_property
     def abroker(self) -> AsyncBroker:
         """The broker of ``aenqueue`` / ``aget_result``: the same steps on the running loop's own pool."""
-        from django_redisq.store.async_broker import AsyncBroker  # not a cycle: a sync process never loads the async steps
+        from django_redisq.store.broker.async_broker import AsyncBroker  # not a cycle: a sync process never loads the async steps
 
         return AsyncBroker(self.broker)
 
@@ -210,7 +210,7 @@ class RedisQueueBackend(BaseTaskBackend):
             return run(enqueue_plan(self, task, arg_sets, span), self.broker)
 
     async def aenqueue(self, task: Task, args: Sequence[Any], kwargs: dict[str, Any]) -> TaskResult:
-        """``enqueue`` on the running event loop, with no thread (store/async_broker.py): the same script and result."""
+        """``enqueue`` on the running event loop, with no thread (store/broker/async_broker.py): the same script and result."""
         return (await self.aenqueue_many(task, [(args, kwargs)]))[0]
 
     async def aenqueue_many(self, task: Task, arg_sets: Iterable[tuple[Sequence[Any], dict[str, Any]]]) -> list[TaskResult]:
@@ -244,7 +244,7 @@ class RedisQueueBackend(BaseTaskBackend):
         it is never moved twice), so this records a request that the worker polls.
         """
         found = self.broker.get_task(result_id, sorted(self.queues)) if isinstance(result_id, str) and 0 < len(result_id) <= 64 else None
-        outcome = self.broker.cancel(found[0], [result_id], who)[0] if found else "missing"
+        outcome = self.broker.operator.cancel(found[0], [result_id], who)[0] if found else "missing"
         if outcome == "missing":
             raise TaskNotFound(f"no task {result_id!r} in the queues of backend {self.alias!r}")
         if outcome == "cancelled" and found and "_workflow" in str(found[1].get("msg", "")) + str(found[1].get("metadata", "")):
@@ -279,7 +279,7 @@ class RedisQueueBackend(BaseTaskBackend):
         return run(result_plan(self, result_id), self.broker)
 
     async def aget_result(self, result_id: str) -> TaskResult:
-        """``get_result`` on the running event loop, with no thread (store/async_broker.py); ``arefresh`` comes here too."""
+        """``get_result`` on the running event loop, with no thread (store/broker/async_broker.py); ``arefresh`` comes here too."""
         return await arun(result_plan(self, result_id), self.abroker)
 
     def get_progress(self, task_id: str) -> Progress | None:

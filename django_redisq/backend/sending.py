@@ -21,7 +21,7 @@ from django_redisq.core.metadata import attach
 from django_redisq.core.metadata import encode as encode_metadata
 from django_redisq.core.options import Options
 from django_redisq.exceptions import InvalidArguments
-from django_redisq.store.replies import Enqueued, NewTask
+from django_redisq.store.steps.replies import Enqueued, NewTask
 from django_redisq.task import RedisTask, get_registered
 from django_redisq.workflows.port import Backend
 
@@ -78,7 +78,7 @@ def prepare(backend: Backend, task: Task, args: Sequence[Any], kwargs: dict[str,
         args=args, kwargs=kwargs, backend=backend.alias, errors=[], worker_ids=[],
     )
     attach(result, metadata or {})
-    return result, (task_id, msg, task.module_path, delay_ms, idem, int(task.priority), task_limits(task))
+    return result, NewTask(task_id, msg, task.module_path, delay_ms, idem, int(task.priority), task_limits(task))
 
 
 def placed(conf: Options, queue: str, items: Sequence[NewTask]) -> list[tuple[str, list[int]]]:

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from django_redisq.compat import TaskResult, task_enqueued
 from django_redisq.store.broker import Broker
-from django_redisq.store.replies import NewTask
+from django_redisq.store.steps.replies import NewTask
 
 if TYPE_CHECKING:
-    from django_redisq.store.async_broker import AsyncBroker
+    from django_redisq.store.broker.async_broker import AsyncBroker
 
 T = TypeVar("T")
 
@@ -78,7 +78,7 @@ async def _acall(abroker: AsyncBroker, step: Step) -> Any:
         return await abroker.enqueue(step.queue, step.items)
     if isinstance(step, GetTask):
         return await abroker.get_task(step.task_id, step.queues)
-    from django_redisq.store.async_broker import send_enqueued  # the async steps load on first await, never in a worker
+    from django_redisq.store.broker.async_broker import send_enqueued  # the async steps load on first await, never in a worker
 
     await send_enqueued(step.sender, step.result)
     return None

@@ -42,7 +42,7 @@ class _Packing:
     """Commands packed as the sync connections pack them: by hiredis's C encoder where it is installed.
 
     redis.asyncio packs every command in Python, a tenth of an enqueue's cost on the
-    event loop; hiredis packs it for the sync client (``_wire`` in store/broker.py makes the
+    event loop; hiredis packs it for the sync client (``on_wire`` in store/scripts/runner.py makes the
     arguments safe for it the same way on both paths).
     """
 
@@ -134,7 +134,7 @@ async def get_wire(options: Options) -> tuple[AsyncWire, LoopPools]:
     """The running loop's wire to the options' Redis (made on first use), and the loop's holdings."""
     loop = asyncio.get_running_loop()
     key = connection.target(options)
-    pools = _loops.get(loop)
+    pools = holdings(loop)
     if pools is not None:
         wire = pools.wires.get(key)
         if wire is not None:
@@ -159,10 +159,9 @@ async def get_wire(options: Options) -> tuple[AsyncWire, LoopPools]:
     return wire, pools
 
 
-def wires_of(loop: asyncio.AbstractEventLoop) -> list[AsyncWire]:
-    """The wires made for ``loop`` (tests and introspection)."""
-    pools = _loops.get(loop)
-    return list(pools.wires.values()) if pools else []
+def holdings(loop: asyncio.AbstractEventLoop) -> LoopPools | None:
+    """What ``loop`` holds (its wires, its users' state), None before its first wire or after it closed."""
+    return _loops.get(loop)
 
 
 async def aclose() -> None:

@@ -122,7 +122,7 @@ class WireProtocol(asyncio.Protocol):
         """Send commands back to back in one write; their replies in order, an error reply as its exception (returned).
 
         For a write and the ``WAIT`` that must follow it on the same connection
-        (store/durable.py); a lost connection raises, and nothing is sent again.
+        (store/scripts/durable.py); a lost connection raises, and nothing is sent again.
         """
         if self.lost is not None:
             raise self.lost(self.why)

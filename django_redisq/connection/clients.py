@@ -39,9 +39,9 @@ TRANSIENT_CLASSES = (
     redis.exceptions.TryAgainError,
     redis.exceptions.MasterDownError,
     redis.exceptions.ClusterDownError,
-    redis.exceptions.MovedError,  # a durable step still redirected after following the slot (store/durable.py): not run
+    redis.exceptions.MovedError,  # a durable step still redirected after following the slot (store/scripts/durable.py): not run
     redis.exceptions.AskError,
-    NotDurable,  # DURABLE_REPLICAS: the replicas have not caught up yet (store/durable.py)
+    NotDurable,  # DURABLE_REPLICAS: the replicas have not caught up yet (store/scripts/durable.py)
 )
 
 

@@ -4,7 +4,7 @@ A pooled connection is lent to whichever thread asks and may be replaced at
 any time, so its client id says nothing lasting. A presence link is opened
 here, owned by one thread, and only ever idle: the server drops it when, and
 only when, the process dies (the kernel closes its sockets), an operator kills
-it, or the network resets it. ``store/presence.py`` gives it its meaning.
+it, or the network resets it. ``store/steps/presence.py`` gives it its meaning.
 """
 
 from __future__ import annotations

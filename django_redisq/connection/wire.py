@@ -102,7 +102,7 @@ class Wire:
         for conn in idle:
             conn.disconnect()
 
-    def _forget(self) -> None:
+    def forget(self) -> None:
         """In a forked child: drop the parent's connections without touching their sockets."""
         self._idle = []
 
@@ -135,7 +135,7 @@ def close_all() -> None:
 
 def _after_fork() -> None:
     for wire in list(_wires):
-        wire._forget()
+        wire.forget()
 
 
 if hasattr(os, "register_at_fork"):

@@ -1,6 +1,6 @@
 """Publishing events: ``publish`` appends one to a topic, ``publish_on_commit`` once the transaction commits.
 
-An event is a JSON object on a topic (a Redis stream, store/topics.py). Every
+An event is a JSON object on a topic (a Redis stream, store/topics/steps.py). Every
 subscription of the topic (``OPTIONS["SUBSCRIPTIONS"]``, events/subscriptions.py) turns
 each event into one ordinary task of its own (worker/background/pump.py), so retries, time
 limits, dead letters and the admin apply to event handlers unchanged.

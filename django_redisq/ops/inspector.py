@@ -1,8 +1,8 @@
 """Read-only views of the queues, shared by the admin, ``manage.py redisq`` and metrics.
 
 Nothing here changes Redis, and nothing here talks to it: ``Inspector`` is the
-store's bounded reads (``QueueReads``: a queue's figures, store/queue_reads.py;
-``TaskReads``: the tasks in it, store/task_reads.py) found by backend alias. The
+store's bounded reads (``QueueReads``: a queue's figures, store/reads/queues.py;
+``TaskReads``: the tasks in it, store/reads/tasks.py) found by backend alias. The
 periodic schedules' rows, which join the settings with their markers, are at the
 end of this module.
 """
@@ -21,9 +21,9 @@ from django_redisq.core.clock import ms_to_datetime
 from django_redisq.exceptions import RedisQError, UnknownQueue
 from django_redisq.schedules.registry import Schedule, load
 from django_redisq.settings.read import get_options
-from django_redisq.store.dead_scan import DeadFilter
-from django_redisq.store.queue_reads import QueueReads
-from django_redisq.store.records import Attempt, Pagination, QueueFigures, QueueStats, Scan, TaskDetail, TaskRow, WorkerInfo
+from django_redisq.store.reads.dead_scan import DeadFilter
+from django_redisq.store.reads.queues import QueueReads
+from django_redisq.store.reads.records import Attempt, Pagination, QueueFigures, QueueStats, Scan, TaskDetail, TaskRow, WorkerInfo
 
 __all__ = [
     "Attempt",

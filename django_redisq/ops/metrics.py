@@ -22,7 +22,7 @@ from django_redisq.core.redact import redact
 from django_redisq.exceptions import RedisError
 from django_redisq.ops import workflows
 from django_redisq.ops.inspector import Inspector, backend_aliases
-from django_redisq.store.records import QueueFigures
+from django_redisq.store.reads.records import QueueFigures
 
 logger = logging.getLogger("django_redisq")
 

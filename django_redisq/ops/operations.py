@@ -27,7 +27,7 @@ from django_redisq.ops import workflows
 from django_redisq.ops.inspector import DeadFilter, Inspector, find_schedule
 from django_redisq.schedules.ticks import id_base, marker_ttl_ms, own_limits, task_priority, tick_message, wants_tick
 from django_redisq.store.broker import Broker
-from django_redisq.store.records import pause_state
+from django_redisq.store.reads.records import pause_state
 from django_redisq.store.workflows import WorkflowStore
 from django_redisq.workflows.engine import WorkflowEngine
 
@@ -125,7 +125,7 @@ class Operations:
         return progress
 
     def cancel(self, ids: Sequence[str], who: str, queue: str | None = None) -> dict[str, str]:
-        """Cancel tasks (Broker.cancel) of ``queue``, or of whichever configured queue holds each id.
+        """Cancel tasks (broker.operator.cancel) of ``queue``, or of whichever configured queue holds each id.
 
         Returns id -> ``cancelled``, ``requested``, ``finished`` or ``missing``, in the order given.
         """
@@ -136,7 +136,7 @@ class Operations:
         out = dict.fromkeys(ids, "missing")
         for q in dict.fromkeys(w for w in where.values() if w is not None):
             chosen = [i for i in ids if where.get(i) == q]
-            out.update(zip(chosen, self.broker.cancel(q, chosen, who), strict=True))
+            out.update(zip(chosen, self.broker.operator.cancel(q, chosen, who), strict=True))
             WorkflowEngine(WorkflowStore(self.broker)).fail_steps(q, [i for i in chosen if out[i] == "cancelled"], f"cancelled by {who}")
         counts = Counter(out.values())
         logger.info("cancel by %s: %s", who, ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items())))
@@ -148,14 +148,14 @@ class Operations:
         ``MessageChanged`` if someone changed it meanwhile, ``TaskNotFound`` if it is no longer a dead letter.
         """
         self.inspector.keys(queue)  # UnknownQueue
-        self.broker.edit_replay(queue, task_id, sha, message)
+        self.broker.operator.edit_replay(queue, task_id, sha, message)
         workflows.resume_replayed(self.broker, queue, [task_id])  # a workflow step: its workflow runs again
 
     def _act(self, action: str, queue: str, ids: list[str], to: str | None) -> tuple[int, int]:
         if action == DELETE:
-            return self.broker.purge(queue, ids), 0
+            return self.broker.operator.purge(queue, ids), 0
         if to is None or to == queue:
-            done = self.broker.replay(queue, ids), 0
+            done = self.broker.operator.replay(queue, ids), 0
         else:
             done = self._replay_to(queue, to, ids)
         if done[0]:
@@ -168,7 +168,7 @@ class Operations:
         A crash between them leaves each task dead here, marked 'moving' (and maybe already
         pending in ``to``); replaying it into ``to`` again finishes the move.
         """
-        marked = self.broker.move_out(queue, to, ids)
+        marked = self.broker.operator.move_out(queue, to, ids)
         copies: list[tuple[str, str, list[str]]] = []
         skipped = 0
         for task_id, code, fields in marked:
@@ -179,9 +179,9 @@ class Operations:
             # code 0: no longer dead here (someone else replayed, moved or deleted it)
         if not copies:
             return 0, skipped
-        self.broker.move_in(to, queue, copies)
+        self.broker.operator.move_in(to, queue, copies)
         # stored, or already there from an interrupted move: either way the original goes
-        return self.broker.purge(queue, [task_id for task_id, _, _ in copies]), skipped
+        return self.broker.operator.purge(queue, [task_id for task_id, _, _ in copies]), skipped
 
     @staticmethod
     def _rewrite(msg: str, to: str) -> str:
@@ -235,7 +235,7 @@ class ScheduleOperations:
     def pause(self, name: str, by: str) -> ScheduleChange:
         """Stop the schedule's ticks from running, on every worker, until ``resume``."""
         s = find_schedule(self.inspector, name)
-        changed, since = self.broker.pause_schedule(s.queue, s.name, by)
+        changed, since = self.broker.schedules.pause(s.queue, s.name, by)
         if changed:
             logger.info("schedule %s paused by %s", s.name, by)
         return ScheduleChange(PAUSE, s.name, s.queue, changed, ms_to_datetime(since))
@@ -243,7 +243,7 @@ class ScheduleOperations:
     def resume(self, name: str, by: str) -> ScheduleChange:
         """Run the schedule's ticks again from the next one; ticks that passed while paused are not run."""
         s = find_schedule(self.inspector, name)
-        since = self.broker.resume_schedule(s.queue, s.name, marker_ttl_ms(s, self.broker.server_time_ms()))
+        since = self.broker.schedules.resume(s.queue, s.name, marker_ttl_ms(s, self.broker.server_time_ms()))
         if since is not None:
             logger.info("schedule %s resumed by %s", s.name, by)
         return ScheduleChange(RESUME, s.name, s.queue, since is not None, ms_to_datetime(since))
@@ -254,7 +254,7 @@ class ScheduleOperations:
         encode_arguments(s.args, s.kwargs, self.inspector.options.max_message_bytes)  # InvalidArguments: too large
         now = self.broker.server_time_ms()
         task_id = f"{id_base(s)}m{secrets.token_hex(8)}"
-        at = self.broker.run_schedule(s.queue, s.name, task_id, tick_message(s, now, wants_tick(s)), s.task, marker_ttl_ms(s, now),
+        at = self.broker.schedules.run_now(s.queue, s.name, task_id, tick_message(s, now, wants_tick(s)), s.task, marker_ttl_ms(s, now),
                                      task_priority(s), own_limits(s))
         if at is None:  # pragma: no cover - 64 random bits
             raise RuntimeError(f"task id {task_id} is taken")
@@ -291,11 +291,11 @@ class QueueOperations:
     def act(self, action: str, queue: str, by: str) -> QueueChange:
         self.inspector.keys(queue)  # UnknownQueue
         if action == PAUSE:
-            changed, value = self.broker.pause_queue(queue, by[:200])
+            changed, value = self.broker.operator.pause_queue(queue, by[:200])
             if changed:
                 logger.info("queue %s paused by %s", queue, by)
         elif action == RESUME:
-            was = self.broker.resume_queue(queue)
+            was = self.broker.operator.resume_queue(queue)
             changed, value = was is not None, was or ""
             if changed:
                 logger.info("queue %s resumed by %s", queue, by)

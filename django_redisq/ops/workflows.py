@@ -140,7 +140,7 @@ def resume_replayed(broker: Broker, queue: str, ids: Sequence[str]) -> int:
 
 
 def totals(alias: str = "default") -> dict[str, int]:
-    """The fleet-wide workflow counts of a backend (store/workflows.py ``totals``): one HGETALL."""
+    """The fleet-wide workflow counts of a backend (store/workflows/store.py ``totals``): one HGETALL."""
     return WorkflowStore(Broker(get_options(alias))).totals()
 
 

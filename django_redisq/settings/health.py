@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-from django_redisq.store.records import QueueFigures
+from django_redisq.store.reads.records import QueueFigures
 
 ALL = "*"
 THRESHOLDS = {"MAX_PENDING": int, "MAX_AGE": float, "MAX_DEAD": int, "MIN_WORKERS": int}

@@ -43,7 +43,7 @@ from django_redisq.store import durable
 CONNECTION_KEYS = ("REDIS_URL", "CACHE_ALIAS", "EMBEDDED", "EMBEDDED_PATH", "CLUSTER", "SENTINELS", "SENTINEL_MASTER", "SENTINEL_KWARGS")
 KNOWN = set(TUNABLES) | set(GLOBALS) | set(CONNECTION_KEYS) | set(QUEUE_LIMITS) | {"KEY_PREFIX", "QUEUE_OPTIONS", "SCHEDULES", "HEALTH"}
 KNOWN |= {"WORKERS"}  # named worker profiles (settings/profiles.py)
-KNOWN |= {"DURABLE_REPLICAS", "DURABLE_TIMEOUT"}  # durable mode (store/durable.py)
+KNOWN |= {"DURABLE_REPLICAS", "DURABLE_TIMEOUT"}  # durable mode (store/scripts/durable.py)
 KNOWN |= {"IMPORTS"}  # modules a worker imports besides the apps' tasks modules (settings/discovery.py)
 KNOWN |= {"ERROR_REPORTING"}  # when a task's exception is reported to logging and Sentry (worker/running/reporting.py)
 KNOWN |= {"SUBSCRIPTIONS", "TOPICS", "LIFECYCLE_EVENTS"}  # events (events/subscriptions.py, events/lifecycle.py)

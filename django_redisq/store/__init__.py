@@ -1,16 +1,16 @@
 """The only door to Redis: keys, the Lua scripts, one method per atomic step, bounded reads.
 
 * ``keys.py``: every key name of the schema (cluster-ready hash tags);
-* ``scripts/``: one ``.lua`` per atomic step, each with its KEYS/ARGV header;
-* ``broker.py`` (``Broker``): the steps of a task's life, enqueue to ack, with
-  ``operator_steps.py`` and ``schedule_steps.py`` for what operators and the
-  scheduler change, ``durable.py`` for ``DURABLE_REPLICAS`` and
-  ``async_broker.py`` for the same steps on a running event loop;
-* ``replies.py``: what the steps take and hand back (a delivery, an enqueue's answer);
-* the bounded reads: ``queue_reads.py`` (a queue's figures), ``task_reads.py``
-  and ``dead_scan.py`` (the tasks in it), ``partition_stats.py`` (a partitioned
-  queue's summed), ``records.py`` (what a stored hash means), ``priority.py``,
-  ``durations.py``;
+* ``scripts/``: one ``.lua`` per atomic step, each with its KEYS/ARGV header; their loader,
+  ``ScriptRunner`` (runner.py; async_runner.py on an event loop), which every step family is
+  built with, and ``durable.py`` for ``DURABLE_REPLICAS``;
+* ``broker/``: ``Broker``, the steps of a task's own life, enqueue to ack, holding the other
+  step families; ``AsyncBroker``, the same steps on a running event loop;
+* ``steps/``: the step families (operator, schedules, presence, running marks, progress)
+  and the replies every step hands back (a new task, a delivery, an enqueue's answer);
+* ``workflows/``: a workflow's steps and reads, in its own slot;
+* ``topics/``: events' steps, a topic's stream and its subscriptions' groups;
+* ``reads/``: the bounded reads (a queue's figures, the tasks in it, dead-letter scans);
 * ``server.py``: the server itself (there, new enough, able to keep tasks).
 
 Above this package nothing builds a pipeline, loads a script or makes a client;

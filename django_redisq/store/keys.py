@@ -24,12 +24,12 @@ key                                type    meaning
 ``P:processing:<worker>``          LIST    ids one worker has taken and not yet settled
 ``P:running:<worker>``             STRING  JSON list of the ids of that list the worker runs now (the rest it
                                            holds unstarted, or waits to ack); written by the worker when it
-                                           changes, with a TTL of WORKER_TIMEOUT (store/running_marks.py)
+                                           changes, with a TTL of WORKER_TIMEOUT (store/steps/running.py)
 ``P:dead``                         ZSET    id -> died at (Redis ms): the dead-letter queue
 ``P:workers``                      ZSET    worker id -> last heartbeat (Redis ms)
 ``P:alive``                        HASH    worker id -> start of its unbroken run of heartbeats
 ``P:presence``                     HASH    worker id -> ``<server run_id>:<client id>`` of the connection that
-                                           proves the worker's process alive (store/presence.py)
+                                           proves the worker's process alive (store/steps/presence.py)
 ``P:reaper``                       STRING  the worker that polls the queue's presence, for a short lease
 ``P:worker:<worker>``              STRING  JSON about a live worker (host, pid, queues)
 ``P:t:<id>``                       HASH    the task: message, state, attempts, errors, result
@@ -52,13 +52,13 @@ key                                type    meaning
 ``P:<counter>:<minute>``           STRING  the same counters per minute (kept 2 hours)
 ``P:durations:<minute>``           HASH    run times of the tasks acked that minute: ``<task>|<bucket>``
                                            -> runs, ``<task>|n`` -> runs, ``~names``; at most 50 task
-                                           names (then ``~other``); kept 65 minutes (store/durations.py)
+                                           names (then ``~other``); kept 65 minutes (store/reads/durations.py)
 ``<any key above>:corrupt``        any     a key found of the wrong type, set aside by a script
                                            (lib/types.lua); expires (``t:<id>:corrupt`` after
                                            the dead-letter retention, and goes with its dead letter)
 =================================  ======  =================================================
 
-Events (store/topics.py): a topic's keys share the hash tag ``{topic:<name>}``, apart from every queue's:
+Events (store/topics/steps.py): a topic's keys share the hash tag ``{topic:<name>}``, apart from every queue's:
 
 =================================  ======  =================================================
 ``T:stream``                       STREAM  the topic's events (field ``p``: the payload JSON); one consumer
@@ -150,7 +150,7 @@ class QueueKeys:
         return f"{self.prefix}processing:{worker}"
 
     def running(self, worker: str) -> str:
-        """The ids ``worker`` runs now, of those in its processing list (store/running_marks.py)."""
+        """The ids ``worker`` runs now, of those in its processing list (store/steps/running.py)."""
         return f"{self.prefix}running:{worker}"
 
     def worker_info(self, worker: str) -> str:

@@ -168,7 +168,7 @@ def build_parts(spec: WorkerSpec, controls: Controls, runner: Runner | None = No
     beats = Broker.for_heartbeat(options)  # its own short-timeout connections
     unsettled: dict[str, str] = {}  # tasks that ran and could not be settled: the settler's, for the heartbeat's sweep
     heartbeat = Heartbeat(broker=beats, options=options, worker_id=wid, queues=queues, info=controls.info, known=held.known,
-                          on_fenced=controls.fenced, on_beat=observer.beat, presence=beats.presence(queues),
+                          on_fenced=controls.fenced, on_beat=observer.beat, presence=beats.presence.links(queues),
                           unsettled=unsettled)
     idle = Idle.of(queues)
     pauses = Pauses(broker=broker, worker_id=wid, queues=queues, held=held, stop=controls.stop, on_resume=idle.wake)

@@ -46,8 +46,8 @@ from typing import Any
 
 from django_redisq.exceptions import RedisError
 from django_redisq.store import server
-from django_redisq.store.replies import CORRUPT, NOMSG, Delivery
 from django_redisq.store.server import BLOCK_TIMEOUT
+from django_redisq.store.steps.replies import CORRUPT, NOMSG, Delivery
 from django_redisq.worker.parts import Controls, Parts, WorkerSpec, build_parts, default_name, worker_id
 from django_redisq.worker.running.outcome import DEAD, Outcome, error_dict
 from django_redisq.worker.running.runner import Runner
@@ -195,7 +195,7 @@ class Worker:
         return self.processed
 
     def prove_presence(self) -> None:
-        """Open the presence links (store/presence.py): this worker's death is then seen within a second, and it
+        """Open the presence links (store/steps/presence.py): this worker's death is then seen within a second, and it
         reaps dead workers as soon. Refused by an ACL, both fall back to WORKER_TIMEOUT, and the log says so."""
         presence = self.heartbeat.presence
         why = presence.open() if presence is not None else "no presence links"

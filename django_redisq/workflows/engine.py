@@ -17,6 +17,7 @@ from typing import Any
 from django_redisq.core import tracing
 from django_redisq.core.message import encode
 from django_redisq.store.broker import Broker
+from django_redisq.store.steps.replies import NewTask
 from django_redisq.store.workflows import Released, WorkflowStore
 from django_redisq.workflows.canvas import error_id, step_id
 from django_redisq.workflows.spec import StepSpec
@@ -35,7 +36,7 @@ class StepTooLarge(ValueError):
 
 
 def new_task(task_id: str, spec: StepSpec, args: list[Any], kwargs: dict[str, Any], delay: int,
-             link: str = "", max_bytes: int | None = None) -> tuple[str, str, str, int, str, int, str]:
+             link: str = "", max_bytes: int | None = None) -> NewTask:
     """The task (what ``Broker.enqueue`` takes) of a step or an ``on_error`` callback built from its spec.
 
     The spec's metadata carries the workflow creator's trace context (``_trace``) as stored; ``link`` adds the
@@ -47,7 +48,7 @@ def new_task(task_id: str, spec: StepSpec, args: list[Any], kwargs: dict[str, An
     msg = encode(args, kwargs, spec.overrides or None, metadata)
     if max_bytes is not None and len(msg) > max_bytes // 4 and (size := len(msg.encode("utf-8", "surrogatepass"))) > max_bytes:
         raise StepTooLarge(task_id, spec.queue, size, max_bytes)
-    return task_id, msg, spec.task, delay, spec.idempotency_key, spec.priority, spec.limits
+    return NewTask(task_id, msg, spec.task, delay, spec.idempotency_key, spec.priority, spec.limits)
 
 
 class WorkflowEngine:

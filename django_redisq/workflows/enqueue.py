@@ -36,6 +36,7 @@ from django_redisq.core import tracing
 from django_redisq.core.limits import task_limits
 from django_redisq.core.message import encode_arguments
 from django_redisq.exceptions import InvalidArguments
+from django_redisq.store.steps.replies import NewTask
 from django_redisq.task import RedisTask
 from django_redisq.workflows.canvas import MARKER, Node, Signature, Step, compile_flow, parse_step_id, step_id
 from django_redisq.workflows.engine import new_task
@@ -77,7 +78,7 @@ def enqueue_workflow(backend: Backend, node: Node, on_error: Signature | None = 
     """Store the workflow in its slot, queue its first steps, then let it run (see the module docstring).
 
     A crash between the store and the queueing leaves keys with a provisional TTL
-    (store/workflows.py) and no step: nothing runs, nothing stays.
+    (store/workflows/store.py) and no step: nothing runs, nothing stays.
     """
     steps = compile_flow(node)
     if not steps:
@@ -101,7 +102,7 @@ def _create(backend: Backend, steps: list[Step], workflow_id: str, on_error: Sig
     waiting = {s.index: specs[s.index] for s in steps if s.parents}
     engine = backend.workflows
     engine.store.create(workflow_id, summary, waiting, {s.index: s.children for s in steps}, error_spec)
-    by_queue: dict[str, list[tuple[str, str, str, int, str, int, str]]] = {}
+    by_queue: dict[str, list[NewTask]] = {}
     now_ms = time.time() * 1000
     for s in steps:
         if not s.parents:

@@ -316,7 +316,7 @@ class WorkflowResult:
         for i, info in enumerate(state.steps if state else []):
             if state is not None and i in state.done:
                 continue
-            backend.broker.cancel(info.get("q", "default"), [step_id(self.id, i)], f"{who} (workflow {self.id})")
+            backend.broker.operator.cancel(info.get("q", "default"), [step_id(self.id, i)], f"{who} (workflow {self.id})")
         self.refresh()
         return before
 

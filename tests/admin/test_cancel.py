@@ -78,7 +78,7 @@ def test_a_mixed_selection_reports_each_outcome(r, admin_client, broker, make_wo
         "1 task had already finished; nothing changed.",
         "1 task was not found (result expired?); nothing changed.",
     ]
-    assert broker.cancel_requests("default") == {task_id: "admin:admin"}
+    assert broker.operator.cancel_requests("default") == {task_id: "admin:admin"}
     assert sorted(e.object_id for e in LogEntry.objects.all()) == sorted(f"default/default/{i}" for i in [*waiting, task_id])
 
 

@@ -121,11 +121,11 @@ def test_the_script_refuses_a_stale_hash_or_a_task_no_longer_dead(r, broker, dea
 
     msg = stored(r, dead)["msg"]
     with pytest.raises(MessageChanged):
-        broker.edit_replay("default", dead, sha1(msg + " "), "{}")
+        broker.operator.edit_replay("default", dead, sha1(msg + " "), "{}")
     assert stored(r, dead)["msg"] == msg
-    broker.replay("default", [dead])
+    broker.operator.replay("default", [dead])
     with pytest.raises(TaskNotFound):
-        broker.edit_replay("default", dead, sha1(msg), '{"v":1,"args":[],"kwargs":{}}')
+        broker.operator.edit_replay("default", dead, sha1(msg), '{"v":1,"args":[],"kwargs":{}}')
     assert stored(r, dead)["msg"] == msg
 
 

@@ -16,7 +16,8 @@ from django.urls import reverse
 from django_redisq.admin import dead as dead_letters
 from django_redisq.admin import site as redisq_admin
 from django_redisq.ops import operations
-from django_redisq.store import task_reads as inspect_tasks
+from django_redisq.store.reads import tasks as inspect_tasks
+from django_redisq.store.steps.replies import NewTask
 from tests import helpers
 from tests.seed import seed_dead
 from tests.testapp import tasks
@@ -283,7 +284,7 @@ def test_detail_of_a_task_that_is_not_dead_has_no_actions(r, admin_client):
 
 
 def test_detail_of_an_undecodable_message(r, admin_client, broker, make_worker):
-    broker.enqueue("default", [("bad-msg-1", "{not json", "tests.testapp.tasks.add", 0, "")])
+    broker.enqueue("default", [NewTask("bad-msg-1", "{not json", "tests.testapp.tasks.add", 0, "")])
     make_worker().run()
     assert where(r, "bad-msg-1") == ["dead"]
     page = admin_client.get(detail_url("bad-msg-1")).content.decode()

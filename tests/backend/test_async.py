@@ -21,7 +21,7 @@ from django_redisq.connection import async_pools as aconnection
 from django_redisq.connection import async_wire as achannel
 from django_redisq.settings.read import get_options
 from django_redisq.testing import RedisServer
-from tests.helpers import keys
+from tests.helpers import keys, wires_of
 from tests.testapp import tasks
 
 FIELDS = ("id", "status", "enqueued_at", "started_at", "finished_at", "last_attempted_at", "args", "kwargs",
@@ -207,7 +207,7 @@ def test_each_loop_has_its_own_link_and_a_closed_loops_link_is_closed_and_never_
     async def use() -> tuple[asyncio.AbstractEventLoop, Any]:
         await tasks.noop.aenqueue(1)
         loop = asyncio.get_running_loop()
-        (link,) = aconnection.wires_of(loop)
+        (link,) = wires_of(loop)
         assert link.connected
         return loop, link
 
@@ -225,7 +225,7 @@ def test_each_loop_has_its_own_link_and_a_closed_loops_link_is_closed_and_never_
     links = [found["a"][1], found["b"][1], link_c]
     assert len({id(p) for p in links}) == 3 and r.llen(keys().pending) == 3
     for loop, link in (found["a"], found["b"], (loop_c, link_c)):
-        assert loop.is_closed() and aconnection.wires_of(loop) == []
+        assert loop.is_closed() and wires_of(loop) == []
         assert not link.connected  # closed with its loop
     assert async_to_sync(use)()[1] not in links  # asgiref's loop per call (an async view under WSGI) too
 
@@ -235,7 +235,7 @@ def test_a_loop_closed_without_shutting_down_is_forgotten(r, fresh_pools):
     loop.run_until_complete(tasks.noop.aenqueue(1))
     loop.close()  # no shutdown_asyncgens: its pools were not closed
     asyncio.run(tasks.noop.aenqueue(2))
-    assert aconnection.wires_of(loop) == [] and r.llen(keys().pending) == 2
+    assert wires_of(loop) == [] and r.llen(keys().pending) == 2
 
 
 # -- failures --------------------------------------------------------------------------------
@@ -322,11 +322,11 @@ def test_embedded(tmp_path, make_worker, fresh_pools):
 def test_aclose_closes_the_running_loops_links_and_the_next_call_opens_new_ones(r, fresh_pools):
     async def run() -> tuple[Any, Any]:
         await tasks.noop.aenqueue(1)
-        (before,) = aconnection.wires_of(asyncio.get_running_loop())
+        (before,) = wires_of(asyncio.get_running_loop())
         await aconnection.aclose()
-        assert aconnection.wires_of(asyncio.get_running_loop()) == []
+        assert wires_of(asyncio.get_running_loop()) == []
         await tasks.noop.aenqueue(2)
-        (after,) = aconnection.wires_of(asyncio.get_running_loop())
+        (after,) = wires_of(asyncio.get_running_loop())
         assert after.connected and not before.connected
         return before, after
 

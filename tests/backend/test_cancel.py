@@ -61,7 +61,7 @@ def test_cancel_a_scheduled_task_on_another_queue_by_id(r):
 def test_cancel_a_running_task_records_a_request(r, broker):
     task_id = running(r)
     assert django_redisq.cancel(task_id) == "requested"
-    assert broker.cancel_requests("default") == {task_id: "api"}
+    assert broker.operator.cancel_requests("default") == {task_id: "api"}
     assert helpers.where_is(r, task_id) == ["processing:w1"]
 
 

@@ -151,8 +151,8 @@ def test_a_process_pool_child_stores_its_tasks_progress(r: Any, make_worker: Cal
 
 def test_a_worker_that_no_longer_holds_a_task_cannot_write_its_progress(r: Any, broker: Any) -> None:
     result = add.enqueue(1, 2)
-    assert broker.save_progress("default", result.id, "someone-else", progress.encode(1, 2, "", 1)) is False
-    assert broker.save_progress("default", "no-such-task", "someone-else", progress.encode(1, 2, "", 1)) is False
+    assert broker.progress.save("default", result.id, "someone-else", progress.encode(1, 2, "", 1)) is False
+    assert broker.progress.save("default", "no-such-task", "someone-else", progress.encode(1, 2, "", 1)) is False
     assert r.hget(f"redisq:{{default}}:t:{result.id}", "progress") is None
     assert not r.exists("redisq:{default}:t:no-such-task")
 

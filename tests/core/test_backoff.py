@@ -33,7 +33,7 @@ def test_rejects_zero():
 
 
 def _delivery(failures: int = 0):
-    from django_redisq.store.replies import Delivery
+    from django_redisq.store.steps.replies import Delivery
 
     return Delivery("id", "default", 1, "{}", failures + 1, failures)
 

@@ -30,6 +30,7 @@ from django_redisq.events.publish import publish, publish_on_commit
 from django_redisq.settings.read import get_options
 from django_redisq.store.broker import Broker
 from django_redisq.store.keys import QueueKeys, TopicKeys, WorkflowKeys
+from django_redisq.store.steps.replies import NewTask
 from django_redisq.worker.background.pump import EventPump
 from django_redisq.workflows.canvas import error_id
 from tests.events.conftest import H, events_settings, runs
@@ -153,7 +154,7 @@ def test_a_garbage_trace_in_a_message_never_stops_its_task(r, spans, make_worker
     """Another producer's message with a ``_trace`` / ``_trace_link`` that is no carrier: the task runs, untraced."""
     bad = [{"_trace": {"traceparent": 5, "tracestate": ["x"]}, "_trace_link": "nonsense"},
            {"_trace": "00-not-a-dict", "_trace_link": 7}, {"_trace": {"traceparent": "00-zz-yy-01"}}]
-    items = [(f"bad-{i}", json.dumps({"v": 1, "args": [i, 1], "kwargs": {}, "m": m}), "tests.testapp.tasks.add", 0, "")
+    items = [NewTask(f"bad-{i}", json.dumps({"v": 1, "args": [i, 1], "kwargs": {}, "m": m}), "tests.testapp.tasks.add", 0, "")
              for i, m in enumerate(bad)]
     broker.enqueue("default", items)
     run_in_thread(make_worker("default"))

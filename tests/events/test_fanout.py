@@ -12,6 +12,7 @@ from django_redisq.exceptions import RedisError
 from django_redisq.settings.read import get_options
 from django_redisq.store.broker import Broker
 from django_redisq.store.keys import QueueKeys, TopicKeys
+from django_redisq.store.steps.replies import NewTask
 from django_redisq.store.topics import Topics
 from django_redisq.worker.background.pump import MAX_DELIVERIES, EventPump
 from tests.events.conftest import HANDLERS, THREE, H, events_settings, runs
@@ -141,7 +142,7 @@ def test_a_dead_consumers_pending_entries_are_reclaimed_past_the_first_window_an
         # the dead worker read them all; it enqueued the first 10 and died before its XACK
         got = topics.read("t1", "p", "dead-worker", 10_000)
         assert len(got.entries) == len(ids)
-        items = [(dead.subs[0].task_id(0, e.id), dead.message(dead.subs[0], dead._tasks["p"], e), H + "plain", 0, "")
+        items = [NewTask(dead.subs[0].task_id(0, e.id), dead.message(dead.subs[0], dead._tasks["p"], e), H + "plain", 0, "")
                  for e in got.entries[:10]]
         broker.enqueue("default", items)
         live = EventPump(options, broker, threading.Event(), "live-worker", ["default"])

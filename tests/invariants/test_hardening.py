@@ -20,7 +20,8 @@ from django_redisq import connection
 from django_redisq.compat import TaskResultStatus
 from django_redisq.settings.read import get_options, validate
 from django_redisq.store.broker import Broker
-from tests.helpers import held_by, keys, run_in_thread, seed_pending, wait_for, where_is
+from django_redisq.store.steps.replies import NewTask
+from tests.helpers import held_by, keys, reap, run_in_thread, seed_pending, wait_for, where_is
 from tests.testapp import tasks
 from tests.testapp.tasks import EFFECTS, RUNS
 
@@ -208,7 +209,7 @@ def test_the_error_a_full_redis_really_answers_is_transient(r, broker):
     r.config_set("maxmemory", 1)
     try:
         with pytest.raises(redis.RedisError) as caught:
-            broker.enqueue("default", [("x", "{}", "t", 0, "")])
+            broker.enqueue("default", [NewTask("x", "{}", "t", 0, "")])
     finally:
         r.config_set("maxmemory", 0)
     assert connection.is_transient(caught.value), repr(caught.value)
@@ -281,17 +282,17 @@ def test_a_worker_never_reaps_itself_and_not_before_its_own_heartbeats_are_unbro
     k = keys()
     now = int(r.time()[0]) * 1000
     r.zadd(k.workers, {"silent": now - 5000})
-    assert b.reap("default", "me") == (0, [])  # my run of heartbeats is younger than WORKER_TIMEOUT
+    assert reap(b, "default", "me") == (0, [])  # my run of heartbeats is younger than WORKER_TIMEOUT
     r.hset(k.alive, "me", now - 2000)  # it began two timeouts ago
     r.zadd(k.workers, {"me": now - 5000})  # but my own last heartbeat is stale: I was away myself
-    assert b.reap("default", "me") == (0, [])
+    assert reap(b, "default", "me") == (0, [])
     b.heartbeat(["default"], "me", {})  # back after a gap: the run starts again
-    assert b.reap("default", "me") == (0, [])
-    assert wait_for(lambda: (b.heartbeat(["default"], "me", {}), b.reap("default", "me"))[1] == (0, ["silent"]), timeout=5)
+    assert reap(b, "default", "me") == (0, [])
+    assert wait_for(lambda: (b.heartbeat(["default"], "me", {}), reap(b, "default", "me"))[1] == (0, ["silent"]), timeout=5)
     r.zadd(k.workers, {"me": now - 60_000})
-    assert b.reap("default") == (0, ["me"])  # an operator's reap has no such condition...
+    assert reap(b, "default") == (0, ["me"])  # an operator's reap has no such condition...
     b.heartbeat(["default"], "me", {})
-    assert "me" not in b.reap("default", "me")[1]  # ...and a worker never reaps itself
+    assert "me" not in reap(b, "default", "me")[1]  # ...and a worker never reaps itself
 
 
 def test_the_heartbeat_connection_times_out_within_its_budget(r):

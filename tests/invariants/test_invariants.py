@@ -6,7 +6,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from tests.helpers import held_by, keys, redis_ms, wait_for, where_is
+from django_redisq.store.steps.replies import NewTask
+from tests.helpers import ack, held_by, keys, redis_ms, wait_for, where_is
 from tests.testapp import tasks
 from tests.testapp.tasks import EFFECTS
 
@@ -43,7 +44,7 @@ def test_sigkill_mid_run_loses_nothing_and_recovers_within_15s(r, run_worker_pro
     orphan_keys = {tasks.work.get_result(i).args[0] for i in orphaned}
     assert set(twice) <= orphan_keys
     # recovery: the orphaned tasks ran again within seconds of the kill, by the killed worker's closed connection
-    # (store/presence.py), not after WORKER_TIMEOUT (10 s, heartbeat 2 s); 1.3-1.5 s in four runs: 8 s is five
+    # (store/steps/presence.py), not after WORKER_TIMEOUT (10 s, heartbeat 2 s); 1.3-1.5 s in four runs: 8 s is five
     # times that and still short of the timeout
     restarts = [int(r.hget("test:last_start", tasks.work.get_result(i).args[0])) for i in orphaned]
     recovery_ms = max(restarts) - killed_at
@@ -76,14 +77,14 @@ def test_cost_per_task_does_not_scan_the_queue(r, broker):
     """Invariant 5: fetch and ack with 50,000 waiting use O(1) commands (no LREM over pending)."""
     from tests.helpers import message, node_of
 
-    items = [(f"t{i}", message(), "tests.testapp.tasks.add", 0, "") for i in range(50_000)]
+    items = [NewTask(f"t{i}", message(), "tests.testapp.tasks.add", 0, "") for i in range(50_000)]
     for start in range(0, len(items), 5000):
         broker.enqueue("default", items[start:start + 5000])
     broker.heartbeat(["default"], "w1", {})
     node = node_of(r, keys().pending)  # on a cluster: the queue's node
     node.config_resetstat()
     got = broker.fetch("default", "w1", 1)
-    broker.ack("default", "w1", got[0].id, "3")
+    ack(broker, "default", "w1", got[0].id, "3")
     stats = node.info("commandstats")
     assert "cmdstat_lrem" in stats and stats["cmdstat_lrem"]["calls"] == 1  # on the 1-item processing list
     assert "cmdstat_keys" not in stats and "cmdstat_scan" not in stats
@@ -109,7 +110,7 @@ def test_a_tasks_life_costs_a_bounded_number_of_redis_commands(r, broker):
     node = node_of(r, keys().pending)
     node.config_resetstat()
     for i in range(n):
-        broker.enqueue("default", [(f"c{i}", message(), "tests.testapp.tasks.add", 0, "")])
+        broker.enqueue("default", [NewTask(f"c{i}", message(), "tests.testapp.tasks.add", 0, "")])
     enqueue_stats = node.info("commandstats")
     got = broker.fetch("default", "w1", n)
     assert len(got) == n

@@ -64,9 +64,10 @@ from django_redisq.core.message import encode
 from django_redisq.exceptions import Fenced, LeaseLost, QueuePaused
 from django_redisq.settings.read import get_options
 from django_redisq.store.broker import Broker
-from django_redisq.store.priority import MARKER, MARKERS_MAX, ready_page
-from django_redisq.store.replies import BUSY, DONE, NOMSG, RUN
+from django_redisq.store.reads.priority import MARKER, MARKERS_MAX, ready_page
 from django_redisq.store.server import is_transient
+from django_redisq.store.steps.replies import BUSY, DONE, NOMSG, RUN, NewTask
+from tests.helpers import ack, reap
 
 QUEUES = ("default", "emails")
 NAMES = ("w1", "w2", "w3")  # the operator's --name of each worker; its id is "<name>.<incarnation>"
@@ -269,12 +270,12 @@ class BrokerMachine(RuleBasedStateMachine):
     @rule(q=st.sampled_from(QUEUES), delay=st.sampled_from([0, 0, 0, 0, 1, 5000, 60_000]),
           idem=st.sampled_from(["", "", "", "k1", "k2"]), prios=st.lists(PRIORITIES, min_size=1, max_size=4))
     def enqueue(self, q: str, delay: int, idem: str, prios: list[int]) -> None:
-        """A batch, one task per priority drawn (a 5-tuple is priority 0: every other one of those)."""
-        items: list[tuple[Any, ...]] = []
+        """A batch, one task per priority drawn (priority 0 left to its default: every other one of those)."""
+        items: list[NewTask] = []
         for p in prios:
             tid = self.new_id()
-            item = (tid, _msg(self.n, q), TASK_PATH, delay, idem, p)
-            items.append(item if p or self.n % 2 else item[:5])
+            item = NewTask(tid, _msg(self.n, q), TASK_PATH, delay, idem, p)
+            items.append(item if p or self.n % 2 else NewTask(*item[:5]))
         out = self.b.enqueue(q, items)
         assert [e.id for e in out] == [i[0] for i in items]
         for (tid, *_), p, e in zip(items, prios, out, strict=True):
@@ -303,13 +304,13 @@ class BrokerMachine(RuleBasedStateMachine):
         if self.stored() and data.draw(st.sampled_from([True, True, False])):
             t = data.draw(st.sampled_from(self.stored()))
             p = data.draw(PRIORITIES)  # of any priority: the retry must not queue it (again) anywhere
-            out = self.b.enqueue(t.queue, [(t.id, _msg(0, t.queue), TASK_PATH, 0, "", p)])
+            out = self.b.enqueue(t.queue, [NewTask(t.id, _msg(0, t.queue), TASK_PATH, 0, "", p)])
             assert out[0].duplicate_of is None
             return
         tid = f"{raw}#{self.new_id()}"
         self.tasks[tid] = Task(tid, q, "pending", has_msg=False)
         if self.markers[q]:  # an id pushed by hand onto markers would mix them: its task data vanishes instead
-            self.b.enqueue(q, [(tid, _msg(0, q), TASK_PATH, 0, "")])
+            self.b.enqueue(q, [NewTask(tid, _msg(0, q), TASK_PATH, 0, "")])
             assert self.r.delete(self.b.keys(q).task(tid)) == 1
             event("a queued id lost its task data")
         else:
@@ -511,7 +512,7 @@ class BrokerMachine(RuleBasedStateMachine):
         del self.holds[w][tid]
         owned = t.loc == f"processing:{w}"
         try:
-            self.b.ack(t.queue, w, tid, '"ok"')
+            ack(self.b, t.queue, w, tid, '"ok"')
             assert owned
         except LeaseLost:
             assert not owned
@@ -868,7 +869,7 @@ class BrokerMachine(RuleBasedStateMachine):
         side of it) and the workers reaped."""
         mine, since = self.hb.get((q, me)), self.alive.get((q, me))
         before = self.now_ms()
-        count, reaped = self.b.reap(q, me, max_workers)
+        count, reaped = reap(self.b, q, me, max_workers)
         after = self.now_ms()
         assert me not in reaped, "a worker reaped itself"
         verdict = "operator"
@@ -917,7 +918,7 @@ class BrokerMachine(RuleBasedStateMachine):
                     del self.dead[q][tid]
                     self.tasks[tid].loc = "gone"
                     expected += 1
-            assert self.b.purge(q, ids) == expected
+            assert self.b.operator.purge(q, ids) == expected
             self.left_dead[q] += expected
             return
         for tid in ids:
@@ -928,7 +929,7 @@ class BrokerMachine(RuleBasedStateMachine):
             self.make_ready(tid, front=False)  # at the back of its priority, in the order named
             t.failures = t.deliveries = 0  # a full set of attempts again
             expected += 1
-        assert self.b.replay(q, ids) == expected
+        assert self.b.operator.replay(q, ids) == expected
         self.left_dead[q] += expected
         for tid in ids:  # a dead letter with nothing to run stays, with its time of death
             if tid in self.dead[q]:
@@ -1174,12 +1175,12 @@ def test_claim_of_reaped_moved_id(r: redis.Redis, sm_broker: Broker) -> None:
     does not hold (regression).
     """
     b, k = sm_broker, sm_broker.keys("default")
-    b.enqueue("default", [("x1", _msg(1, "default"), TASK_PATH, 0, "")])
+    b.enqueue("default", [NewTask("x1", _msg(1, "default"), TASK_PATH, 0, "")])
     assert b.heartbeat(QUEUES, "w1.a", {}) == list(QUEUES)  # its first heartbeat
     assert b.wait("default", "w1.a", 0.01) == "x1"
     now = int(r.time()[0]) * 1000
     r.zadd(k.workers, {"w1.a": now - TIMEOUT_MS - 5000})
-    assert b.reap("default") == (1, ["w1.a"])
+    assert reap(b, "default") == (1, ["w1.a"])
     with pytest.raises(Fenced):  # the stalled worker wakes up
         b.fetch("default", "w1.a", 0, moved_id="x1")
     assert r.lrange(k.pending, 0, -1) == ["x1"]

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from django_redisq.ops.inspector import DeadFilter, Inspector, UnknownQueue
 from django_redisq.settings.read import get_options
-from django_redisq.store import task_reads as inspect_tasks
+from django_redisq.store.reads import tasks as inspect_tasks
 from tests import helpers
 from tests.seed import SEED_WORKER, seed_dead
 from tests.testapp import tasks

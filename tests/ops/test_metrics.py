@@ -43,7 +43,7 @@ def test_gauges_match_a_seeded_state(r, broker):
     seed_processing(r, "run1", "w-live")
     seed_processing(r, "run2", "w-live")
     seed_processing(r, "held1", "w-live")
-    broker.mark_running("w-live", {"default": ["run1", "run2"]}, ["default"], 10.0)  # held1: fetched, not started
+    broker.running.mark("w-live", {"default": ["run1", "run2"]}, ["default"], 10.0)  # held1: fetched, not started
     s = scrape()
     assert sample(s, "redisq_queue_tasks", state="pending") == 3
     assert sample(s, "redisq_queue_tasks", state="scheduled") == 1

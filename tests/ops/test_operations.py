@@ -118,25 +118,25 @@ def test_act_matching_counts_dead_letters_that_cannot_move_and_still_finishes(r,
 
 def move_steps(broker, task_id: str, to: str = "emails"):
     """The three steps of Operations._replay_to, to interleave by hand."""
-    marked = broker.move_out("default", to, [task_id])
+    marked = broker.operator.move_out("default", to, [task_id])
     copies = [(i, f[0], f) for i, code, f in marked if code == 1]
-    return marked, lambda: broker.move_in(to, "default", copies), lambda: broker.purge("default", [i for i, _, _ in copies])
+    return marked, lambda: broker.operator.move_in(to, "default", copies), lambda: broker.operator.purge("default", [i for i, _, _ in copies])
 
 
 def test_a_same_queue_replay_during_a_move_finds_it_no_longer_dead(r, broker):
     [a] = seed_dead(broker, "default", 1)
     [(_, code, _)], move_in, finish = move_steps(broker, a)
     assert code == 1
-    assert broker.replay("default", [a]) == 0  # marked moving: not taken here
+    assert broker.operator.replay("default", [a]) == 0  # marked moving: not taken here
     move_in()
-    assert broker.replay("default", [a]) == 0
+    assert broker.operator.replay("default", [a]) == 0
     finish()
     assert where(r, a) == [] and where(r, a, "emails") == ["pending"]
 
 
 def test_a_move_after_a_same_queue_replay_moves_nothing(r, ops, broker):
     [a] = seed_dead(broker, "default", 1)
-    assert broker.replay("default", [a]) == 1
+    assert broker.operator.replay("default", [a]) == 1
     assert ops.act(REPLAY, "default", [a], to="emails") == (0, 0)
     assert where(r, a) == ["pending"] and where(r, a, "emails") == []
 

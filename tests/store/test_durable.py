@@ -192,7 +192,7 @@ def test_durable_enqueue_and_ack_on_the_cluster(redis_cluster: Any, r: Any, redi
 @pytest.mark.cluster
 def test_a_durable_step_follows_a_slot_that_moves_twice_to_a_node_without_the_script(redis_cluster: Any):
     """While a failover propagates, the refreshed slot map may still be stale: MOVED, MOVED again, then NOSCRIPT there."""
-    from django_redisq.store import durable
+    from django_redisq.store.scripts import durable
 
     client = RedisCluster.from_url(redis_cluster.url, decode_responses=True)
     try:

@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 
 from django_redisq.ops.inspector import Inspector
-from django_redisq.store import durations
+from django_redisq.store.reads import durations
 from tests import helpers
 from tests.testapp import tasks
 

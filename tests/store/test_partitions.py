@@ -190,7 +190,7 @@ def test_pause_and_resume_every_partition(low):
     assert Worker(["low"], burst=True).run() == N
 
 
-# -- dead letters of a partitioned queue: one merged list (store/task_reads.py's k-way merge) -------------
+# -- dead letters of a partitioned queue: one merged list (store/reads/tasks.py's k-way merge) -------------
 
 P4 = ["low", "low~1", "low~2", "low~3"]
 
@@ -248,13 +248,13 @@ def test_dead_letters_of_every_partition_list_in_died_at_order_across_pages(r):
                                  {"task": "tests.testapp.tasks.add", "exc": "KeyError"}])
 def test_filters_cover_every_partition(r, flt):
     from django_redisq.ops.inspector import DeadFilter
-    from django_redisq.store.dead_scan import _matches
+    from django_redisq.store.reads.dead_scan import matches
 
     with partitioned(4):
         order = seed_spread(r)
         f = DeadFilter(**flt)
         fields = {i: r.hmget(QueueKeys(P4[int(i[1:]) % 4]).task(i), "task", "exc", "error") for i in order}
-        expected = [i for i in order if _matches(i, fields[i], f.args())]
+        expected = [i for i in order if matches(i, fields[i], f.args())]
         assert 0 < len(expected) < len(order)
         ins = Inspector(get_options())
         assert walk(ins, f, 7) == expected

@@ -75,12 +75,12 @@ def test_an_idle_worker_wakes_at_once_for_a_prioritized_task(r, settings):
 def test_a_periodic_task_fires_at_its_priority(r):
     from django_redisq.settings.read import get_options
     from django_redisq.store.broker import Broker
-    from django_redisq.store.schedule_steps import Claim
+    from django_redisq.store.steps.schedules import Claim
 
     broker = Broker(get_options("default"))
     now = broker.server_time_ms()
     claim = Claim(expected="", upto=now, missed=0, max_late_ms=60_000, allow_overlap=True, ttl_ms=60_000,
                   task="tests.testapp.tasks.in_order", id_base="p-", ticks=[(now, '{"v":1,"args":["t"],"kwargs":{}}')], priority=-7)
-    fired = broker.fire("default", "every", claim)
+    fired = broker.schedules.fire("default", "every", claim)
     assert fired.ids == [f"p-{now}"] and r.zscore(keys().prioritized, f"p-{now}") is not None
     assert r.hget(keys().task(f"p-{now}"), "prio") == "-7"

@@ -230,7 +230,7 @@ def leftovers(client: RedisCluster, queue: str) -> dict[str, int]:
 
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("mode", [
-    "graceful-durable",  # store/durable.py follows redis-py's MovedError (its text has no "MOVED ") to the new master
+    "graceful-durable",  # store/scripts/durable.py follows redis-py's MovedError (its text has no "MOVED ") to the new master
     "graceful",
     "force",  # a forced failover of a SIGSTOPped master: it measures what asynchronous replication can lose
 ])

@@ -37,7 +37,6 @@ from redis.sentinel import SentinelManagedSSLConnection
 
 from django_redisq import connection
 from django_redisq.compat import TaskResultStatus
-from django_redisq.connection import async_pools as aconnection
 from django_redisq.exceptions import RedisUnavailable
 from django_redisq.settings.read import build_options, get_options, validate
 from django_redisq.store import server as store_server
@@ -46,7 +45,7 @@ from django_redisq.testing import RedisServer, SentinelSetup, find_redis_server,
 from django_redisq.worker.worker import Worker
 from tests.conftest import topology_settings
 from tests.connection.test_security import ALICE_PW, PASSWORD, SECRETS, make_certificates, no_secret_in
-from tests.helpers import wait_for
+from tests.helpers import wait_for, wires_of
 from tests.testapp import tasks
 
 pytestmark = pytest.mark.sentinel
@@ -282,7 +281,7 @@ def test_aenqueue_and_aget_result_through_tls_sentinels(on_tls_sentinels):
 
     async def enqueue() -> list[str]:
         results = await asyncio.gather(*(tasks.add.aenqueue(i, i) for i in range(n)))
-        [link] = aconnection.wires_of(asyncio.get_running_loop())
+        [link] = wires_of(asyncio.get_running_loop())
         pool: Any = link.pool
         assert pool.connection_class is AsyncSentinelSSLConnection
         assert all(s.connection_pool.connection_class.__name__ == "SSLConnection" for s in pool.sentinel_manager.sentinels)

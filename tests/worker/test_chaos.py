@@ -77,13 +77,14 @@ def test_redis_crash_keeps_tasks_only_with_appendonly(appendonly):
     from django_redisq.core.message import encode
     from django_redisq.settings.read import build_options
     from django_redisq.store.broker import Broker
+    from django_redisq.store.steps.replies import NewTask
     from django_redisq.testing import RedisServer
 
     with RedisServer(appendonly=appendonly) as srv:
         options = build_options("default", {"QUEUES": ["default"], "OPTIONS": {"REDIS_URL": srv.url}})
         broker = Broker(options)
         try:
-            items = [(f"t{i}", encode([i], {}), "tests.testapp.tasks.noop",
+            items = [NewTask(f"t{i}", encode([i], {}), "tests.testapp.tasks.noop",
                       5000 if i % 10 == 0 else 0, "") for i in range(100)]
             broker.enqueue("default", items)
             broker.heartbeat(["default"], "w1", {})

@@ -107,7 +107,7 @@ def test_a_mark_never_counts_more_than_the_worker_holds(r, broker):
     broker.heartbeat(["default"], "w1", {})
     broker.heartbeat(["default"], "w2", {})
     seed_processing(r, "a", "w1")
-    broker.mark_running("w1", {"default": ["a", "b", "c"]}, ["default"], 10.0)
+    broker.running.mark("w1", {"default": ["a", "b", "c"]}, ["default"], 10.0)
     r.set(keys().running("w2"), "not json")
     seed_processing(r, "d", "w2")
     f = next(x for x in Inspector.for_alias("default").figures() if x.queue == "default")
@@ -118,5 +118,5 @@ def test_a_mark_never_counts_more_than_the_worker_holds(r, broker):
     ins = Inspector.for_alias("default")
     assert (ins.task("default", "a").row.state, ins.task("default", "d").row.state) == ("running", "held")  # the detail page
     assert 0 < r.pttl(keys().running("w1")) <= 10_000
-    broker.mark_running("w1", {}, ["default"], 10.0)
+    broker.running.mark("w1", {}, ["default"], 10.0)
     assert not r.exists(keys().running("w1"))

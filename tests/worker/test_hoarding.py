@@ -107,7 +107,7 @@ def test_a_fast_task_starts_at_once_on_the_idle_worker(r, run_worker_process):
 
 
 def _deliveries(q: str, n: int, start: int = 0) -> list:
-    from django_redisq.store.replies import RUN, Delivery
+    from django_redisq.store.steps.replies import RUN, Delivery
 
     return [Delivery(f"{q}{i}", q, RUN, "", 1, 0) for i in range(start, start + n)]
 

@@ -12,7 +12,7 @@ from django.test import override_settings
 
 from django_redisq.settings.profiles import POOL_NAMES, get_profile, parse_queue_args
 from django_redisq.settings.read import validate
-from django_redisq.store.replies import RUN, Delivery
+from django_redisq.store.steps.replies import RUN, Delivery
 from django_redisq.worker.fetching.held import Held
 from django_redisq.worker.fetching.queue_order import QueueOrder
 from django_redisq.worker.pools import POOLS

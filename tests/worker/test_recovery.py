@@ -1,4 +1,4 @@
-"""Recovery by connection (store/presence.py), with real runworker processes and the default timings
+"""Recovery by connection (store/steps/presence.py), with real runworker processes and the default timings
 (HEARTBEAT_INTERVAL 2 s, WORKER_TIMEOUT 10 s): a killed worker's task starts elsewhere within seconds,
 and nothing else (a killed connection, a pause shorter than the timeout, a Redis restart) reaps anyone.
 

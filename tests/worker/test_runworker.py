@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from tests.helpers import keys, wait_for, where_is
+from tests.helpers import keys, reap, wait_for, where_is
 from tests.testapp import tasks
 from tests.testapp.tasks import EFFECTS
 
@@ -87,7 +87,7 @@ def test_second_signal_exits_at_once_and_leaves_the_task_for_the_reaper(r, run_w
     from django_redisq.store.broker import Broker
 
     broker = Broker(replace(get_options("default"), worker_timeout=1))
-    assert wait_for(lambda: broker.reap("default")[0] == 0 and where_is(r, res.id) == ["pending"], timeout=10)
+    assert wait_for(lambda: reap(broker, "default")[0] == 0 and where_is(r, res.id) == ["pending"], timeout=10)
 
 
 def test_an_evicting_redis_is_warned_about(r, run_worker_process):

@@ -57,7 +57,7 @@ def test_many_schedulers_at_one_instant_enqueue_each_tick_once(r):
     tick = s.latest_at(now)
     r.hset(keys().schedule("s"), "last", tick - 60_000)  # the previous tick was claimed
     claims = [x.plan(s, marker(r, "s")["last"], now) for x in ss]  # all read before anyone claims
-    results = [x.broker.fire("default", "s", c) for x, c in zip(ss, claims, strict=True)]
+    results = [x.broker.schedules.fire("default", "s", c) for x, c in zip(ss, claims, strict=True)]
     assert sorted(f.code for f in results) == [0, 0, 0, 0, 1]
     assert r.llen(keys().pending) == 1 and marker(r, "s")["last"] == str(tick)
 
@@ -68,7 +68,7 @@ def test_a_claim_whose_marker_moved_since_it_was_read_is_refused(r):
     now = redis_ms(r)
     r.hset(keys().schedule("s"), "last", s.latest_at(now) - 120_000)
     claim = x.plan(s, str(s.latest_at(now) - 180_000), now)  # read before another scheduler's claim
-    assert x.broker.fire("default", "s", claim).code == -1 and r.llen(keys().pending) == 0
+    assert x.broker.schedules.fire("default", "s", claim).code == -1 and r.llen(keys().pending) == 0
 
 
 def test_a_tick_in_the_future_on_the_redis_clock_is_refused(r):
@@ -78,7 +78,7 @@ def test_a_tick_in_the_future_on_the_redis_clock_is_refused(r):
     s = x.schedules[0]
     claim = x.plan(s, "", s.latest_at(redis_ms(r)) + 1)
     future = replace(claim, upto=claim.upto + 3_600_000, ticks=[(claim.upto + 3_600_000, claim.ticks[0][1])])
-    assert x.broker.fire("default", "s", future).code == -2 and r.llen(keys().pending) == 0
+    assert x.broker.schedules.fire("default", "s", future).code == -2 and r.llen(keys().pending) == 0
 
 
 def test_every_key_the_script_touches_is_in_the_queues_hash_tag(r):
@@ -141,7 +141,7 @@ def at_phase(r, x: Scheduler, *, after_tick_ms: int = 0, before_next_ms: int = 0
 
 def claim_now(r, x: Scheduler):
     s = x.schedules[0]
-    return x.broker.fire("default", s.name, x.plan(s, marker(r, s.name)["last"], redis_ms(r)))
+    return x.broker.schedules.fire("default", s.name, x.plan(s, marker(r, s.name)["last"], redis_ms(r)))
 
 
 def test_catch_up_latest_runs_the_newest_missed_tick_once_and_counts_the_rest(r):

@@ -217,7 +217,7 @@ def test_a_dead_letter_can_be_replayed_again_and_again(r, make_worker, broker):
     for round_ in range(8):
         drain(make_worker, [res])
         assert r.hget(keys().task(res.id), "reason") == "failed", round_
-        assert broker.replay("default", [res.id]) == 1
+        assert broker.operator.replay("default", [res.id]) == 1
     assert len(tasks.always_fails.get_result(res.id).errors) == 16  # two attempts per round, all kept
 
 

@@ -8,7 +8,7 @@ from django_redisq.compat import InvalidTask, TaskResultStatus
 from django_redisq.exceptions import InvalidArguments
 from django_redisq.ops.workflows import workflow_of
 from django_redisq.workflows.enqueue import get_workflow
-from tests.helpers import run_in_thread
+from tests.helpers import ack, run_in_thread
 from tests.testapp import workflow_tasks as wt
 
 
@@ -55,7 +55,7 @@ def test_a_parent_running_when_adopted_is_recorded_by_the_repair_not_by_a_read(r
     broker.heartbeat(["default"], "w1", {})
     held = broker.fetch("default", "w1", 1)  # running in a worker that has not seen the marker
     r3 = wt.tag.using(depends_on=[r1]).enqueue("late")
-    broker.ack("default", "w1", held[0].id, "4")  # settled without the workflow hook
+    ack(broker, "default", "w1", held[0].id, "4")  # settled without the workflow hook
     wf = get_workflow(workflow_of(r3.id))
     assert r3.refresh() is None and wf.refresh().header.done == 0  # a read records nothing
     assert wf.repair() == 1 and wf.refresh().header.done == 1

@@ -92,7 +92,7 @@ def test_a_crash_between_the_replay_and_its_resume_is_repaired_by_the_step(r, ma
     wf = chain(wt.fails_unless.s("c2", 2), wt.double.s()).enqueue()
     finish(make_worker, wf)
     r.set("wf:fix:c2", 1)
-    assert broker.replay("default", [wf.results[0].id]) == 1
+    assert broker.operator.replay("default", [wf.results[0].id]) == 1
     assert r.hget(WorkflowKeys(wf.id).meta, "status") == "failed" and wf.refresh().status == TaskResultStatus.RUNNING
     finish(make_worker, wf)
     assert wf.status == TaskResultStatus.SUCCESSFUL and wf.return_value == 4
@@ -172,7 +172,7 @@ def test_cancelling_one_step_fails_its_workflow_and_runs_on_error_once(r, make_w
 def test_a_step_dead_lettered_where_no_hook_saw_it_reads_failed_and_is_failed_by_the_repair(r, make_worker, broker):
     """A read shows it FAILED and writes nothing; ``repair`` (run by ``wait``) fails the workflow for good."""
     wf = chain(wt.add.s(1, 1), wt.double.s()).enqueue()
-    broker.cancel("default", [wf.refresh().results[0].id], "elsewhere")  # the store's step alone: no workflow hook ran
+    broker.operator.cancel("default", [wf.refresh().results[0].id], "elsewhere")  # the store's step alone: no workflow hook ran
     assert r.hget(WorkflowKeys(wf.id).meta, "status") == "running"
     assert wf.refresh().status == TaskResultStatus.FAILED and "dead-lettered" in wf.error
     assert r.hget(WorkflowKeys(wf.id).meta, "status") == "running"  # the read wrote nothing

@@ -84,7 +84,7 @@ def test_get_result_of_one_step_reads_that_step_only(r):
 def test_refresh_and_the_page_write_nothing(r, db, broker):
     """A step dead-lettered where no hook saw it made refresh() and a GET of the page fail the workflow (writes)."""
     wf = chain(wt.add.s(1, 1), wt.double.s()).enqueue()
-    broker.cancel("default", [wf.results[0].id], "elsewhere")
+    broker.operator.cancel("default", [wf.results[0].id], "elsewhere")
     viewer = client_for(staff("v-nowrite", "view_deadletter"))
     run_commands(r)
     wf.refresh()
@@ -99,7 +99,7 @@ def test_refresh_and_the_page_write_nothing(r, db, broker):
 
 def test_the_repair_is_a_post_with_the_change_permission(r, db, broker):
     wf = chain(wt.add.s(1, 1), wt.double.s()).enqueue()
-    broker.cancel("default", [wf.results[0].id], "elsewhere")
+    broker.operator.cancel("default", [wf.results[0].id], "elsewhere")
     assert client_for(staff("v-post", "view_deadletter")).post(workflow_url(wf.id)).status_code == 403
     changer = client_for(staff("c-post", "view_deadletter", "change_deadletter"))
     assert "redisq-workflow-repair" in changer.get(workflow_url(wf.id)).content.decode()

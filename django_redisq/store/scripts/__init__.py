@@ -46,7 +46,7 @@ NAMES = (
     "wf_cancel",
     "wf_adopt",
     "wf_resume",
-    # events (store/topics.py)
+    # events (store/topics/steps.py)
     "topic_publish",
     "topic_groups",
     "topic_read",

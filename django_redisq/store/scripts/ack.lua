@@ -1,7 +1,7 @@
 -- ack: tasks succeeded. For each: prove ownership, record the result, arm the
 -- idempotency guard with 'success', start the idempotency key's countdown,
 -- count it, and add the batch's run times to the minute's durations hash (bounded:
--- see store/durations.py). Many tasks per call, so a busy worker settles a batch in one round trip.
+-- see store/reads/durations.py). Many tasks per call, so a busy worker settles a batch in one round trip.
 --
 -- KEYS[1] -> P:processing:<worker>  (LIST)
 -- KEYS[2] -> P:dead                 (ZSET), for a task whose hash turned out corrupt
@@ -16,7 +16,7 @@
 -- ARGV[3] -> success TTL in ms (how long the guard and the idempotency key say 'done')
 -- ARGV[4] -> ms a corrupt task key set aside is kept (the dead-letter retention)
 -- ARGV[5] -> most task names one minute's durations hash keeps (later ones count under '~other')
--- ARGV[6] -> ms the durations hash P:durations:<minute> lives (HASH, see store/durations.py)
+-- ARGV[6] -> ms the durations hash P:durations:<minute> lives (HASH, see store/reads/durations.py)
 -- ARGV[7] -> k: how many run-time triples follow
 -- ARGV[8..7+3k] -> triples: task name, bucket index, runs (the worker groups its batch)
 -- ARGV[8+3k..] -> pairs: id, result JSON

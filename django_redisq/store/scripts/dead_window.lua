@@ -1,6 +1,6 @@
 -- dead_window (read-only): a window of one dead-letter set by rank within a
 -- snapshot, with scores, for the k-way merge of a partitioned queue's dead
--- letters (store/dead_scan.py). Ranks are as in scan_dead.lua: 0 is the newest
+-- letters (store/reads/dead_scan.py). Ranks are as in scan_dead.lua: 0 is the newest
 -- entry that died at or before the snapshot score. O(log n + window).
 --
 -- KEYS[1] -> P:dead  (ZSET, id -> died at in Redis ms)

@@ -5,7 +5,7 @@
 -- whatever it still holds locally (the fence). And it keeps the start of the
 -- worker's unbroken run of heartbeats, which reap.lua uses to refuse reaping
 -- by a worker that has just come back from an outage itself. And it records
--- which connection proves the worker's process alive (store/presence.py): a
+-- which connection proves the worker's process alive (store/steps/presence.py): a
 -- reaper that finds that connection gone from the server reaps the worker at
 -- once instead of after WORKER_TIMEOUT.
 --

@@ -1,6 +1,6 @@
 -- presence: one worker at a time (the holder of a short lease) reads which
 -- connection proves each registered worker of the queue alive, so that it
--- can ask the server which of those connections are gone (store/presence.py).
+-- can ask the server which of those connections are gone (store/steps/presence.py).
 -- One poller per queue keeps the cost of fast recovery linear in the fleet:
 -- every worker polling every worker would be quadratic. The lease is renewed
 -- by each poll of its holder; another worker takes it over once it lapses

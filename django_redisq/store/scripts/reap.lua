@@ -11,7 +11,7 @@
 --   and have been unbroken for at least WORKER_TIMEOUT: after Redis was paused
 --   or unreachable, every heartbeat looks stale, and the first worker back must
 --   not reap the others before they had the time to heartbeat again.
--- * by their connection (ARGV[6..], store/presence.py): workers whose presence
+-- * by their connection (ARGV[6..], store/steps/presence.py): workers whose presence
 --   connection the server no longer has, seen gone long enough by the caller
 --   that a live worker would have reconnected and registered a new one. Each
 --   is reaped only if its P:presence entry is still the one seen gone (a new

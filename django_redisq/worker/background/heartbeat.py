@@ -15,7 +15,7 @@ beat Redis answered. No other worker can have reaped it before that, so after
 a pause the executors wait for the next beat, which fences them if needed,
 and only tasks already running when the pause began can run twice.
 
-With a ``Presence`` (store/presence.py), the heartbeat also holds the worker's
+With a ``Presence`` (store/steps/presence.py), the heartbeat also holds the worker's
 presence links: between beats it looks at them every ``CHECK_EVERY`` (no round
 trip), and when one was dropped (an operator's CLIENT KILL, a reset) it opens
 a new one and beats at once to register it, long before a reaper could judge
@@ -36,7 +36,7 @@ from typing import Any
 from django_redisq.core.options import Options
 from django_redisq.exceptions import RedisError
 from django_redisq.store.broker import Broker
-from django_redisq.store.presence import CHECK_EVERY, Presence
+from django_redisq.store.steps.presence import CHECK_EVERY, Presence
 
 logger = logging.getLogger("django_redisq")
 

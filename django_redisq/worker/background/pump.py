@@ -60,6 +60,7 @@ from django_redisq.events.subscriptions import START_IDS, Subscription, Topic, e
 from django_redisq.exceptions import InvalidArguments, RedisError
 from django_redisq.schedules.registry import find_task
 from django_redisq.store.broker import Broker
+from django_redisq.store.steps.replies import NewTask
 from django_redisq.store.topics import BATCH as TRIM_BATCH
 from django_redisq.store.topics import Entry, NoSuchGroup, Topics
 
@@ -145,7 +146,7 @@ class EventPump:
     # -- reading -----------------------------------------------------------
 
     def join(self, sub: Subscription) -> None:
-        """Make sure the subscription's group exists; one found deleted is recreated where it stood (store/topics.py)."""
+        """Make sure the subscription's group exists; one found deleted is recreated where it stood (store/topics/steps.py)."""
         self.topics.ensure_groups(sub.topic, [(sub.name, START_IDS[sub.start])])
 
     def read_loop(self, sub: Subscription) -> None:
@@ -227,7 +228,7 @@ class EventPump:
     def _enqueue(self, sub: Subscription, task: Any, queue: str, items: list[Pending]) -> list[str]:
         """Enqueue one queue's share of a batch: the entry ids that became tasks ([] if the enqueue failed: left pending)."""
         try:
-            self.broker.enqueue(queue, [(p.task_id, p.message, sub.task, 0, "", self._priority(task), task_limits(task))
+            self.broker.enqueue(queue, [NewTask(p.task_id, p.message, sub.task, 0, "", self._priority(task), task_limits(task))
                                         for p in items])
         except Exception as exc:  # noqa: BLE001 - left pending: reclaimed after WORKER_TIMEOUT, counted by Redis
             why = f"{type(exc).__name__}: {exc}"

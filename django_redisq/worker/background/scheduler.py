@@ -35,7 +35,7 @@ from django_redisq.exceptions import RedisError
 from django_redisq.schedules.registry import ALL_MAX, LATEST_WINDOW_MS, ON_TIME_MS, Schedule, load
 from django_redisq.schedules.ticks import MARKER_TTL_MS, id_base, own_limits, task_priority, tick_message, wants_tick
 from django_redisq.store.broker import Broker
-from django_redisq.store.schedule_steps import Claim, Fired
+from django_redisq.store.steps.schedules import Claim, Fired
 
 logger = logging.getLogger("django_redisq")
 
@@ -109,14 +109,14 @@ class Scheduler:
     # -- claiming --------------------------------------------------------
 
     def _claim(self, due: list[Schedule], now: int) -> None:
-        markers = self.broker.schedule_markers([(s.queue, s.name) for s in due])
+        markers = self.broker.schedules.markers([(s.queue, s.name) for s in due])
         for s, marker in zip(due, markers, strict=True):
             last = marker.get("last", "")
             for _ in range(CLAIM_TRIES):
                 claim = self.plan(s, last, now)
                 if claim is None:
                     break
-                fired = self.broker.fire(s.queue, s.name, claim)
+                fired = self.broker.schedules.fire(s.queue, s.name, claim)
                 if fired.code != -1:
                     self._log(s, fired)
                     break

@@ -5,7 +5,7 @@
 - reap: hand back the tasks of workers silent past ``WORKER_TIMEOUT`` (every
   ``HEARTBEAT_INTERVAL``; reap.lua decides who may reap whom), and, sooner, of
   workers whose process is known dead by its connection (``Presence``, every
-  ``POLL_EVERY`` while this worker holds the queue's poll lease, store/presence.py);
+  ``POLL_EVERY`` while this worker holds the queue's poll lease, store/steps/presence.py);
 - cancel: tell the pool of running tasks someone cancelled (one look per
   queue with tasks running here, each round, so within about a second);
 - in burst mode, notice when the queues are drained.
@@ -23,7 +23,7 @@ from typing import Any
 
 from django_redisq.exceptions import RedisError
 from django_redisq.store.broker import Broker
-from django_redisq.store.presence import CONFIRM, POLL_EVERY, refusal
+from django_redisq.store.steps.presence import CONFIRM, POLL_EVERY, refusal
 from django_redisq.worker.fetching.held import Held
 from django_redisq.worker.pools import Pool
 
@@ -90,7 +90,7 @@ class Upkeep:
 
     def cancel_running(self) -> None:
         for q, ids in self.held.running_by_queue().items():
-            requested = self.broker.cancel_requests(q)
+            requested = self.broker.operator.cancel_requests(q)
             for task_id in ids & requested.keys() - self.told:
                 self.told.add(task_id)
                 if self.pool.cancel(task_id, requested[task_id]):
@@ -116,7 +116,7 @@ class Upkeep:
             if now < self._poll_at[q]:
                 continue
             try:
-                records, wait = self.broker.presence_lease(q, self.worker_id)
+                records, wait = self.broker.presence.lease(q, self.worker_id)
                 if records is None:  # another worker polls this queue; take over if its lease lapses
                     self._poll_at[q] = now + max(wait, POLL_EVERY)
                     continue
@@ -125,10 +125,10 @@ class Upkeep:
                     self._forget(q)
                 self._polled[q] = now
                 records.pop(self.worker_id, None)
-                gone = self.broker.connections_gone(q, records) if records else {}
+                gone = self.broker.presence.connections_gone(q, records) if records else {}
                 due = self._confirmed(q, gone, now)
                 if due:
-                    self._reaped(q, *self.broker.reap_gone(q, self.worker_id, due), how="their connection closed")
+                    self._reaped(q, *self.broker.presence.reap_gone(q, self.worker_id, due), how="their connection closed")
             except RedisError as exc:
                 if refusal(exc):  # an ACL refuses CLIENT LIST to us: leave it to the timeout
                     logger.warning("reaping by connection is off for worker %s (%s); dead workers are reaped after "

@@ -28,8 +28,8 @@ from collections.abc import Callable, Sequence
 
 from django_redisq.exceptions import Fenced, QueuePaused, RedisError
 from django_redisq.store.broker import Broker
-from django_redisq.store.replies import Delivery
 from django_redisq.store.server import BLOCK_TIMEOUT
+from django_redisq.store.steps.replies import Delivery
 from django_redisq.worker.fetching.held import Held
 from django_redisq.worker.fetching.queue_order import QueueOrder
 

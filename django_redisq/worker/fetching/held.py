@@ -33,7 +33,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 
-from django_redisq.store.replies import CORRUPT, NOMSG, RUN, Delivery
+from django_redisq.store.steps.replies import CORRUPT, NOMSG, RUN, Delivery
 from django_redisq.worker.fetching.queue_order import QueueOrder
 
 

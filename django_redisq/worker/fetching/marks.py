@@ -1,4 +1,4 @@
-"""Marks: tells Redis which of the tasks this worker holds are running now (store/running_marks.py).
+"""Marks: tells Redis which of the tasks this worker holds are running now (store/steps/running.py).
 
 So ``redisq stats``, the admin, the metrics and the health output show
 ``running`` (executing: at most the worker's concurrency) apart from ``held``
@@ -50,7 +50,7 @@ class Marks:
         if now == self._last and not due:
             return False
         try:
-            self.broker.mark_running(self.worker_id, now, self.queues, self.ttl)
+            self.broker.running.mark(self.worker_id, now, self.queues, self.ttl)
         except RedisError as exc:
             if not self._failing:
                 logger.warning("could not write which tasks run (%s: %s); the counts lag until Redis answers", type(exc).__name__, exc)
@@ -63,6 +63,6 @@ class Marks:
     def clear(self) -> None:
         """Delete this worker's marks (it stops)."""
         try:
-            self.broker.mark_running(self.worker_id, {}, self.queues, self.ttl)
+            self.broker.running.mark(self.worker_id, {}, self.queues, self.ttl)
         except RedisError:
             pass  # they expire

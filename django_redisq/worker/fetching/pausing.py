@@ -89,7 +89,7 @@ class Pauses:
 
     def check(self) -> None:
         """Read the pause keys once and act on what changed."""
-        states = self.broker.paused_states(self.queues)
+        states = self.broker.operator.paused_states(self.queues)
         self._failing = False
         for q in self.queues:
             state = states[q]

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django_redisq import signals
-from django_redisq.store.replies import Delivery, Recovered
+from django_redisq.store.steps.replies import Delivery, Recovered
 from django_redisq.worker.observability.health_file import HealthFile
 from django_redisq.worker.observability.metrics import WorkerMetrics, worker_info
 from django_redisq.worker.running.outcome import RETRY, Outcome

@@ -23,7 +23,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from django_redisq.store.replies import Delivery
+from django_redisq.store.steps.replies import Delivery
 from django_redisq.worker.pools.base import Done, Pool
 from django_redisq.worker.running.outcome import DEAD, Outcome, error_dict
 

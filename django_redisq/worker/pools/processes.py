@@ -37,7 +37,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 
 from django_redisq.exceptions import TaskCancelled, TaskTimeout, WorkerLost
-from django_redisq.store.replies import Delivery
+from django_redisq.store.steps.replies import Delivery
 from django_redisq.worker.pools.base import Done, Pool
 from django_redisq.worker.pools.children import Child, Children, config_for, early_template
 from django_redisq.worker.running.outcome import Outcome

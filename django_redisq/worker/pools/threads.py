@@ -9,7 +9,7 @@ interrupted when it returns.
 
 from __future__ import annotations
 
-from django_redisq.store.replies import Delivery
+from django_redisq.store.steps.replies import Delivery
 from django_redisq.worker.pools.base import Done, Pool
 
 

@@ -17,7 +17,7 @@ from django_redisq.core.message import Message, dumps
 from django_redisq.core.metadata import encode, to_save
 from django_redisq.core.options import Options
 from django_redisq.exceptions import InvalidArguments
-from django_redisq.store.replies import Delivery
+from django_redisq.store.steps.replies import Delivery
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ from django_redisq.compat import Task
 from django_redisq.core.backoff import call_backoff, compute_backoff
 from django_redisq.core.options import Options
 from django_redisq.exceptions import InvalidBackoff, RedisQError, Retry, TaskCancelled, TaskTimeout, WorkerLost
-from django_redisq.store.replies import Delivery
+from django_redisq.store.steps.replies import Delivery
 from django_redisq.task import RedisTask
 
 MAX_TRACEBACK = 32 * 1024

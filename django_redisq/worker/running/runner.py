@@ -48,7 +48,7 @@ from django_redisq.core.partitions import logical
 from django_redisq.events import lifecycle
 from django_redisq.exceptions import BadMessage, TaskCancelled, TaskTimeout, UnknownSchema
 from django_redisq.store.broker import Broker
-from django_redisq.store.replies import Delivery
+from django_redisq.store.steps.replies import Delivery
 from django_redisq.task import RedisTask, get_registered
 from django_redisq.worker.running.attempt import Attempt, Prepared
 from django_redisq.worker.running.outcome import DEAD, RETRY, Outcome, error_dict, failure
@@ -311,7 +311,7 @@ class Runner:
 
     def _save_progress(self, broker: Broker, a: Attempt, report_json: str) -> bool:
         """Store one report; a stored one is also a lifecycle event where LIFECYCLE_EVENTS is on (events/lifecycle.py)."""
-        saved = broker.save_progress(a.d.queue, a.d.id, a.worker_id, report_json)
+        saved = broker.progress.save(a.d.queue, a.d.id, a.worker_id, report_json)
         if saved and self.options.lifecycle_events:
             lifecycle.progress(self.alias, a.d.id, a.message.task, a.message.queue, report_json)
         return saved

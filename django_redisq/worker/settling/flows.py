@@ -31,7 +31,7 @@ import logging
 from functools import partial
 from typing import Any
 
-from django_redisq.store.replies import Delivery
+from django_redisq.store.steps.replies import Delivery
 from django_redisq.store.workflows import Released
 from django_redisq.worker.running.outcome import Outcome
 from django_redisq.worker.settling.hooks import SettleHook
@@ -92,7 +92,7 @@ class WorkflowHooks(SettleHook):
         if status.failed or status.value != "cancelled":
             return status if status.failed else StepResult.ok()
         for r in released:
-            cancelled = self.steps.run(partial(self.broker.cancel, r.spec.queue, [step_id(wf, r.step)],
+            cancelled = self.steps.run(partial(self.broker.operator.cancel, r.spec.queue, [step_id(wf, r.step)],
                                                "workflow cancelled"), f"cancelling step {r.step} of cancelled workflow {wf}")
             if cancelled.failed:
                 return cancelled

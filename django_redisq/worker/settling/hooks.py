@@ -30,7 +30,7 @@ from functools import partial
 from typing import Any, Protocol
 
 from django_redisq.store.broker import Broker
-from django_redisq.store.replies import Delivery
+from django_redisq.store.steps.replies import Delivery
 from django_redisq.worker.running.outcome import Outcome
 from django_redisq.worker.settling.steps import LANDED, StepResult, StepRunner
 

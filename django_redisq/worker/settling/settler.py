@@ -29,7 +29,7 @@ from functools import partial
 from typing import Any
 
 from django_redisq.store.broker import Broker
-from django_redisq.store.replies import Delivery
+from django_redisq.store.steps.replies import Delivery
 from django_redisq.worker.running.outcome import DEAD, RETRY, SUCCESS, Outcome, error_dict
 from django_redisq.worker.settling.hooks import DEAD_LETTERED, LEASE_LOST, RETRIED, Batch, SettleHook
 from django_redisq.worker.settling.steps import SETTLE_TRIES, Landing, SettleFailed, StepResult, StepRunner
@@ -207,7 +207,7 @@ class Settler:
 
     def _ack_some(self, q: str, items: Batch) -> SettleFailed | None:
         results = [(d.id, o.result_json) for d, o in items]
-        runs = [(o.task_name or d.task, o.duration) for d, o in items]  # run times, written by the same call (store/durations.py)
+        runs = [(o.task_name or d.task, o.duration) for d, o in items]  # run times, written by the same call (store/reads/durations.py)
         acked = self.steps.run(partial(self.broker.ack_many, q, self.worker_id, results, runs), f"acking {len(results)} task(s)")
         for task_id in acked.value or ():
             logger.warning("task %s was no longer held by worker %s at ack; another worker has it now", task_id, self.worker_id)

@@ -1,12 +1,12 @@
 import pytest
 
 from django_redisq.exceptions import LeaseLost
-from tests.helpers import keys, seed_processing, where_is
+from tests.helpers import ack, keys, seed_processing, where_is
 
 
 def test_ack_finishes_and_arms_the_guard(r, broker):
     seed_processing(r, "t0", "w1")
-    broker.ack("default", "w1", "t0", "42")
+    ack(broker, "default", "w1", "t0", "42")
     assert where_is(r, "t0") == ["finished"]
     data = r.hgetall(keys().task("t0"))
     assert data["result"] == "42" and data["finished_at"]
@@ -19,7 +19,7 @@ def test_ack_finishes_and_arms_the_guard(r, broker):
 def test_ack_without_ownership_is_refused_but_marks_success(r, broker):
     seed_processing(r, "t0", "w2")
     with pytest.raises(LeaseLost):
-        broker.ack("default", "w1", "t0", "42")
+        ack(broker, "default", "w1", "t0", "42")
     assert where_is(r, "t0") == ["processing:w2"]  # not moved
     assert r.get(keys().status("t0")) == "success"  # the redelivered copy will not run again
     assert r.get(keys().counter("processed")) is None
@@ -37,5 +37,5 @@ def test_ack_extends_the_idempotency_key(r, broker):
     seed_processing(r, "t0", "w1")
     r.hset(keys().task("t0"), "idem", "order-1")
     r.set(keys().idem("order-1"), "t0")
-    broker.ack("default", "w1", "t0", "null")
+    ack(broker, "default", "w1", "t0", "null")
     assert r.ttl(keys().idem("order-1")) > 3600

@@ -8,6 +8,7 @@ import pytest
 from django_redisq.settings.read import get_options
 from django_redisq.store.broker import Broker
 from django_redisq.store.keys import QueueKeys
+from django_redisq.store.steps.replies import NewTask
 from tests.helpers import keys, message, seed_dead, seed_processing, where_is
 
 ERR = {"exc": "builtins.ValueError", "msg": "boom", "tb": "Traceback...", "at": 1}
@@ -20,7 +21,7 @@ def test_a_late_ack_after_a_purge_brings_back_no_hash(r, broker):
     r.zrem(K.dead, "t0")
     r.lrem(K.processing("w1"), 1, "t0")
     r.zadd(K.dead, {"t0": 1})
-    assert broker.purge("default", ["t0"]) == 1
+    assert broker.operator.purge("default", ["t0"]) == 1
     assert broker.ack_many("default", "w1", [("t0", "42")]) == ["t0"]
     assert not r.exists(K.task("t0"))
     assert r.pttl(K.status("t0")) > 0
@@ -41,7 +42,7 @@ def test_a_corrupt_copy_expires_with_the_retention_and_goes_with_its_dead_letter
         broker.bury("default", "w1", task_id, ERR, "corrupt", failed=False)
         retention = broker.options.dead_letter_ttl * 1000
         assert retention - 60_000 < r.pttl(K.corrupt(K.task(task_id))) <= retention
-    assert broker.purge("default", ["t0"]) == 1
+    assert broker.operator.purge("default", ["t0"]) == 1
     assert not r.exists(K.corrupt(K.task("t0")))
     r.zadd(K.dead, {"t1": 1})  # 1970: the next burial trims it
     seed_processing(r, "t2", "w1")
@@ -104,7 +105,7 @@ def test_a_long_mixed_run_leaves_no_key_unbounded(r, settings, seed):
             for _ in range(rnd.randint(1, 4)):
                 n += 1
                 idem = f"order-{rnd.randint(0, 60)}" if rnd.random() < 0.5 else ""
-                items.append((f"id{n}", message(queue=q), "tests.testapp.tasks.add", rnd.choice([0, 0, 1]), idem))
+                items.append(NewTask(f"id{n}", message(queue=q), "tests.testapp.tasks.add", rnd.choice([0, 0, 1]), idem))
             b.enqueue(q, items)
         elif action < 0.7:
             worker = rnd.choice(["w1", "w2"])
@@ -128,17 +129,17 @@ def test_a_long_mixed_run_leaves_no_key_unbounded(r, settings, seed):
         elif action < 0.78:
             b.promote(q)
         elif action < 0.84:
-            dead = b.dead_ids(q, 3)
+            dead = b.operator.dead_ids(q, 3)
             other = "emails" if q == "default" else "default"
             if rnd.random() < 0.5:
-                b.replay(q, dead)
+                b.operator.replay(q, dead)
             else:
-                marked = b.move_out(q, other, dead)
+                marked = b.operator.move_out(q, other, dead)
                 copies = [(i, f[0], f) for i, c, f in marked if c == 1]
-                b.move_in(other, q, copies)
-                b.purge(q, [i for i, _, _ in copies])
+                b.operator.move_in(other, q, copies)
+                b.operator.purge(q, [i for i, _, _ in copies])
         elif action < 0.9:
-            b.purge(q, b.dead_ids(q, 2))
+            b.operator.purge(q, b.operator.dead_ids(q, 2))
         elif action < 0.95:
             # time passes on the Redis side: finished results and successes expire
             for key in r.scan_iter(match=f"{k.prefix}*", count=1000):
@@ -157,7 +158,7 @@ def test_a_long_mixed_run_leaves_no_key_unbounded(r, settings, seed):
                 if not r.exists(k.idem(key)):
                     r.rpush(k.idem(key), "junk")
                     n += 1
-                    b.enqueue(q, [(f"id{n}", message(queue=q), "tests.testapp.tasks.add", 0, key)])
+                    b.enqueue(q, [NewTask(f"id{n}", message(queue=q), "tests.testapp.tasks.add", 0, key)])
     import time
 
     time.sleep(0.01)  # let the 1 ms PEXPIREs lapse

@@ -1,8 +1,9 @@
+from django_redisq.store.steps.replies import NewTask
 from tests.helpers import keys, message, redis_ms, where_is
 
 
 def test_enqueue_now_goes_to_pending(r, broker):
-    [out] = broker.enqueue("default", [("id1", message(), "tests.testapp.tasks.add", 0, "")])
+    [out] = broker.enqueue("default", [NewTask("id1", message(), "tests.testapp.tasks.add", 0, "")])
     assert out.duplicate_of is None
     assert where_is(r, "id1") == ["pending"]
     data = r.hgetall(keys().task("id1"))
@@ -12,14 +13,14 @@ def test_enqueue_now_goes_to_pending(r, broker):
 
 def test_enqueue_delayed_is_scheduled_from_redis_time(r, broker):
     before = redis_ms(r)
-    broker.enqueue("default", [("id1", message(), "p", 5000, "")])
+    broker.enqueue("default", [NewTask("id1", message(), "p", 5000, "")])
     score = r.zscore(keys().scheduled, "id1")
     assert before + 5000 <= score <= redis_ms(r) + 5000
     assert where_is(r, "id1") == ["scheduled"]
 
 
 def test_enqueue_many_in_one_call(r, broker):
-    items = [(f"id{i}", message(args=[i, i]), "p", 0, "") for i in range(50)]
+    items = [NewTask(f"id{i}", message(args=[i, i]), "p", 0, "") for i in range(50)]
     out = broker.enqueue("default", items)
     assert [o.duplicate_of for o in out] == [None] * 50
     assert r.llen(keys().pending) == 50
@@ -27,23 +28,23 @@ def test_enqueue_many_in_one_call(r, broker):
 
 
 def test_idempotency_key_returns_the_holder(r, broker):
-    broker.enqueue("default", [("first", message(), "p", 0, "order-1")])
-    [dup] = broker.enqueue("default", [("second", message(), "p", 0, "order-1")])
+    broker.enqueue("default", [NewTask("first", message(), "p", 0, "order-1")])
+    [dup] = broker.enqueue("default", [NewTask("second", message(), "p", 0, "order-1")])
     assert dup.duplicate_of == "first"
     assert not r.exists(keys().task("second"))
     assert r.llen(keys().pending) == 1
 
 
 def test_idempotency_key_of_a_vanished_task_is_free_again(r, broker):
-    broker.enqueue("default", [("first", message(), "p", 0, "order-1")])
+    broker.enqueue("default", [NewTask("first", message(), "p", 0, "order-1")])
     r.delete(keys().task("first"))
-    [out] = broker.enqueue("default", [("second", message(), "p", 0, "order-1")])
+    [out] = broker.enqueue("default", [NewTask("second", message(), "p", 0, "order-1")])
     assert out.duplicate_of is None
     assert r.get(keys().idem("order-1")) == "second"
 
 
 def test_same_id_twice_is_not_stored_twice(r, broker):
-    broker.enqueue("default", [("id1", message(), "p", 0, "")])
-    [out] = broker.enqueue("default", [("id1", message(), "p", 0, "")])
+    broker.enqueue("default", [NewTask("id1", message(), "p", 0, "")])
+    [out] = broker.enqueue("default", [NewTask("id1", message(), "p", 0, "")])
     assert out.duplicate_of is None  # a retried lost reply: already stored, nothing added
     assert r.llen(keys().pending) == 1

@@ -1,7 +1,7 @@
 import pytest
 
 from django_redisq.exceptions import Fenced
-from django_redisq.store.replies import BUSY, CORRUPT, DONE, NOMSG, RUN
+from django_redisq.store.steps.replies import BUSY, CORRUPT, DONE, NOMSG, RUN
 from tests.helpers import keys, seed_pending, where_is
 
 

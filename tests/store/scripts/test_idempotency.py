@@ -12,7 +12,8 @@ from django_redisq.compat import TaskResultStatus
 from django_redisq.settings.read import get_options
 from django_redisq.store.broker import Broker
 from django_redisq.store.keys import QueueKeys
-from tests.helpers import keys, message, wait_for, where_is
+from django_redisq.store.steps.replies import NewTask
+from tests.helpers import ack, keys, message, wait_for, where_is
 from tests.testapp import tasks
 
 ERR = {"exc": "builtins.ValueError", "msg": "boom", "tb": "", "at": 1}
@@ -35,7 +36,7 @@ def short(settings, r) -> Broker:
 
 
 def enqueue(b: Broker, task_id: str, key: str = "order-1", queue: str = "default") -> str | None:
-    [out] = b.enqueue(queue, [(task_id, message(queue=queue), "tests.testapp.tasks.add", 0, key)])
+    [out] = b.enqueue(queue, [NewTask(task_id, message(queue=queue), "tests.testapp.tasks.add", 0, key)])
     return out.duplicate_of
 
 
@@ -44,7 +45,7 @@ def run_to_end(r, b: Broker, task_id: str, how: str = "ack") -> None:
     [d] = b.fetch("default", "w1", 1)
     assert d.id == task_id
     if how == "ack":
-        b.ack("default", "w1", task_id, "3")
+        ack(b, "default", "w1", task_id, "3")
     elif how == "retry":
         b.retry("default", "w1", task_id, 0, ERR)
     else:
@@ -85,7 +86,7 @@ def test_a_duplicate_of_a_task_whose_result_expired_reads_as_successful(r, setti
     first = tasks.add.using(idempotency_key="order-7").enqueue(1, 2)
     b = Broker(get_options("default"))
     [d] = b.fetch("default", "w1", 1)
-    b.ack("default", "w1", d.id, "3")
+    ack(b, "default", "w1", d.id, "3")
     expire(r, K.task(first.id))
     again = tasks.add.using(idempotency_key="order-7").enqueue(1, 2)
     assert again.id == first.id and again.status == TaskResultStatus.SUCCESSFUL
@@ -108,7 +109,7 @@ def test_a_dead_letter_keeps_its_key_and_a_replay_keeps_the_dedup(r, short):
     run_to_end(r, short, "a", "bury")
     assert r.get(K.idem("order-1")) == "a" and r.pttl(K.idem("order-1")) == -1
     assert enqueue(short, "b") == "a"
-    assert short.replay("default", ["a"]) == 1
+    assert short.operator.replay("default", ["a"]) == 1
     assert enqueue(short, "b") == "a"
     run_to_end(r, short, "a")
     assert 28_000 < r.pttl(K.idem("order-1")) <= 30_000
@@ -118,19 +119,19 @@ def test_a_replay_retakes_a_key_freed_meanwhile_but_not_one_taken(r, short):
     enqueue(short, "a")
     run_to_end(r, short, "a", "bury")
     r.delete(K.idem("order-1"))  # as an older version's bury did
-    short.replay("default", ["a"])
+    short.operator.replay("default", ["a"])
     assert r.get(K.idem("order-1")) == "a" and r.pttl(K.idem("order-1")) == -1
     run_to_end(r, short, "a", "bury")
     r.set(K.idem("order-1"), "other")
     r.hset(K.task("other"), "state", "pending")
-    short.replay("default", ["a"])
+    short.operator.replay("default", ["a"])
     assert r.get(K.idem("order-1")) == "other"
 
 
 def test_purging_a_dead_letter_frees_its_key(r, short):
     enqueue(short, "a")
     run_to_end(r, short, "a", "bury")
-    assert short.purge("default", ["a"]) == 1
+    assert short.operator.purge("default", ["a"]) == 1
     assert not r.exists(K.idem("order-1"))
     assert enqueue(short, "b") is None
 
@@ -163,10 +164,10 @@ def test_a_key_whose_holder_vanished_unfinished_is_free(r, short):
 def test_a_replay_into_another_queue_moves_the_key_with_the_task(r, short):
     enqueue(short, "a")
     run_to_end(r, short, "a", "bury")
-    [(task_id, code, fields)] = short.move_out("default", "emails", ["a"])
+    [(task_id, code, fields)] = short.operator.move_out("default", "emails", ["a"])
     assert code == 1
-    assert short.move_in("emails", "default", [(task_id, fields[0], fields)]) == [1]
-    assert short.purge("default", ["a"]) == 1
+    assert short.operator.move_in("emails", "default", [(task_id, fields[0], fields)]) == [1]
+    assert short.operator.purge("default", ["a"]) == 1
     emails = QueueKeys("emails")
     assert not r.exists(K.idem("order-1"))  # it left this queue
     assert r.get(emails.idem("order-1")) == "a" and r.pttl(emails.idem("order-1")) == -1

@@ -8,8 +8,8 @@ import pytest
 
 from django_redisq.settings.read import get_options
 from django_redisq.store.broker import Broker
-from django_redisq.store.replies import LIMITED, RUN
-from tests.helpers import keys, where_is
+from django_redisq.store.steps.replies import LIMITED, RUN, NewTask
+from tests.helpers import ack, keys, reap, where_is
 
 MSG = '{"v":1,"args":[],"kwargs":{}}'
 PATH = "tests.testapp.tasks.noop"
@@ -22,7 +22,7 @@ def _registered(broker):
 
 
 def put(broker, *ids, limits="2||", priority=0, delay=0):
-    return broker.enqueue("default", [(i, MSG, PATH, delay, "", priority, limits) for i in ids])
+    return broker.enqueue("default", [NewTask(i, MSG, PATH, delay, "", priority, limits) for i in ids])
 
 
 def codes(broker, n=10, worker="w1"):
@@ -52,7 +52,7 @@ def test_over_the_limit_waits_in_redis_unclaimed(r, broker):
 def test_an_ack_frees_its_slot_and_wakes_the_longest_waiting(r, broker):
     put(broker, "a", "b", "c", "d")
     codes(broker)
-    broker.ack("default", "w1", "a", "1")
+    ack(broker, "default", "w1", "a", "1")
     assert slots(r) == {"b"} and blocked(r) == ["d"] and r.lrange(keys().pending, 0, -1) == ["c"]
     assert codes(broker, worker="w2") == {"c": RUN} and slots(r) == {"b", "c"}
     assert r.hget(keys().task("a"), "slot") is None
@@ -73,7 +73,7 @@ def test_every_way_a_task_stops_frees_its_slot(r, broker, settle):
         r.zadd(keys().workers, {"w2": 1})  # w2 died long ago: both its slots come back
         r.hset(keys().alive, "w1", 1)
         broker.heartbeat(["default"], "w1", {})
-        assert broker.reap("default", "w1")[0] == 2
+        assert reap(broker, "default", "w1")[0] == 2
     freed = {"a", "b"} if settle == "reap" else {"a"}
     assert slots(r) == {"b", "a"} - freed
     assert "c" in r.lrange(keys().pending, 0, -1) and blocked(r) == []
@@ -119,14 +119,14 @@ def test_a_queue_limit_from_the_options_applies_to_every_task(r, settings):
     put(broker, "a", "b", limits="")
     assert codes(broker) == {"a": RUN, "b": LIMITED}
     assert r.zrange(keys().slots, 0, -1) == ["a"] and r.lrange(keys().blocked, 0, -1) == ["b"]
-    broker.ack("default", "w1", "a", "1")
+    ack(broker, "default", "w1", "a", "1")
     assert codes(broker) == {"b": RUN}
 
 
 def test_a_blocked_task_can_be_cancelled(r, broker):
     put(broker, "a", "b", "c")
     codes(broker)
-    assert broker.cancel("default", ["c"], "test") == ["cancelled"]
+    assert broker.operator.cancel("default", ["c"], "test") == ["cancelled"]
     assert where_is(r, "c") == ["dead"] and blocked(r) == []
 
 
@@ -134,7 +134,7 @@ def test_a_waiter_keeps_its_priority_when_woken(r, broker):
     put(broker, "a", "b", limits="1||")
     put(broker, "hi", limits="1||", priority=50)
     assert codes(broker) == {"hi": RUN, "a": LIMITED, "b": LIMITED}
-    broker.ack("default", "w1", "hi", "1")
+    ack(broker, "default", "w1", "hi", "1")
     assert r.lrange(keys().pending, 0, -1) == ["a"]
 
 

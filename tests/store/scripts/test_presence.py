@@ -1,4 +1,4 @@
-"""Presence: the entries the heartbeat registers, the poll lease, and reaping by connection (store/presence.py)."""
+"""Presence: the entries the heartbeat registers, the poll lease, and reaping by connection (store/steps/presence.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 
 import redis
 
-from django_redisq.store.presence import FRESH, LEASE_MS, gone_of, refusal
+from django_redisq.store.steps.presence import FRESH, LEASE_MS, gone_of, refusal
 from tests.helpers import keys, node_of, seed_processing, set_heartbeat_age, wait_for, where_is
 
 
@@ -17,7 +17,7 @@ def _kill(r, record: str) -> None:
 
 
 def _open(broker, queues=("default",)):
-    presence = broker.presence(list(queues))
+    presence = broker.presence.links(list(queues))
     assert presence.open() == ""
     return presence
 
@@ -33,13 +33,13 @@ def test_the_heartbeat_registers_the_entry_it_is_given_and_forgets_it_when_given
 
 def test_one_worker_at_a_time_holds_the_poll_lease(r, broker):
     broker.heartbeat(["default"], "w1", {}, {"default": "abc:12"})
-    records, wait = broker.presence_lease("default", "w1")
+    records, wait = broker.presence.lease("default", "w1")
     assert records == {"w1": "abc:12"} and wait == 0
-    records, wait = broker.presence_lease("default", "w2")
+    records, wait = broker.presence.lease("default", "w2")
     assert records is None and 0 < wait <= LEASE_MS / 1000
-    assert broker.presence_lease("default", "w1")[0] == {"w1": "abc:12"}  # renewed by its holder
+    assert broker.presence.lease("default", "w1")[0] == {"w1": "abc:12"}  # renewed by its holder
     r.delete(keys().reaper)  # lapsed: another takes it over
-    assert broker.presence_lease("default", "w2")[0] == {"w1": "abc:12"}
+    assert broker.presence.lease("default", "w2")[0] == {"w1": "abc:12"}
 
 
 def test_a_link_proves_a_live_worker_and_its_closed_connection_proves_a_dead_one(r, broker):
@@ -47,9 +47,9 @@ def test_a_link_proves_a_live_worker_and_its_closed_connection_proves_a_dead_one
     record = presence.records()["default"]
     run_id, _, cid = record.rpartition(":")
     assert run_id and cid.isdigit()
-    assert broker.connections_gone("default", {"w1": record}) == {}
+    assert broker.presence.connections_gone("default", {"w1": record}) == {}
     _kill(r, record)
-    assert broker.connections_gone("default", {"w1": record}) == {"w1": record}
+    assert broker.presence.connections_gone("default", {"w1": record}) == {"w1": record}
     presence.close()
 
 
@@ -59,7 +59,7 @@ def test_entries_of_another_run_of_the_server_are_never_judged(r, broker):
     record = presence.records()["default"]
     _kill(r, record)
     other_run = "0" * 40 + ":" + record.rpartition(":")[2]
-    assert broker.connections_gone("default", {"w1": other_run, "w2": "garbage", "w3": ""}) == {}
+    assert broker.presence.connections_gone("default", {"w1": other_run, "w2": "garbage", "w3": ""}) == {}
     presence.close()
 
 
@@ -77,7 +77,7 @@ def test_reap_by_connection_reaps_only_the_entries_still_seen_gone(r, broker):
     seed_processing(r, "t1", "back-w")
     r.hset(keys().presence, mapping={"dead-w": "run:1", "back-w": "run:3", "gone-w": "run:4", "me": "run:9"})
     r.zrem(keys().workers, "gone-w")  # left cleanly: only its entry remains
-    tasks, workers, recovered = broker.reap_gone("default", "me", {"dead-w": "run:1", "back-w": "run:2", "gone-w": "run:4"})
+    tasks, workers, recovered = broker.presence.reap_gone("default", "me", {"dead-w": "run:1", "back-w": "run:2", "gone-w": "run:4"})
     assert (tasks, workers) == (1, ["dead-w"])
     assert [x.id for x in recovered] == ["t0"] and where_is(r, "t0") == ["pending"]
     assert where_is(r, "t1") == ["processing:back-w"]  # it registered a new connection since: alive
@@ -88,9 +88,9 @@ def test_a_reaper_that_is_not_registered_itself_reaps_nobody_by_connection(r, br
     set_heartbeat_age(r, "dead-w", 0)
     seed_processing(r, "t0", "dead-w")
     r.hset(keys().presence, "dead-w", "run:1")
-    assert broker.reap_gone("default", "me", {"dead-w": "run:1"}) == (0, [], [])
+    assert broker.presence.reap_gone("default", "me", {"dead-w": "run:1"}) == (0, [], [])
     set_heartbeat_age(r, "me", 60_000)  # stale: it may be the one cut off
-    assert broker.reap_gone("default", "me", {"dead-w": "run:1"}) == (0, [], [])
+    assert broker.presence.reap_gone("default", "me", {"dead-w": "run:1"}) == (0, [], [])
     assert where_is(r, "t0") == ["processing:dead-w"]
 
 

@@ -5,9 +5,9 @@ import threading
 import pytest
 
 from django_redisq.exceptions import QueuePaused
-from django_redisq.store.priority import MARKER, ready_page
-from django_redisq.store.replies import RUN
-from tests.helpers import keys, where_is
+from django_redisq.store.reads.priority import MARKER, ready_page
+from django_redisq.store.steps.replies import RUN, NewTask
+from tests.helpers import ack, keys, reap, where_is
 
 
 @pytest.fixture(autouse=True)
@@ -18,7 +18,7 @@ def _registered(broker):
 
 def put(broker, *items, delay=0):
     """Enqueue ``(id, priority)`` pairs of a plain message, in one call."""
-    return broker.enqueue("default", [(i, '{"v":1,"args":[],"kwargs":{}}', "tests.testapp.tasks.noop", delay, "", p) for i, p in items])
+    return broker.enqueue("default", [NewTask(i, '{"v":1,"args":[],"kwargs":{}}', "tests.testapp.tasks.noop", delay, "", p) for i, p in items])
 
 
 def order(broker, n=100, worker="w1"):
@@ -73,7 +73,7 @@ def test_markers_wake_one_worker_each_and_never_mix_with_ids(r, broker):
 def test_markers_stay_bounded_under_a_steady_stream_of_priorities(r, broker):
     """Each task taken straight from the set leaves its marker: they stop at MARKERS_MAX, and a fetch that reaches
     the list drops them all (the state machine found them piling up one per task)."""
-    from django_redisq.store.priority import MARKERS_MAX
+    from django_redisq.store.reads.priority import MARKERS_MAX
 
     for i in range(3 * MARKERS_MAX):
         put(broker, (f"p{i}", 5))
@@ -84,7 +84,7 @@ def test_markers_stay_bounded_under_a_steady_stream_of_priorities(r, broker):
 
 def test_an_id_pushed_onto_the_most_markers_there_can_be_drops_them_all(r, broker):
     """enqueue looks for markers only while the LIST, its id in, is at most MARKERS_MAX + 1 long: the boundary."""
-    from django_redisq.store.priority import MARKERS_MAX
+    from django_redisq.store.reads.priority import MARKERS_MAX
 
     for i in range(2 * MARKERS_MAX):
         put(broker, (f"p{i}", 5))
@@ -130,7 +130,7 @@ def test_reap_and_release_give_back_to_the_front_of_the_priority(r, broker):
     r.zadd(keys().workers, {"w2": 1})  # w2 fell silent long ago
     broker.heartbeat(["default"], "w1", {})
     r.hset(keys().alive, "w1", 1)
-    tasks, _ = broker.reap("default", "w1")
+    tasks, _ = reap(broker, "default", "w1")
     assert tasks == 2
     got = order(broker, 10, "w1")
     # both come back before the rest of priority 7 (among themselves, in id order)
@@ -141,9 +141,9 @@ def test_replay_keeps_the_priority(r, broker):
     put(broker, ("h", 40), ("d", 0))
     assert order(broker, 2) == ["h", "d"]
     broker.bury("default", "w1", "h", {"exc": "x", "msg": "m", "tb": ""}, "failed", True)
-    broker.ack("default", "w1", "d", "null")
+    ack(broker, "default", "w1", "d", "null")
     put(broker, ("d2", 0))
-    assert broker.replay("default", ["h"]) == 1
+    assert broker.operator.replay("default", ["h"]) == 1
     assert order(broker) == ["h", "d2"]
 
 
@@ -171,7 +171,7 @@ def test_a_paused_fetch_drops_the_marker_and_keeps_the_task(r, broker):
 
 def test_cancel_takes_a_prioritized_task_out_in_one_step(r, broker):
     put(broker, ("h", 30), ("d", 0))
-    assert broker.cancel("default", ["h"], "test") == ["cancelled"]
+    assert broker.operator.cancel("default", ["h"], "test") == ["cancelled"]
     assert where_is(r, "h") == ["dead"] and order(broker) == ["d"]
 
 

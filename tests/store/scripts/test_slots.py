@@ -18,7 +18,7 @@ from django_redisq.ops.inspector import Inspector
 from django_redisq.settings.read import get_options
 from django_redisq.store import scripts
 from django_redisq.store.broker import Broker
-from django_redisq.store.dead_scan import DeadFilter
+from django_redisq.store.reads.dead_scan import DeadFilter
 from tests.conftest import topology_settings
 from tests.helpers import keys, redis_ms, seed_dead, seed_hash, seed_processing
 from tests.store.scripts.conftest import CLUSTER_GROUP, EXECUTED, STRICT
@@ -35,8 +35,8 @@ def test_fire_claims_a_tick_once(r):
     now = redis_ms(r)
     r.hset(keys().schedule("s"), "last", s.latest_at(now) - 60_000)
     claim = x.plan(s, r.hget(keys().schedule("s"), "last"), now)
-    assert x.broker.fire("default", "s", claim).code == 1
-    assert x.broker.fire("default", "s", claim).code != 1  # the marker moved: claimed once
+    assert x.broker.schedules.fire("default", "s", claim).code == 1
+    assert x.broker.schedules.fire("default", "s", claim).code != 1  # the marker moved: claimed once
     assert r.llen(keys().pending) == 1
 
 
@@ -71,7 +71,7 @@ def test_edit_replay_rewrites_and_replays(r, broker):
     seed_dead(r, "d1")
     msg = r.hget(keys().task("d1"), "msg")
     edited = json.dumps({**json.loads(msg), "args": [5, 6]})
-    broker.edit_replay("default", "d1", sha1(msg.encode()).hexdigest(), edited)
+    broker.operator.edit_replay("default", "d1", sha1(msg.encode()).hexdigest(), edited)
     assert r.lrange(keys().pending, 0, -1) == ["d1"] and json.loads(r.hget(keys().task("d1"), "msg"))["args"] == [5, 6]
 
 

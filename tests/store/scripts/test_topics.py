@@ -1,4 +1,4 @@
-"""The events scripts (store/topics.py), each on one Redis and on the cluster (its topic's slot only)."""
+"""The events scripts (store/topics/steps.py), each on one Redis and on the cluster (its topic's slot only)."""
 
 from __future__ import annotations
 

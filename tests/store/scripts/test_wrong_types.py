@@ -11,7 +11,8 @@ import pytest
 
 from django_redisq.exceptions import LeaseLost
 from django_redisq.store.keys import QueueKeys
-from tests.helpers import keys, message, redis_ms, seed_dead, seed_processing, seed_scheduled, where_is
+from django_redisq.store.steps.replies import NewTask
+from tests.helpers import ack, keys, message, redis_ms, seed_dead, seed_processing, seed_scheduled, where_is
 
 ERR = {"exc": "builtins.ValueError", "msg": "boom", "tb": "Traceback...", "at": 1}
 K = keys()
@@ -44,7 +45,7 @@ def seed_held(r, task_id: str = "t0", idem: str = "k1") -> None:
 def test_ack_with_a_key_of_the_wrong_type(r, broker, key, kind):
     seed_held(r)
     plant(r, key, kind)
-    broker.ack("default", "w1", "t0", "42")
+    ack(broker, "default", "w1", "t0", "42")
     assert where_is(r, "t0") == ["finished"] and r.hget(K.task("t0"), "result") == "42"
     assert r.get(K.status("t0")) == "success"
     if key != K.status("t0"):  # SET replaces a guard of any type: nothing to set aside
@@ -56,7 +57,7 @@ def test_ack_with_a_key_of_the_wrong_type(r, broker, key, kind):
 def test_ack_of_a_task_whose_hash_is_not_a_hash_dead_letters_it(r, broker):
     seed_processing(r, "t0", "w1")
     plant(r, K.task("t0"), "list")
-    broker.ack("default", "w1", "t0", "42")
+    ack(broker, "default", "w1", "t0", "42")
     assert where_is(r, "t0") == ["dead"]
     data = r.hgetall(K.task("t0"))
     assert data["reason"] == "corrupt" and data["result"] == "42" and "list" in data["error"]
@@ -122,7 +123,7 @@ def test_bury_trims_a_dead_letter_whose_hash_is_not_a_hash(r, broker):
 def test_enqueue_with_a_key_of_the_wrong_type(r, broker, key, kind):
     plant(r, key, kind)
     delay = 5000 if key == K.scheduled else 0
-    [out] = broker.enqueue("default", [("id1", message(), "p", delay, "order-1")])
+    [out] = broker.enqueue("default", [NewTask("id1", message(), "p", delay, "order-1")])
     assert out.duplicate_of is None
     assert where_is(r, "id1") == ["scheduled" if delay else "pending"]
     assert r.hget(K.task("id1"), "msg") == message() and r.get(K.idem("order-1")) == "id1"
@@ -157,7 +158,7 @@ def test_replay_with_keys_of_the_wrong_type(r, broker):
     plant(r, K.idem("k1"), "list")
     plant(r, K.pending, "string")
     plant(r, K.task("t1"), "list")
-    assert broker.replay("default", ["t0", "t1"]) == 1
+    assert broker.operator.replay("default", ["t0", "t1"]) == 1
     assert where_is(r, "t0") == ["pending"] and r.hget(K.task("t0"), "replayed") == "1"
     assert r.get(K.idem("k1")) == "t0"
     assert where_is(r, "t1") == ["dead"]  # nothing to run: it stays visible
@@ -167,7 +168,7 @@ def test_replay_with_keys_of_the_wrong_type(r, broker):
 
 def test_replay_when_the_dead_set_is_not_a_zset(r, broker):
     plant(r, K.dead, "list")
-    assert broker.replay("default", ["x"]) == 0
+    assert broker.operator.replay("default", ["x"]) == 0
     assert_set_aside(r, K.dead)
 
 
@@ -177,10 +178,10 @@ def test_purge_with_keys_of_the_wrong_type(r, broker):
     r.hset(K.task("t0"), "idem", "k1")
     plant(r, K.idem("k1"), "hash")
     plant(r, K.task("t1"), "string")
-    assert broker.purge("default", ["t0", "t1"]) == 2
+    assert broker.operator.purge("default", ["t0", "t1"]) == 2
     assert not r.exists(K.task("t0"), K.task("t1"))
     plant(r, K.dead, "string")
-    assert broker.purge("default", ["t0"]) == 0
+    assert broker.operator.purge("default", ["t0"]) == 0
     assert_set_aside(r, K.dead)
 
 
@@ -191,9 +192,9 @@ def test_a_move_into_a_queue_whose_keys_have_the_wrong_type(r, broker):
     emails = QueueKeys("emails")
     plant(r, emails.pending, "string")
     plant(r, emails.task("t0"), "list")  # not an earlier copy: no move writes anything but a hash
-    [(task_id, code, fields)] = broker.move_out("default", "emails", ["t0"])
+    [(task_id, code, fields)] = broker.operator.move_out("default", "emails", ["t0"])
     assert code == 1
-    assert broker.move_in("emails", "default", [(task_id, fields[0], fields)]) == [1]
+    assert broker.operator.move_in("emails", "default", [(task_id, fields[0], fields)]) == [1]
     assert where_is(r, "t0", "emails") == ["pending"]
     assert_set_aside(r, emails.pending)
     assert_set_aside(r, emails.task("t0"))
@@ -201,7 +202,7 @@ def test_a_move_into_a_queue_whose_keys_have_the_wrong_type(r, broker):
 
 def test_a_move_out_of_a_queue_whose_dead_set_is_not_a_zset(r, broker):
     plant(r, K.dead, "hash")
-    assert broker.move_out("default", "emails", ["t0"]) == [("t0", 0, [""] * 9)]
+    assert broker.operator.move_out("default", "emails", ["t0"]) == [("t0", 0, [""] * 9)]
     assert_set_aside(r, K.dead)
 
 
@@ -209,7 +210,7 @@ def test_redis_time_is_used_for_a_corrupt_dead_letter(r, broker):
     seed_processing(r, "t0", "w1")
     plant(r, K.task("t0"), "string")
     before = redis_ms(r)
-    broker.ack("default", "w1", "t0", "1")
+    ack(broker, "default", "w1", "t0", "1")
     assert before <= int(r.hget(K.task("t0"), "died_at")) <= redis_ms(r)
 
 

@@ -12,8 +12,8 @@ from dataclasses import replace
 from typing import Any
 
 from django_redisq.core import partitions
-from django_redisq.store.durations import slowest
-from django_redisq.store.records import QueueFigures, QueueStats, WorkerInfo
+from django_redisq.store.reads.durations import slowest
+from django_redisq.store.reads.records import QueueFigures, QueueStats, WorkerInfo
 
 
 def _groups(queues: Sequence[str], rows: Sequence[Any]) -> list[list[Any]]:

@@ -24,22 +24,16 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import cache
-from hashlib import sha1
 from typing import Any
 
-from redis.exceptions import NoScriptError
-
 from django_redisq.compat import LOOP_SAFE_RECEIVERS, TaskResult, task_enqueued
-from django_redisq.connection.async_pools import LoopPools, get_wire
+from django_redisq.connection.async_pools import LoopPools
 from django_redisq.connection.async_wire import AsyncWire
-from django_redisq.store import scripts
-from django_redisq.store.broker import Broker, _wire
-from django_redisq.store.durable import refused, timeout_ms
-from django_redisq.store.replies import Enqueued, NewTask
-
-Item = NewTask
-"""One task for enqueue.lua, as ``backend._prepare`` makes it (see ``broker.NewTask``)."""
+from django_redisq.store.broker.broker import Broker
+from django_redisq.store.scripts.async_runner import AsyncScriptRunner
+from django_redisq.store.scripts.durable import refused
+from django_redisq.store.scripts.runner import on_wire
+from django_redisq.store.steps.replies import Enqueued, NewTask
 
 BATCH_ITEMS = 500
 """At most this many waiting tasks go in one group commit (more wait for the next)."""
@@ -47,17 +41,12 @@ BATCH_BYTES = 4 << 20
 """And at most about this many bytes of messages (a single call's own tasks are never split)."""
 
 
-@cache
-def _sha(name: str) -> str:
-    return sha1(scripts.source(name).encode()).hexdigest()  # the name Redis gives a script
-
-
 @dataclass
 class _Batch:
     """The enqueues of one loop to one queue: whether one is in flight, and who waits to go next."""
 
     busy: bool = False
-    waiting: list[tuple[Sequence[Item], asyncio.Future[list[Enqueued]]]] = field(default_factory=list)
+    waiting: list[tuple[Sequence[NewTask], asyncio.Future[list[Enqueued]]]] = field(default_factory=list)
     flushes: set[asyncio.Task[None]] = field(default_factory=set)  # the loop keeps only weak references
 
 
@@ -65,63 +54,47 @@ class AsyncBroker:
     """The async twin of the ``Broker`` steps a web request needs: enqueue and the task read.
 
     It holds the backend's sync ``Broker`` (which holds no connection) for the
-    keys, the scripts' arguments and the reading of replies, and adds only the
-    asyncio round trip. Cheap to build, like a backend: all state is per loop.
+    keys, the scripts' arguments and the reading of replies, and an
+    ``AsyncScriptRunner`` (``scripts``) for the asyncio round trip. Cheap to
+    build, like a backend: all state is per loop.
     """
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.options = broker.options
+        self.scripts = AsyncScriptRunner(broker.options)
         self._batch_keys: dict[str, tuple[str, ...]] = {}
 
-    async def _script(self, name: str, keys: Sequence[Any], args: Sequence[Any], wire: AsyncWire | None = None) -> Any:
-        """EVALSHA on the running loop's wire; after NOSCRIPT (a restart, SCRIPT FLUSH) load it and run it again."""
-        if wire is None:
-            wire, _ = await get_wire(self.options)
-        packed = [_wire(k) for k in keys] + [_wire(a) for a in args]
-        try:
-            return await wire.execute("EVALSHA", _sha(name), len(keys), *packed)
-        except NoScriptError:
-            await wire.script_load(scripts.source(name))
-            return await wire.execute("EVALSHA", _sha(name), len(keys), *packed)
-
-    async def _enqueue_now(self, queue: str, items: Sequence[Item], wire: AsyncWire) -> list[Enqueued]:
+    async def _enqueue_now(self, queue: str, items: Sequence[NewTask], wire: AsyncWire) -> list[Enqueued]:
         keys, argv = self.broker.enqueue_call(queue, items)
         if self.options.durable_replicas:
             return await self._enqueue_durable(queue, items, keys, argv, wire)
-        return self.broker.enqueued(items, await self._script("enqueue", keys, argv, wire))
+        return self.broker.enqueued(items, await self.scripts.run("enqueue", keys, argv, wire))
 
-    async def _enqueue_durable(self, queue: str, items: Sequence[Item], keys: Sequence[Any], argv: Sequence[Any], wire: AsyncWire) -> list[Enqueued]:
-        """DURABLE_REPLICAS: enqueue.lua then WAIT back to back on the wire's socket (store/durable.py).
+    async def _enqueue_durable(self, queue: str, items: Sequence[NewTask], keys: Sequence[Any], argv: Sequence[Any], wire: AsyncWire) -> list[Enqueued]:
+        """DURABLE_REPLICAS: enqueue.lua then WAIT back to back on the wire's socket (store/scripts/durable.py).
 
         Where the wire has no socket of its own (a cluster's or sentinel's routing
         client) the sync step runs in a thread: it holds one connection of the
         master's (or the slot's node's) pool for both, which redis.asyncio's
         clients cannot promise (a cluster sends WAIT to every primary).
         """
-        packed = [_wire(k) for k in keys] + [_wire(a) for a in argv]
-        wait = ("WAIT", self.options.durable_replicas, timeout_ms(self.options))
-        evalsha = ("EVALSHA", _sha("enqueue"), len(keys), *packed)
-        replies = await wire.execute_pinned(evalsha, wait)
+        replies = await self.scripts.run_then_wait("enqueue", keys, argv, wire)
         if replies is None:
             return await asyncio.to_thread(self.broker.enqueue, queue, items)
-        if isinstance(replies[0], NoScriptError):
-            await wire.script_load(scripts.source("enqueue"))
-            replies = await wire.execute_pinned(evalsha, wait)
-            assert replies is not None
         reply, acked = replies
         for part in (reply, acked):
             if isinstance(part, BaseException):
                 raise part
         if int(acked) < self.options.durable_replicas:
-            ids = [item[0] for item in items]
+            ids = [item.id for item in items]
             what = f"enqueue of task {ids[0]}" if len(ids) == 1 else f"enqueue of {len(ids)} tasks"
             raise refused(self.options, int(acked), what, ids)
         return self.broker.enqueued(items, reply)
 
-    async def enqueue(self, queue: str, items: Sequence[Item]) -> list[Enqueued]:
+    async def enqueue(self, queue: str, items: Sequence[NewTask]) -> list[Enqueued]:
         """``Broker.enqueue``, awaited: the same script, arguments and reading of its reply (see Group commit)."""
-        wire, pools = await get_wire(self.options)
+        wire, pools = await self.scripts.wire()
         batch = self._batch(pools, queue)
         if batch.busy:
             waiter: asyncio.Future[list[Enqueued]] = asyncio.get_running_loop().create_future()
@@ -157,13 +130,13 @@ class AsyncBroker:
         for items, _ in live:
             if take and (count + len(items) > BATCH_ITEMS or size > BATCH_BYTES):
                 break
-            take, count, size = take + 1, count + len(items), size + sum(len(i[1]) for i in items)
+            take, count, size = take + 1, count + len(items), size + sum(len(i.message) for i in items)
         group, batch.waiting = live[:take], live[take:]
         flush = asyncio.get_running_loop().create_task(self._flush(batch, queue, group, wire))
         batch.flushes.add(flush)
         flush.add_done_callback(batch.flushes.discard)
 
-    async def _flush(self, batch: _Batch, queue: str, group: list[tuple[Sequence[Item], asyncio.Future[list[Enqueued]]]], wire: AsyncWire) -> None:
+    async def _flush(self, batch: _Batch, queue: str, group: list[tuple[Sequence[NewTask], asyncio.Future[list[Enqueued]]]], wire: AsyncWire) -> None:
         try:
             out = await self._enqueue_now(queue, [item for items, _ in group for item in items], wire)
         except asyncio.CancelledError:
@@ -185,10 +158,10 @@ class AsyncBroker:
 
     async def get_task(self, task_id: str, queues: Sequence[str]) -> tuple[str, dict[str, str]] | None:
         """``Broker.get_task``, awaited: one HGETALL per queue, all in one round trip."""
-        wire, _ = await get_wire(self.options)
+        wire, _ = await self.scripts.wire()
         queues = self.broker.options.physical_all(queues)
         hashes = self.broker.task_hashes(task_id, queues)
-        return self.broker.found_task(queues, await wire.hgetall_many([_wire(key) for key in hashes]))
+        return self.broker.found_task(queues, await wire.hgetall_many([on_wire(key) for key in hashes]))
 
 
 async def send_enqueued(sender: type[Any], result: TaskResult) -> None:

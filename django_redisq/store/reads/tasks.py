@@ -1,7 +1,7 @@
 """Read-only views of stored tasks: dead-letter pages, scans, facets; task rows, lists and one task's detail.
 
-The task half of the store's reads (``class QueueReads(TaskReads)``, store/queue_reads.py,
-which ``Inspector`` in ops/inspector.py is): queue_reads.py reads the queues' figures, this
+The task half of the store's reads (``class QueueReads(TaskReads)``, store/reads/queues.py,
+which ``Inspector`` in ops/inspector.py is): queues.py reads the queues' figures, this
 module the tasks in them.
 Every read is bounded: a page of dead letters is one ``scan_dead.lua`` call (ZCOUNT +
 ZREVRANGE by rank, O(log n + page)) plus one pipelined HMGET per id on the page. A
@@ -12,7 +12,7 @@ so its cost is page size / match rate, capped at ``SCAN_BUDGET`` entries per req
 Counting every match (the confirmation of a filtered bulk action) walks the whole set:
 about half a second for 100,000.
 A partitioned queue's dead letters are one list: a k-way merge of its partitions' dead
-sets (store/dead_scan.py).
+sets (store/reads/dead_scan.py).
 """
 
 from __future__ import annotations
@@ -20,23 +20,23 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import redis
+
+from django_redisq.connection import get_client
+from django_redisq.core import partitions
 from django_redisq.core.clock import ms_to_datetime
+from django_redisq.core.options import Options
 from django_redisq.core.partitions import logical
+from django_redisq.exceptions import UnknownQueue
 from django_redisq.progress import decode as decode_progress
-from django_redisq.store import scripts
-from django_redisq.store.dead_scan import SCAN_CHUNK, DeadFilter, MergedDeadScan
-from django_redisq.store.priority import ready_page, stored_priority
-from django_redisq.store.records import Attempt, Pagination, Scan, TaskDetail, TaskRow, stored_errors
-from django_redisq.store.running_marks import marked
-
-if TYPE_CHECKING:
-    import redis
-    from redis.commands.core import Script
-
-    from django_redisq.core.options import Options
-    from django_redisq.store.keys import QueueKeys
+from django_redisq.store.keys import QueueKeys
+from django_redisq.store.reads.dead_scan import SCAN_CHUNK, DeadFilter, MergedDeadScan
+from django_redisq.store.reads.priority import ready_page, stored_priority
+from django_redisq.store.reads.records import Attempt, Pagination, Scan, TaskDetail, TaskRow, stored_errors
+from django_redisq.store.scripts.runner import ScriptRunner
+from django_redisq.store.steps.running import marked
 
 SCAN_BUDGET = 50_000
 """Entries a filtered page may examine (about a quarter of a second) before it stops and offers to continue."""
@@ -45,22 +45,31 @@ ROW_FIELDS = ("task", "state", "exc", "error", "failures", "deliveries", "enqueu
               "prio", "progress")
 
 
-class TaskReads(MergedDeadScan):
-    """The task half of ``Inspector``."""
+class TaskReads:
+    """The task half of ``Inspector``: the bounded reads of the tasks in one backend alias's queues."""
 
-    if TYPE_CHECKING:  # provided by Inspector
-        options: Options
-        client: redis.Redis
-        _scan: Script | None
-        _dead_window: Script | None
+    def __init__(self, options: Options, client: redis.Redis | None = None) -> None:
+        self.options = options
+        self.client = client or get_client(options)
+        self.scripts = ScriptRunner(options, self.client)  # the read-only scripts: scan_dead.lua, dead_window.lua
+        self.merged = MergedDeadScan(self.scripts)
 
-        @property
-        def queues(self) -> tuple[str, ...]: ...
+    @property
+    def queues(self) -> tuple[str, ...]:
+        return self.options.queues
 
-        def keys(self, queue: str) -> QueueKeys: ...
+    @property
+    def physical_queues(self) -> list[str]:
+        """Every partition of every queue (core/partitions.py): the queues themselves when none is partitioned."""
+        return self.options.physical_all(self.options.queues)
 
-        @property
-        def physical_queues(self) -> list[str]: ...
+    def keys(self, queue: str) -> QueueKeys:
+        """The keys of a queue, or of one partition of a partitioned queue (``events~3``)."""
+        if queue not in self.options.queues and not (
+                partitions.SEP in queue and partitions.logical(queue) in self.options.queues
+                and queue in self.options.physical(partitions.logical(queue))):
+            raise UnknownQueue(f"queue {queue!r} is not in TASKS[{self.options.alias!r}]['QUEUES'] {list(self.options.queues)}")
+        return QueueKeys(queue, self.options.key_prefix)
 
     # -- dead letters ----------------------------------------------------
 
@@ -71,17 +80,15 @@ class TaskReads(MergedDeadScan):
         if budget == 0:
             budget = SCAN_BUDGET
         if self.options.partitions(queue) > 1:
-            return self._scan_merged(self.options.physical(queue), flt, top, start, direction, want, budget)
+            return self.merged.scan(self.options.physical(queue), flt, top, start, direction, want, budget)
         k = self.keys(queue)
-        if self._scan is None:
-            self._scan = self.client.register_script(scripts.source("scan_dead"))
         found: list[tuple[str, int]] = []
         examined = matched = 0
         pos, total, step = start, 0, want if want and not flt else SCAN_CHUNK
         while True:
             size = step if budget is None else max(0, min(step, budget - examined))
-            out = self._scan(keys=[k.dead], args=[k.prefix, top, pos, direction, size,
-                                                  want - len(found) if want else 0, *flt.args()])
+            out = self.scripts.run("scan_dead", keys=[k.dead], args=[k.prefix, top, pos, direction, size,
+                                                                     want - len(found) if want else 0, *flt.args()])
             top, total, pos, n, m = str(out[0]), int(out[1]), int(out[2]), int(out[3]), int(out[4])
             found.extend((out[i], int(out[i + 1])) for i in range(5, len(out), 2))
             examined, matched = examined + n, matched + m
@@ -254,7 +261,7 @@ class TaskReads(MergedDeadScan):
 
     def running_page(self, queue: str, page: int = 1, per_page: int = 50) -> Pagination:
         """Ids in the processing lists of the queue's registered workers (bounded by their prefetch): those running
-        first (a worker's mark, store/running_marks.py), then those held, each row's state saying which."""
+        first (a worker's mark, store/steps/running.py), then those held, each row's state saying which."""
         k = self.keys(queue)
         workers: list[str] = self.client.zrange(k.workers, 0, -1)  # type: ignore[assignment]
         pipe = self.client.pipeline(transaction=False)

@@ -1,14 +1,13 @@
 """Which held tasks run: each worker's mark of the tasks it is executing now, per queue.
 
-Part of ``Broker`` (``class Broker(OperatorSteps, ScheduleSteps, RunningMarks)``).
-A worker's processing list holds every task it took and has not settled: the
+A step family the broker holds (``broker.running``). A worker's processing list holds every task it took and has not settled: the
 ones running, and the ones fetched ahead and not started (held), and the ones
 run and waiting for their ack. The guard (``P:status:<id>``) cannot tell them
 apart: fetch.lua claims it. So each worker writes ``P:running:<worker>``, the
 JSON list of the ids it executes now (at most its concurrency), with one SET
 (or DEL) per queue in one pipelined round trip, only when that changes (at most
 every ``worker/marks.py`` ``EVERY``) and again before the mark's TTL ends. The
-reads (store/queue_reads.py, store/task_reads.py) count a worker's running
+reads (store/reads/queues.py, store/reads/tasks.py) count a worker's running
 tasks as the ids of its mark, never more than its processing list holds (the
 Running page: the ids of its mark found in the list), so at most its
 concurrency: ``running`` never exceeds the fleet's slots. The rest of the
@@ -25,7 +24,7 @@ from __future__ import annotations
 import json
 from collections.abc import Collection, Mapping, Sequence
 
-from django_redisq.store.operator_steps import BrokerPart
+from django_redisq.store.scripts.runner import ScriptRunner, ms
 
 
 def marked(raw: object) -> set[str]:
@@ -39,15 +38,20 @@ def marked(raw: object) -> set[str]:
     return {str(i) for i in ids} if isinstance(ids, list) else set()
 
 
-class RunningMarks(BrokerPart):
-    def mark_running(self, worker: str, running: Mapping[str, Collection[str]], queues: Sequence[str], ttl: float) -> None:
+class RunningMarks:
+    """Writes a worker's marks (plain commands: each mark is one key, written whole)."""
+
+    def __init__(self, runner: ScriptRunner) -> None:
+        self.runner = runner
+
+    def mark(self, worker: str, running: Mapping[str, Collection[str]], queues: Sequence[str], ttl: float) -> None:
         """Write ``worker``'s mark on each of ``queues``: the ids it runs there now (deleted where none), kept ``ttl`` seconds."""
-        pipe = self.client.pipeline(transaction=False)
+        pipe = self.runner.client.pipeline(transaction=False)
         for q in queues:
-            key = self.keys(q).running(worker)
+            key = self.runner.keys(q).running(worker)
             ids = running.get(q)
             if ids:
-                pipe.set(key, json.dumps(sorted(ids)), px=max(1, int(ttl * 1000)))
+                pipe.set(key, json.dumps(sorted(ids)), px=ms(ttl))
             else:
                 pipe.delete(key)
         pipe.execute()

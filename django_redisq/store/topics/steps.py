@@ -12,11 +12,11 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-from django_redisq.store.broker import Broker
+from django_redisq.store.broker.broker import Broker
 from django_redisq.store.keys import TopicKeys
+from django_redisq.store.topics.shapes import Entry, GroupStats, NoSuchGroup, Read, Regrouped, Trimmed
 
 logger = logging.getLogger("django_redisq")
 NOGROUP = -1
@@ -24,18 +24,6 @@ BATCH = 2000
 """Entries the MAX_LEN rule and the hard cap remove per trim call at most (the next call goes on)."""
 LAG_SCAN_MAX = 100_000
 """Entries counted at most for a lag Redis does not report itself (6.2; 7 after some trims): then shown as at least."""
-MAX_ID_SEQ = 18446744073709551615
-
-
-@dataclass(frozen=True, slots=True)
-class Regrouped:
-    """A subscription's consumer group found deleted (an operator's XGROUP DESTROY, or the stream deleted) and
-    recreated at ``at``, where the subscription had acknowledged everything before ('0': not known, every retained
-    entry). Entries it had turned into tasks already keep their task ids (same generation): not run twice while their
-    task records live (RESULT_TTL)."""
-
-    group: str
-    at: str
 
 
 def _regrouped(rows: Sequence[Any]) -> list[Regrouped]:
@@ -47,62 +35,6 @@ def warn_regrouped(topic: str, found: list[Regrouped]) -> None:
     for g in found:
         logger.warning("events: the consumer group of subscription %s on topic %s was missing (deleted?); recreated at "
                        "%s: the events it had not acknowledged are delivered again, none skipped", g.group, topic, g.at)
-
-
-class NoSuchGroup(LookupError):
-    """The subscription's consumer group does not exist (no worker or publish has created it yet)."""
-
-
-@dataclass(slots=True)
-class Entry:
-    """One stream entry read for a subscription: its id, the raw payload field, how often it was delivered,
-    and the raw trace field (``tc``: the publisher's trace context as JSON, core/tracing.py; ``""`` when it has none)."""
-
-    id: str
-    payload: str
-    deliveries: int = 1
-    trace: str = ""
-
-
-@dataclass(slots=True)
-class Read:
-    """What one read or claim window returned."""
-
-    generation: int
-    entries: list[Entry]
-    top: str = "0-0"  # the stream's newest id when nothing was new (read)
-    cursor: str = "0-0"  # where the next claim window starts ('0-0': walked)
-    trimmed: int = 0
-
-
-@dataclass(slots=True)
-class GroupStats:
-    """What operators see of one subscription's group."""
-
-    exists: bool
-    lag: int = 0
-    lag_exact: bool = True
-    pending: int = 0
-    oldest_pending_id: str = ""
-    last_delivered: str = ""
-    generation: int = 0
-    dropped: int = 0
-    regrouped: int = 0  # times its group was found deleted and recreated (lib/topic_group.lua)
-    consumers: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-def id_ms(entry_id: str) -> int:
-    """The Redis time (ms) an entry id was made at."""
-    return int(entry_id.partition("-")[0] or 0)
-
-
-def before(entry_id: str) -> str:
-    """The id just below ``entry_id``: a group set there delivers ``entry_id`` next."""
-    ms, _, seq = entry_id.partition("-")
-    if int(seq or 0) > 0:
-        return f"{ms}-{int(seq) - 1}"
-    return f"{int(ms) - 1}-{MAX_ID_SEQ}" if int(ms) > 0 else "0-0"
 
 
 class Topics:
@@ -129,7 +61,7 @@ class Topics:
         argv: list[Any] = [payload_json, trace_json, len(groups)]
         for name, start in groups:
             argv += [name, start]
-        reply = self.broker._script("topic_publish")(keys=[k.stream, k.gen, k.meta], args=argv)
+        reply = self.broker.scripts.run("topic_publish", keys=[k.stream, k.gen, k.meta], args=argv)
         warn_regrouped(topic, _regrouped(reply[1:]))
         return _text(reply[0])
 
@@ -140,7 +72,7 @@ class Topics:
         argv: list[Any] = [len(groups)]
         for name, start in groups:
             argv += [name, start]
-        found = _regrouped(self.broker._script("topic_groups")(keys=[k.stream, k.gen, k.meta], args=argv)[1:])
+        found = _regrouped(self.broker.scripts.run("topic_groups", keys=[k.stream, k.gen, k.meta], args=argv)[1:])
         warn_regrouped(topic, found)
         return found
 
@@ -149,7 +81,7 @@ class Topics:
     def read(self, topic: str, group: str, consumer: str, count: int) -> Read:
         """New entries for ``consumer`` of ``group`` with the group's generation; ``NoSuchGroup`` if it is missing."""
         k = self.keys(topic)
-        reply = self.broker._script("topic_read")(keys=[k.stream, k.gen], args=[group, consumer, count])
+        reply = self.broker.scripts.run("topic_read", keys=[k.stream, k.gen], args=[group, consumer, count])
         if int(reply[0]) == NOGROUP:
             raise NoSuchGroup(group)
         rows = reply[2:]
@@ -163,7 +95,7 @@ class Topics:
     def claim(self, topic: str, group: str, consumer: str, min_idle_ms: int, cursor: str, count: int) -> Read:
         """One XAUTOCLAIM window of ``group``'s entries idle at least ``min_idle_ms``, with their delivery counts."""
         k = self.keys(topic)
-        reply = self.broker._script("topic_claim")(keys=[k.stream, k.gen], args=[group, consumer, min_idle_ms, cursor, count])
+        reply = self.broker.scripts.run("topic_claim", keys=[k.stream, k.gen], args=[group, consumer, min_idle_ms, cursor, count])
         if int(reply[0]) == NOGROUP:
             raise NoSuchGroup(group)
         rows = reply[3:]
@@ -176,7 +108,7 @@ class Topics:
 
     def prune(self, topic: str, group: str, idle_ms: int) -> int:
         """Delete the group's consumers with nothing pending, idle longer than ``idle_ms``."""
-        return int(self.broker._script("topic_prune")(keys=[self.keys(topic).stream], args=[group, idle_ms]))
+        return int(self.broker.scripts.run("topic_prune", keys=[self.keys(topic).stream], args=[group, idle_ms]))
 
     def bury(self, queue: str, task_id: str, message: str, path: str, reason: str, error: dict[str, Any]) -> bool:
         """Dead-letter an event that cannot become its task; False if the task exists already."""
@@ -184,21 +116,20 @@ class Topics:
         o = self.broker.options.for_queue(queue)
         argv = [k.prefix, task_id, message, path, reason, json.dumps(error), error.get("msg", ""), error.get("exc", ""),
                 int(o.dead_letter_ttl * 1000), o.dead_letter_max]
-        return bool(self.broker._script("bury_event")(keys=[k.dead, k.task(task_id)], args=argv))
+        return bool(self.broker.scripts.run("bury_event", keys=[k.dead, k.task(task_id)], args=argv))
 
     # -- retention and replay ---------------------------------------------
 
-    def trim(self, topic: str, max_age_ms: int, max_len: int, hard_max_len: int, groups: list[str]) -> tuple[int, int]:
-        """Trim by retention, never past what a group in ``groups`` has not acknowledged (but to the hard cap):
-        (entries removed by retention, entries dropped by the hard cap)."""
+    def trim(self, topic: str, max_age_ms: int, max_len: int, hard_max_len: int, groups: list[str]) -> Trimmed:
+        """Trim by retention, never past what a group in ``groups`` has not acknowledged (but to the hard cap)."""
         k = self.keys(topic)
-        reply = self.broker._script("topic_trim")(keys=[k.stream, k.meta], args=[max_age_ms, max_len, hard_max_len, BATCH, *groups])
-        return int(reply[0]), int(reply[1])
+        reply = self.broker.scripts.run("topic_trim", keys=[k.stream, k.meta], args=[max_age_ms, max_len, hard_max_len, BATCH, *groups])
+        return Trimmed(int(reply[0]), int(reply[1]))
 
     def rewind(self, topic: str, group: str, last_delivered: str) -> int:
         """Set ``group`` to deliver what follows ``last_delivered`` again and bump its generation: the new generation."""
         k = self.keys(topic)
-        gen = int(self.broker._script("topic_rewind")(keys=[k.stream, k.gen, k.meta], args=[group, last_delivered]))
+        gen = int(self.broker.scripts.run("topic_rewind", keys=[k.stream, k.gen, k.meta], args=[group, last_delivered]))
         if gen == NOGROUP:
             raise NoSuchGroup(group)
         return gen

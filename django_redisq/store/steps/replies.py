@@ -1,15 +1,16 @@
-"""What the broker's steps take and hand back: a task to store, a delivery, an enqueue's answer, a recovered task.
+"""What the broker's steps take and hand back: a task to store, a delivery, an enqueue's answer, a reaping.
 
-Plain values, parsed here from the scripts' replies (fetch.lua's rows, reap.lua's
-hand-backs) with the checks that keep a field another producer wrote badly from
-crashing a worker: such a delivery is CORRUPT and buried with the reason.
+Named values, each built here from its script's reply (fetch.lua's rows, reap.lua's
+hand-backs, ...) with the checks that keep a field another producer wrote badly from
+crashing a worker: such a delivery is CORRUPT and buried with the reason. The
+replies that are pairs or triples are named tuples, so a caller may still unpack them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from django_redisq.exceptions import TaskCancelled
 
@@ -69,18 +70,42 @@ def parse_ms(value: Any, field: str) -> int:
     return n
 
 
-def delivery(queue: str, row: Sequence[Any]) -> Delivery:
+class FetchRow(NamedTuple):
+    """One task of fetch.lua's reply, which is these fields for each id it took, back to back."""
+
+    id: Any
+    code: Any
+    raw: Any
+    deliveries: Any
+    failures: Any
+    workers: Any
+    enqueued_at: Any
+    started_at: Any
+    task: Any
+    metadata: Any
+
+
+FETCH_ROW = len(FetchRow._fields)
+"""How many entries of fetch.lua's reply each task takes."""
+
+
+def delivery(queue: str, row: FetchRow) -> Delivery:
     """One fetch.lua row as a Delivery; a field that does not parse makes it CORRUPT (buried with the reason)."""
-    task_id, code, raw, deliveries, failures, workers, enqueued_at, started_at, task, metadata = row
-    d = Delivery(task_id, queue, int(code), raw, 0, 0, workers if isinstance(workers, str) else "", task=task if isinstance(task, str) else "",
-                 metadata=metadata if isinstance(metadata, str) else "")
+    d = Delivery(row.id, queue, int(row.code), row.raw, 0, 0, row.workers if isinstance(row.workers, str) else "",
+                 task=row.task if isinstance(row.task, str) else "",
+                 metadata=row.metadata if isinstance(row.metadata, str) else "")
     try:
-        d.deliveries, d.failures = int(deliveries), int(failures)
-        d.enqueued_at = parse_ms(enqueued_at, "enqueued_at")
-        d.started_at = parse_ms(started_at, "started_at")
+        d.deliveries, d.failures = int(row.deliveries), int(row.failures)
+        d.enqueued_at = parse_ms(row.enqueued_at, "enqueued_at")
+        d.started_at = parse_ms(row.started_at, "started_at")
     except (TypeError, ValueError) as exc:
         d.code, d.problem = CORRUPT, str(exc)
     return d
+
+
+def deliveries(queue: str, reply: Sequence[Any]) -> list[Delivery]:
+    """fetch.lua's reply of tasks taken (not a refusal: see ``Broker.fetch``) as one Delivery each."""
+    return [delivery(queue, FetchRow._make(reply[i : i + FETCH_ROW])) for i in range(0, len(reply), FETCH_ROW)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,10 +119,16 @@ class Recovered:
     deliveries: int  # deliveries so far, the one that died included
 
 
-NewTask = tuple[str, str, str, int, str] | tuple[str, str, str, int, str, int] | tuple[str, str, str, int, str, int, str]
-"""A task to store: id, message, task path, delay ms, idempotency key ('' = none), priority (0 if left out), and
-its own fleet-wide limits ('' if left out; see limits.task_limits)."""
-DEFAULTS = (0, "")
+class NewTask(NamedTuple):
+    """A task to store (enqueue.lua's ARGV for one task, in this order): built by whoever enqueues, read by the broker."""
+
+    id: str
+    message: str  # the message JSON (core/message.py)
+    task: str  # the task's dotted path
+    delay_ms: int = 0  # relative to Redis time; 0: pending at once
+    idem: str = ""  # the idempotency key ('' = none)
+    priority: int = 0  # Django's priority (-100..100)
+    limits: str = ""  # its own fleet-wide limits ('' = none; see core/limits.task_limits)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,3 +136,26 @@ class Enqueued:
     id: str
     duplicate_of: str | None  # set when an idempotency key was already held
     enqueued_at: int = 0  # Redis ms, as stored in the task hash (what get_result reports)
+
+
+class Reaped(NamedTuple):
+    """What reap.lua gave back: how many tasks, of which workers, and each task (``task_recovered`` tells of it)."""
+
+    tasks: int
+    workers: list[str]
+    recovered: list[Recovered]
+
+    @classmethod
+    def of(cls, queue: str, reply: Sequence[Any]) -> Reaped:
+        if len(reply) == 2 and reply[1] == -1:  # this reaper may not reap yet (its own run is too short)
+            return cls(0, [], [])
+        back = reply[1]
+        recovered = [Recovered(back[i], queue, back[i + 1], back[i + 2], int(back[i + 3] or 0)) for i in range(0, len(back), 4)]
+        return cls(int(reply[0]), list(reply[2:]), recovered)
+
+
+class Promoted(NamedTuple):
+    """promote.lua's answer: how many due tasks became pending, and ms until the next is due (-1: none scheduled)."""
+
+    moved: int
+    wait_ms: int

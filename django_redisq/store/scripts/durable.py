@@ -95,7 +95,7 @@ def what(name: str, keys: Sequence[Any], args: Sequence[Any]) -> str:
 
 
 def settled(step: Callable[[], Any], finish: Callable[[Any], Any]) -> Any:
-    """``finish(step())``; a ``NotDurable`` from the step gets an ``again`` that finishes the same way (store/durable.py)."""
+    """``finish(step())``; a ``NotDurable`` from the step gets an ``again`` that finishes the same way (store/scripts/durable.py)."""
     try:
         reply = step()
     except NotDurable as exc:

@@ -38,13 +38,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, NamedTuple
 
 import redis
 
 from django_redisq.connection.links import ask, dropped, node_address, node_client, open_link
-from django_redisq.store.operator_steps import BrokerPart
-from django_redisq.store.replies import Recovered
+from django_redisq.store.scripts.runner import ScriptRunner
+from django_redisq.store.steps.reaping import reap
+from django_redisq.store.steps.replies import Reaped
 
 logger = logging.getLogger("django_redisq")
 
@@ -255,41 +256,46 @@ def gone_of(info: Any, listed: Any, records: Mapping[str, str]) -> dict[str, str
     return out
 
 
-class PresenceSteps(BrokerPart):
-    """The Broker's steps for the presence poll (part of ``Broker``, like store/operator_steps.py's)."""
+class Lease(NamedTuple):
+    """presence.lua's answer: worker -> entry of every registered worker when this worker holds the poll lease
+    (``None`` when another does), and the seconds until that other's lease lapses (0 when held)."""
 
-    if TYPE_CHECKING:  # provided by Broker
-        def _reap(self, queue: str, reaper: str, max_workers: int, pairs: Sequence[str]
-                  ) -> tuple[int, list[str], list[Recovered]]: ...
+    records: dict[str, str] | None
+    wait: float
 
-    def presence(self, queues: Sequence[str]) -> Presence:
+
+class PresenceSteps:
+    """The steps of the presence poll (``broker.presence``): a worker's links, the poll lease, the reaping by connection."""
+
+    def __init__(self, runner: ScriptRunner) -> None:
+        self.runner = runner
+
+    def links(self, queues: Sequence[str]) -> Presence:
         """The presence links of a worker serving ``queues`` (not opened yet: ``Presence.open``)."""
-        return Presence(self.client, {q: self.keys(q).presence for q in queues})
+        return Presence(self.runner.client, {q: self.runner.keys(q).presence for q in queues})
 
-    def presence_lease(self, queue: str, worker: str) -> tuple[dict[str, str] | None, float]:
-        """Take or renew the queue's poll lease: (worker -> entry of every registered worker, 0), or (None, seconds
-        until the lease held by another worker lapses)."""
-        k = self.keys(queue)
-        out = self._script("presence")(keys=[k.presence, k.reaper], args=[worker, LEASE_MS])
+    def lease(self, queue: str, worker: str) -> Lease:
+        """Take or renew the queue's poll lease (see ``Lease``)."""
+        k = self.runner.keys(queue)
+        out = self.runner.run("presence", keys=[k.presence, k.reaper], args=[worker, LEASE_MS])
         if int(out[0]) != 1:
-            return None, int(out[1]) / 1000
+            return Lease(None, int(out[1]) / 1000)
         flat = [_text(v) for v in out[1:]]
-        return dict(zip(flat[::2], flat[1::2], strict=True)), 0.0
+        return Lease(dict(zip(flat[::2], flat[1::2], strict=True)), 0.0)
 
     def connections_gone(self, queue: str, records: Mapping[str, str]) -> dict[str, str]:
         """Of ``records``, those whose connection the server that holds ``queue`` no longer has (one round trip)."""
         ids = sorted({rec.rpartition(":")[2] for rec in records.values() if rec.rpartition(":")[2].isdigit()})
         if not ids:
             return {}
-        node = node_client(self.client, self.keys(queue).presence)
+        node = node_client(self.runner.client, self.runner.keys(queue).presence)
         pipe = node.pipeline(transaction=False)
         pipe.info("server")
         pipe.execute_command("CLIENT LIST", "ID", *ids)
         info, listed = pipe.execute()
         return gone_of(info, listed, records)
 
-    def reap_gone(self, queue: str, reaper: str, gone: Mapping[str, str], max_workers: int = 10
-                  ) -> tuple[int, list[str], list[Recovered]]:
+    def reap_gone(self, queue: str, reaper: str, gone: Mapping[str, str], max_workers: int = 10) -> Reaped:
         """Reap the workers in ``gone`` (worker -> the entry seen gone) whose entry is still that one."""
         pairs: Sequence[str] = [x for w, rec in list(gone.items())[:max_workers] for x in (w, rec)]
-        return self._reap(queue, reaper, max_workers, pairs)
+        return reap(self.runner, queue, reaper, max_workers, pairs)

@@ -1,23 +1,21 @@
 """The operator's steps on stored tasks: replay, edit, purge, cancel, move dead letters between queues, pause a queue.
 
-Part of ``Broker`` (``class Broker(OperatorSteps, ScheduleSteps)``): each method is one
-atomic script or one plain command, called from the admin, the ``redisq`` command and
-the API, never on a task's hot path. Split from store/broker.py along that line: the task's
-own life (enqueue, fetch, settle, reap) stays there.
+A step family the broker holds (``broker.operator``), built with its ``ScriptRunner``: each
+method is one atomic script or one plain command, called from the admin, the ``redisq``
+command and the API, never on a task's hot path (but ``cancel_requests``, which a worker
+polls). The task's own life (enqueue, fetch, settle, reap) is the broker's (store/broker/broker.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Sequence
+from typing import Any, NamedTuple, cast
 
 import redis
 
 from django_redisq.exceptions import MessageChanged, TaskNotFound
-
-if TYPE_CHECKING:
-    from django_redisq.core.options import Options
-    from django_redisq.store.keys import QueueKeys
+from django_redisq.store.keys import QueueKeys
+from django_redisq.store.scripts.runner import ScriptRunner
 
 CANCEL_OUTCOMES = {1: "cancelled", 2: "requested", 3: "finished", 0: "missing"}
 CANCEL_BATCH = 100
@@ -26,29 +24,46 @@ CANCEL_SCAN = 200_000
 """Pending entries one cancel.lua call may walk to find the ids it removes (a few ms of Redis time)."""
 
 
-class BrokerPart:
-    """What a part of ``Broker`` (these steps, store/schedule_steps.py's) uses of the whole; for the type checker only."""
+class MovedOut(NamedTuple):
+    """move_out.lua's answer for one id: its code (1: marked moving) and, when marked, its fields in ``MOVED_FIELDS`` order."""
 
-    if TYPE_CHECKING:  # provided by Broker, which these steps are part of
-        options: Options
-
-        @property
-        def client(self) -> redis.Redis: ...
-
-        def keys(self, queue: str) -> QueueKeys: ...
-
-        def _script(self, name: str) -> Callable[..., Any]: ...
+    id: str
+    code: int
+    fields: list[str]
 
 
+MOVED_FIELDS = ("message", "task", "errors", "errors_len", "errors_dropped", "workers", "enqueued_at", "idem", "priority")
+"""The fields move_out.lua answers for a dead letter it marked, in its order (what move_in.lua takes back)."""
 
-class OperatorSteps(BrokerPart):
+
+class Paused(NamedTuple):
+    """pause.lua's answer: whether this call paused the queue, and the pause key's ``<Redis ms>|<who>``."""
+
+    now: bool
+    value: str
+
+
+class OperatorSteps:
+    """What operators do to stored tasks, one script (or plain command) per step."""
+
+    def __init__(self, runner: ScriptRunner) -> None:
+        self.runner = runner
+        self.options = runner.options
+
+    @property
+    def client(self) -> redis.Redis:
+        return self.runner.client
+
+    def keys(self, queue: str) -> QueueKeys:
+        return self.runner.keys(queue)
+
     # -- operator actions -----------------------------------------------
 
     def replay(self, queue: str, ids: Sequence[str]) -> int:
         if not ids:
             return 0
         k = self.keys(queue)
-        return int(self._script("replay")(keys=[k.dead, k.pending, k.prioritized, k.prioseq], args=[k.prefix, *ids]))
+        return int(self.runner.run("replay", keys=[k.dead, k.pending, k.prioritized, k.prioseq], args=[k.prefix, *ids]))
 
     def edit_replay(self, queue: str, task_id: str, expected_sha1: str, message: str) -> None:
         """Rewrite a dead letter's message and replay it atomically (store/scripts/edit_replay.lua).
@@ -57,7 +72,7 @@ class OperatorSteps(BrokerPart):
         ``MessageChanged`` when its message is no longer the one ``expected_sha1`` hashes.
         """
         k = self.keys(queue)
-        code = int(self._script("edit_replay")(keys=[k.dead, k.pending, k.prioritized, k.prioseq], args=[k.prefix, task_id, expected_sha1, message]))
+        code = int(self.runner.run("edit_replay", keys=[k.dead, k.pending, k.prioritized, k.prioseq], args=[k.prefix, task_id, expected_sha1, message]))
         if code == 0:
             raise TaskNotFound(f"task {task_id} is not a dead letter of queue {queue} (any more)")
         if code < 0:
@@ -67,7 +82,7 @@ class OperatorSteps(BrokerPart):
         if not ids:
             return 0
         k = self.keys(queue)
-        return int(self._script("purge")(keys=[k.dead], args=[k.prefix, *ids]))
+        return int(self.runner.run("purge", keys=[k.dead], args=[k.prefix, *ids]))
 
     def cancel(self, queue: str, ids: Sequence[str], who: str) -> list[str]:
         """Cancel tasks of ``queue`` (store/scripts/cancel.lua, up to CANCEL_BATCH ids per atomic call).
@@ -79,11 +94,10 @@ class OperatorSteps(BrokerPart):
         """
         k = self.keys(queue)
         o = self.options.for_queue(queue)
-        script = self._script("cancel")
         out: list[str] = []
         todo = list(ids)
         while todo:  # a call answers -1 for the ids it did not reach in its scan budget: send those again
-            codes = [int(c) for c in script(keys=[k.pending, k.scheduled, k.dead, k.cancels, k.workers, k.prioritized, k.blocked],
+            codes = [int(c) for c in self.runner.run("cancel", keys=[k.pending, k.scheduled, k.dead, k.cancels, k.workers, k.prioritized, k.blocked],
                                             args=[k.prefix, who[:200], int(o.dead_letter_ttl * 1000), o.dead_letter_max,
                                                   CANCEL_SCAN, *todo[:CANCEL_BATCH]])]
             done = [CANCEL_OUTCOMES[c] for c in codes if c != -1]
@@ -106,17 +120,14 @@ class OperatorSteps(BrokerPart):
             return {}
         return {task_id: value.partition("|")[2] if "|" in value else value for task_id, value in raw.items()}
 
-    def move_out(self, queue: str, to: str, ids: Sequence[str]) -> list[tuple[str, int, list[str]]]:
-        """Step 1 of a replay into another queue: mark dead letters 'moving' to ``to``.
-
-        Returns ``(id, code, fields)`` per id, code as in move_out.lua (1 = marked, with
-        the fields message, task, errors, errors_len, errors_dropped, workers, enqueued_at, idem, priority).
-        """
+    def move_out(self, queue: str, to: str, ids: Sequence[str]) -> list[MovedOut]:
+        """Step 1 of a replay into another queue: mark dead letters 'moving' to ``to``; one ``MovedOut`` per id."""
         if not ids:
             return []
         k = self.keys(queue)
-        out = self._script("move_out")(keys=[k.dead], args=[k.prefix, to, *ids])
-        return [(out[i], int(out[i + 1]), list(out[i + 2 : i + 11])) for i in range(0, len(out), 11)]
+        out = self.runner.run("move_out", keys=[k.dead], args=[k.prefix, to, *ids])
+        width = 2 + len(MOVED_FIELDS)
+        return [MovedOut(out[i], int(out[i + 1]), list(out[i + 2 : i + width])) for i in range(0, len(out), width)]
 
     def move_in(self, queue: str, source: str, tasks: Sequence[tuple[str, str, list[str]]]) -> list[int]:
         """Step 2: store ``(id, rewritten message, move_out fields)`` as pending in ``queue``; 1 stored, 0 already here."""
@@ -126,7 +137,7 @@ class OperatorSteps(BrokerPart):
         argv: list[Any] = [k.prefix, len(tasks)]
         for task_id, msg, (_, task, errors, errors_len, dropped, workers, enqueued_at, idem, prio) in tasks:
             argv += [task_id, msg, task, errors or "[]", errors_len, dropped, workers, enqueued_at, source, idem, prio]
-        return [int(c) for c in self._script("move_in")(keys=[k.pending, k.prioritized, k.prioseq], args=argv)]
+        return [int(c) for c in self.runner.run("move_in", keys=[k.pending, k.prioritized, k.prioseq], args=argv)]
 
     def dead_ids(self, queue: str, count: int, newest_first: bool = False) -> list[str]:
         k = self.keys(queue)
@@ -152,17 +163,17 @@ class OperatorSteps(BrokerPart):
 
     # -- pausing a queue --------------------------------------------------
 
-    def pause_queue(self, queue: str, by: str) -> tuple[bool, str]:
+    def pause_queue(self, queue: str, by: str) -> Paused:
         """Pause a queue (store/scripts/pause.lua): (paused by this call, the key's ``<Redis ms>|<who>``).
 
         A partitioned queue: every partition, partition 0's answer (each is one atomic step of its own).
         """
-        replies = [self._script("pause")(keys=[self.keys(p).paused], args=[by]) for p in self.options.physical(queue)]
-        return any(int(code) == 1 for code, _ in replies), str(replies[0][1])
+        replies = [self.runner.run("pause", keys=[self.keys(p).paused], args=[by]) for p in self.options.physical(queue)]
+        return Paused(any(int(code) == 1 for code, _ in replies), str(replies[0][1]))
 
     def resume_queue(self, queue: str) -> str | None:
         """Resume a paused queue (store/scripts/resume.lua): the pause's ``<Redis ms>|<who>``, None if it was not paused."""
-        replies = [self._script("resume")(keys=[self.keys(p).paused], args=[]) for p in self.options.physical(queue)]
+        replies = [self.runner.run("resume", keys=[self.keys(p).paused], args=[]) for p in self.options.physical(queue)]
         was = [str(value) for code, value in replies if int(code) == 1]
         return was[0] if was else None
 

@@ -1,6 +1,6 @@
 """Plain records the store's reads return: rows, details, pages, worker and queue figures.
 
-No Redis here; store/queue_reads.py and store/task_reads.py fill them in, ``Inspector``
+No Redis here; store/reads/queues.py and store/reads/tasks.py fill them in, ``Inspector``
 (ops/inspector.py) hands them on, the admin and the command show them.
 """
 
@@ -15,7 +15,7 @@ from django.core.paginator import Paginator
 
 from django_redisq.core.clock import ms_to_datetime
 from django_redisq.progress import Progress
-from django_redisq.store.durations import TaskTimes
+from django_redisq.store.reads.durations import TaskTimes
 
 ERRORS_FIRST = 1
 """Attempts kept at the start of a long error history (``ERRORS_FIRST`` in store/scripts/lib/errors.lua)."""
@@ -181,7 +181,7 @@ class WorkerInfo:
     processed: int | None = None
     current: list[str] = field(default_factory=list)
     started_at: datetime | None = None
-    running: int = 0  # of ``holding``, the tasks it runs now (its mark, store/running_marks.py): at most its concurrency
+    running: int = 0  # of ``holding``, the tasks it runs now (its mark, store/steps/running.py): at most its concurrency
 
     @property
     def held(self) -> int:

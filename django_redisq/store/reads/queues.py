@@ -16,22 +16,17 @@ from datetime import datetime
 from typing import Any
 
 import redis
-from redis.commands.core import Script
 
 from django_redisq.compat import UTC
-from django_redisq.connection import get_client
-from django_redisq.core import partitions
 from django_redisq.core.clock import ms_to_datetime
-from django_redisq.core.options import Options
-from django_redisq.exceptions import UnknownQueue
-from django_redisq.store.durations import slowest
 from django_redisq.store.keys import QueueKeys
-from django_redisq.store.partition_stats import merged_figures, merged_stats
-from django_redisq.store.priority import MARKER, list_length
-from django_redisq.store.records import TOTALS, QueueFigures, QueueStats, WorkerInfo, pause_state
-from django_redisq.store.running_marks import marked
+from django_redisq.store.reads.durations import TaskTimes, slowest
+from django_redisq.store.reads.partitions import merged_figures, merged_stats
+from django_redisq.store.reads.priority import MARKER, list_length
+from django_redisq.store.reads.records import TOTALS, QueueFigures, QueueStats, WorkerInfo, pause_state
+from django_redisq.store.reads.tasks import TaskReads
 from django_redisq.store.server import describe
-from django_redisq.store.task_reads import TaskReads
+from django_redisq.store.steps.running import marked
 
 MINUTES = 60
 """The per-minute series ``stats`` reads: the last hour."""
@@ -79,40 +74,59 @@ def _limit_states(queue_max: int, asked: list[Any], named_replies: list[Any]) ->
     return sum(s.waiting for s in out), out
 
 
+def _ask_first(pipe: Any, k: QueueKeys, minutes: range) -> None:
+    """A queue's part of ``stats``' first round trip: ``FIRST_HEAD`` replies, then one minute hash per minute."""
+    pipe.llen(k.pending)
+    pipe.zcard(k.scheduled)
+    pipe.zcard(k.dead)
+    pipe.lindex(k.pending, -1)
+    pipe.zrange(k.workers, 0, -1, withscores=True)
+    pipe.zcard(k.prioritized)
+    pipe.zrange(k.prioritized, 0, 0)
+    _ask(pipe, k)
+    for name in ("processed", "failed", "dead_count"):
+        pipe.execute_command("MGET", *[k.counter(name, m) for m in minutes])  # not pipe.mget: a cluster pipeline refuses it (the keys share a slot)
+    for m in minutes:  # bounded: at most (MAX_NAMES + 1) x BUCKETS fields each (store/reads/durations.py)
+        pipe.hgetall(k.durations(m))
+
+
+FIRST_HEAD = 10 + _ASKED
+"""Replies of ``_ask_first`` before the minute hashes."""
+
+
+@dataclass(slots=True)
+class _First:
+    """What ``stats``' first round trip found of one queue."""
+
+    pending: int  # plain and prioritized (the tasks waiting for a limit's slot are added from the second)
+    scheduled: int
+    dead: int
+    next_id: str | None  # the next task to run, whose age is read in the second round trip
+    workers: list[tuple[str, float]]
+    asked: list[Any]  # _ask's replies
+    counters: list[list[Any]]  # processed, failed, dead_count per minute
+    durations: list[Any]  # the minute hashes of run times
+    times: list[TaskTimes]
+
+    @classmethod
+    def of(cls, replies: list[Any]) -> _First:
+        length, scheduled, dead, oldest, workers, ranked, head = replies[:7]
+        durations = replies[FIRST_HEAD:]
+        next_id = oldest if oldest and oldest != MARKER else (head[0] if head else None)
+        return cls(list_length(length, oldest) + int(ranked), scheduled, dead, next_id, workers,
+                   replies[7:7 + _ASKED], replies[7 + _ASKED:FIRST_HEAD], durations, slowest(durations))
+
+
 class QueueReads(TaskReads):
     """The bounded reads of one backend alias's queues: their figures here, the tasks in them in ``TaskReads``."""
-
-    def __init__(self, options: Options, client: redis.Redis | None = None) -> None:
-        self.options = options
-        self.client = client or get_client(options)
-        self._scan: Script | None = None
-        self._dead_window: Script | None = None
 
     @property
     def where(self) -> str:
         """Where these queues live, safe to show: never a password."""
         return describe(self.options)
 
-    @property
-    def queues(self) -> tuple[str, ...]:
-        return self.options.queues
-
-    @property
-    def physical_queues(self) -> list[str]:
-        """Every partition of every queue (core/partitions.py): the queues themselves when none is partitioned."""
-        return self.options.physical_all(self.options.queues)
-
-    def keys(self, queue: str) -> QueueKeys:
-        """The keys of a queue, or of one partition of a partitioned queue (``events~3``)."""
-        if queue not in self.options.queues and not (
-                partitions.SEP in queue and partitions.logical(queue) in self.options.queues
-                and queue in self.options.physical(partitions.logical(queue))):
-            raise UnknownQueue(f"queue {queue!r} is not in TASKS[{self.options.alias!r}]['QUEUES'] {list(self.options.queues)}")
-        return QueueKeys(queue, self.options.key_prefix)
-
     def now_ms(self) -> int:
-        sec, usec = self.client.time()
-        return int(sec) * 1000 + int(usec) // 1000
+        return self.scripts.now_ms()
 
     # -- queue figures ---------------------------------------------------
 
@@ -120,73 +134,55 @@ class QueueReads(TaskReads):
         """Figures for every configured queue in two round trips, the hour's slowest task names included."""
         qs = self.physical_queues
         now = self.now_ms()
-        minute = now // 60000
-        minutes = range(minute - MINUTES + 1, minute + 1)
+        minutes = range(now // 60000 - MINUTES + 1, now // 60000 + 1)
         pipe = self.client.pipeline(transaction=False)
         for q in qs:
-            k = self.keys(q)
-            pipe.llen(k.pending)
-            pipe.zcard(k.scheduled)
-            pipe.zcard(k.dead)
-            pipe.lindex(k.pending, -1)
-            pipe.zrange(k.workers, 0, -1, withscores=True)
-            pipe.zcard(k.prioritized)
-            pipe.zrange(k.prioritized, 0, 0)
-            _ask(pipe, k)
-            for name in ("processed", "failed", "dead_count"):
-                pipe.execute_command("MGET", *[k.counter(name, m) for m in minutes])  # not pipe.mget: a cluster pipeline refuses it (the keys share a slot)
-            for m in minutes:  # bounded: at most (MAX_NAMES + 1) x BUCKETS fields each (store/durations.py)
-                pipe.hgetall(k.durations(m))
+            _ask_first(pipe, self.keys(q), minutes)
         self._pipe_paused(pipe, qs)
-        first = pipe.execute(raise_on_error=False)
-        pauses = self._paused_from(first, qs)
-        head_n = 10 + _ASKED
-        stride = head_n + MINUTES
+        replies = pipe.execute(raise_on_error=False)
+        pauses = self._paused_from(replies, qs)
+        stride = FIRST_HEAD + MINUTES
+        firsts = [_First.of(replies[i * stride : (i + 1) * stride]) for i in range(len(qs))]
         pipe = self.client.pipeline(transaction=False)
-        per_queue = []
-        raw: dict[str, list[Any]] = {}  # per queue: its minute hashes of run times
-        for i, q in enumerate(qs):
-            k = self.keys(q)
-            row = first[i * stride : i * stride + head_n]
-            length, scheduled, dead, oldest, workers, ranked, head = row[:7]
-            asked, counters = row[7 : 7 + _ASKED], row[7 + _ASKED :]
-            raw[q] = first[i * stride + head_n : (i + 1) * stride]
-            times = slowest(raw[q])
-            pending = list_length(length, oldest) + int(ranked)
-            oldest = oldest if oldest and oldest != MARKER else (head[0] if head else None)  # the next to run
-            if oldest:
-                pipe.hget(k.task(oldest), "enqueued_at")
-            else:
-                pipe.execute_command("ECHO", "")
-            for w, _ in workers:
-                pipe.llen(k.processing(w))
-                pipe.get(k.worker_info(w))
-                pipe.get(k.running(w))
-            _ask_named(pipe, k, asked[0])
-            per_queue.append((q, pending, scheduled, dead, workers, counters, times, asked))
+        for q, first in zip(qs, firsts, strict=True):
+            self._ask_second(pipe, self.keys(q), first)
         second = iter(pipe.execute())
-        out = []
+        out = [self._queue_stats(q, first, second, now, minutes, pauses[q]) for q, first in zip(qs, firsts, strict=True)]
+        return out if len(out) == len(self.queues) else merged_stats(self.queues, out, {q: f.durations for q, f in
+                                                                                        zip(qs, firsts, strict=True)})
+
+    def _ask_second(self, pipe: Any, k: QueueKeys, first: _First) -> None:
+        """A queue's part of ``stats``' second round trip: the next task's age, its workers, its task limits."""
+        if first.next_id:
+            pipe.hget(k.task(first.next_id), "enqueued_at")
+        else:
+            pipe.execute_command("ECHO", "")
+        for w, _ in first.workers:
+            pipe.llen(k.processing(w))
+            pipe.get(k.worker_info(w))
+            pipe.get(k.running(w))
+        _ask_named(pipe, k, first.asked[0])
+
+    def _queue_stats(self, q: str, first: _First, second: Any, now: int, minutes: range, pause: dict[str, Any]) -> QueueStats:
+        """One queue's ``QueueStats`` from its first replies and its part of the second round trip (``second``, consumed)."""
+        enq = next(second)
+        processed, failed, died = ([int(v or 0) for v in c] for c in first.counters)
+        infos = [self._worker(name, score, next(second), next(second), now, next(second)) for name, score in first.workers]
+        waiting, limited = _limit_states(self.options.for_queue(q).max_running, first.asked,
+                                         [next(second) for _ in range(2 * len(first.asked[0]))])
         fraction = (now % 60000) / 60000
-        for q, pending, scheduled, dead, workers, counters, times, asked in per_queue:
-            enq = next(second)
-            processed, failed, died = ([int(v or 0) for v in c] for c in counters)
-            infos = [self._worker(name, score, next(second), next(second), now, next(second)) for name, score in workers]
-            waiting, limited = _limit_states(self.options.for_queue(q).max_running, asked,
-                                             [next(second) for _ in range(2 * len(asked[0]))])
-            pending += waiting
-            out.append(QueueStats(
-                alias=self.options.alias, queue=q, pending=pending, scheduled=scheduled, dead=dead,
-                running=sum(w.running for w in infos), held=sum(w.held for w in infos),
-                oldest_pending_age=(now - int(enq)) / 1000 if enq else None,
-                # a sliding last-60-seconds estimate from the current and previous minute buckets
-                processed_minute=round(processed[-1] + processed[-2] * (1 - fraction)),
-                failed_minute=round(failed[-1] + died[-1] + (failed[-2] + died[-2]) * (1 - fraction)),
-                processed_hour=sum(processed), failed_hour=sum(failed) + sum(died), dead_hour=sum(died),
-                series=[(ms_to_datetime(m * 60000) or datetime.now(UTC), p, f, d)
-                        for m, p, f, d in zip(minutes, processed, failed, died, strict=True)],
-                workers=infos, slowest=times, limits=limited, rate_limit=self.options.for_queue(q).rate_limit, **pauses[q],
-            ))
-        return out if len(out) == len(self.queues) else merged_stats(self.queues, out, raw)
+        return QueueStats(
+            alias=self.options.alias, queue=q, pending=first.pending + waiting, scheduled=first.scheduled, dead=first.dead,
+            running=sum(w.running for w in infos), held=sum(w.held for w in infos),
+            oldest_pending_age=(now - int(enq)) / 1000 if enq else None,
+            # a sliding last-60-seconds estimate from the current and previous minute buckets
+            processed_minute=round(processed[-1] + processed[-2] * (1 - fraction)),
+            failed_minute=round(failed[-1] + died[-1] + (failed[-2] + died[-2]) * (1 - fraction)),
+            processed_hour=sum(processed), failed_hour=sum(failed) + sum(died), dead_hour=sum(died),
+            series=[(ms_to_datetime(m * 60000) or datetime.now(UTC), p, f, d)
+                    for m, p, f, d in zip(minutes, processed, failed, died, strict=True)],
+            workers=infos, slowest=first.times, limits=limited, rate_limit=self.options.for_queue(q).rate_limit, **pause,
+        )
 
     def _pipe_paused(self, pipe: Any, qs: Sequence[str]) -> None:
         """Queue a GET of the pause key of every queue of ``qs`` at the end of ``pipe`` (read back by ``_paused_from``)."""

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from django_redisq.core.message import dumps
-from django_redisq.store.broker import Broker
+from django_redisq.store.broker.broker import Broker
 from django_redisq.store.keys import WorkflowKeys
+from django_redisq.store.scripts.runner import ms
+from django_redisq.store.workflows.shapes import HEADER_FIELDS, Adopted, DoneReply, Failed, Released, WorkflowHeader, WorkflowState
 from django_redisq.workflows.canvas import MARKER, markers
 from django_redisq.workflows.spec import StepSpec
 
@@ -28,47 +29,6 @@ FAILED_KEPT = 30 * 86400.0
 trimmed by DEAD_LETTER_MAX): a replay within this time still finds the workflow; after it, the replayed step runs alone."""
 PROVISIONAL_MS = 3_600_000
 """TTL of a new workflow's keys until its first steps are queued (wf_start.lua makes them last)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Released:
-    """A step whose parents are all done: its index, stored spec and the parents' results (in parent order)."""
-
-    step: int
-    spec: StepSpec
-    inputs: list[Any]
-
-
-@dataclass(frozen=True, slots=True)
-class DoneReply:
-    status: str  # gone, cancelled, running, failed, succeeded, or ended (this call completed the workflow)
-    released: list[Released] = field(default_factory=list)
-
-
-@dataclass(frozen=True, slots=True)
-class WorkflowState:
-    """What a read of one workflow's keys found (``None`` from ``read`` when it is gone)."""
-
-    id: str
-    meta: dict[str, str]
-    done: set[int]
-    failed: set[int]
-    steps: list[dict[str, Any]]
-
-
-@dataclass(frozen=True, slots=True)
-class WorkflowHeader:
-    """A bounded read of one workflow: its meta without the steps' list, how many steps are done, the failed ones."""
-
-    id: str
-    meta: dict[str, str]
-    total: int
-    done: int
-    failed: set[int]
-
-
-HEADER_FIELDS = ("status", "total", "error", "failed_step", "cancelled_by", "created_at", "finished_at")
-"""The meta fields a bounded read returns (never ``steps``, the JSON list of every step, O(steps) bytes)."""
 
 
 class WorkflowStore:
@@ -81,7 +41,7 @@ class WorkflowStore:
         return WorkflowKeys(workflow_id, self.broker.options.key_prefix)
 
     def _run(self, script: str, workflow_id: str, args: Sequence[Any]) -> Any:
-        return self.broker._script(script)(keys=self.keys(workflow_id).all(), args=list(args))
+        return self.broker.scripts.run(script, keys=self.keys(workflow_id).all(), args=list(args))
 
     def create(self, workflow_id: str, steps: list[dict[str, Any]], specs: dict[int, StepSpec],
                children: dict[int, list[int]], on_error: StepSpec | None) -> bool:
@@ -105,7 +65,7 @@ class WorkflowStore:
 
     def done(self, workflow_id: str, step: int, result_json: str) -> DoneReply:
         """Record ``step`` as done; every waiting step whose parents are now all done (see wf_done.lua)."""
-        reply = self._run("wf_done", workflow_id, [step, result_json, self.broker._ms(self.broker.options.result_ttl)])
+        reply = self._run("wf_done", workflow_id, [step, result_json, ms(self.broker.options.result_ttl)])
         released = [Released(int(reply[i]), StepSpec.loads(reply[i + 1]), json.loads(reply[i + 2]))
                     for i in range(1, len(reply) - 2, 3)]
         status = str(reply[0])
@@ -113,12 +73,11 @@ class WorkflowStore:
             self.count("succeeded" if status != "resumed" else "", "resumed" if status != "ended" else "")
         return DoneReply({"resumed": "running", "ended_resumed": "ended"}.get(status, status), released)
 
-    def adopt(self, queue: str, task_id: str, workflow_id: str, step: int) -> tuple[str, str]:
+    def adopt(self, queue: str, task_id: str, workflow_id: str, step: int) -> Adopted:
         """Mark task ``task_id`` of ``queue`` (enqueued earlier) as step ``step`` of the workflow (wf_adopt.lua).
 
-        Returns (what it found, its result JSON if it has finished already): ``missing``, ``finished``,
-        ``dead``, or the state it was marked in. The metadata is read, extended here (JSON in Python, so
-        the user's values keep their exact form) and written only if unchanged meanwhile.
+        The metadata is read, extended here (JSON in Python, so the user's values keep their
+        exact form) and written only if unchanged meanwhile.
         """
         tkey = self.broker.keys(queue).task(task_id)
         for _ in range(20):
@@ -131,19 +90,19 @@ class WorkflowStore:
             meta = dict(meta) if isinstance(meta, dict) else {}
             pairs = meta.get(MARKER) if isinstance(meta.get(MARKER), list) else []
             meta[MARKER] = [*pairs, [workflow_id, step]]
-            reply = self.broker._script("wf_adopt")(keys=[tkey], args=[saved or "", dumps(meta)])
+            reply = self.broker.scripts.run("wf_adopt", keys=[tkey], args=[saved or "", dumps(meta)])
             if reply[0] != "changed":
-                return str(reply[0]), str(reply[1]) if len(reply) > 1 else "null"
-        return "changed", "null"
+                return Adopted(str(reply[0]), str(reply[1]) if len(reply) > 1 else "null")
+        return Adopted("changed", "null")
 
-    def fail(self, workflow_id: str, step: int, error: str) -> tuple[str, StepSpec | None, bool]:
-        """Fail the workflow for ``step``: (status, the on_error spec to queue (idempotently), whether this call failed it)."""
+    def fail(self, workflow_id: str, step: int, error: str) -> Failed:
+        """Fail the workflow for ``step`` (wf_fail.lua)."""
         o = self.broker.options
         ttl = max(o.result_ttl, o.dead_letter_ttl) if o.dead_letter_ttl else FAILED_KEPT
-        status, on_error, first = self._run("wf_fail", workflow_id, [step, error[:2000], self.broker._ms(ttl)])
+        status, on_error, first = self._run("wf_fail", workflow_id, [step, error[:2000], ms(ttl)])
         if int(first):
             self.count("failed")
-        return str(status), (StepSpec.loads(on_error) if on_error else None), bool(int(first))
+        return Failed(str(status), (StepSpec.loads(on_error) if on_error else None), bool(int(first)))
 
     def resume(self, workflow_id: str, step: int) -> str:
         """A failed step was replayed: the workflow runs again once no failed step is left (wf_resume.lua)."""
@@ -165,7 +124,7 @@ class WorkflowStore:
         return found
 
     def cancel(self, workflow_id: str, who: str) -> str:
-        before = str(self._run("wf_cancel", workflow_id, [who, self.broker._ms(self.broker.options.result_ttl)]))
+        before = str(self._run("wf_cancel", workflow_id, [who, ms(self.broker.options.result_ttl)]))
         if before in ("running", "failed"):
             self.count("cancelled", "cancelled_failed" if before == "failed" else "")
         return before
