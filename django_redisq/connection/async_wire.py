@@ -34,6 +34,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError, ResponseError, TimeoutError
 
 from django_redisq import connection
+from django_redisq.connection import topology
 
 hiredis: Any
 try:
@@ -284,8 +285,6 @@ class AsyncWire:
 
     async def aclose(self) -> None:
         """Close the socket (waiting calls fail with ConnectionError) and the client's or pool's connections."""
-        from django_redisq.connection import topology
-
         await self._drop()
         if self._client is not None:
             await topology.aclose(self._client)

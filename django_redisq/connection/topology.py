@@ -38,7 +38,7 @@ from redis.exceptions import RedisClusterException
 from django_redisq.core.redact import redact, shown
 
 if TYPE_CHECKING:
-    import redis.asyncio as aioredis
+    import redis.asyncio as aioredis  # only an event loop's client loads redis.asyncio: a sync worker never does
 
     from django_redisq.core.options import Options
 
@@ -221,7 +221,7 @@ def sync_client(options: Options, kwargs: dict[str, Any]) -> redis.Redis:
         except RedisClusterException as exc:  # "cannot be connected": transient, like any unreachable Redis
             raise redis.ConnectionError(redact(f"Redis Cluster: {exc}")) from exc
     if options.sentinels:
-        from redis.sentinel import Sentinel
+        from redis.sentinel import Sentinel  # only a Sentinel deployment loads it
 
         settings = _sentinel_kwargs(options, kwargs)
         manager = Sentinel(list(options.sentinels), sentinel_kwargs=_sentinel_own(options, kwargs))
@@ -283,10 +283,10 @@ def async_client(options: Options, kwargs: dict[str, Any], pool_kwargs: Any) -> 
     ``pool_kwargs`` turns such settings into an asyncio ``ConnectionPool``'s for one
     server (async_pools.async_pool_kwargs: its connection class twins and checks).
     """
-    import redis.asyncio as aioredis
+    import redis.asyncio as aioredis  # only an event loop's client loads redis.asyncio
 
     if options.cluster:
-        from redis.asyncio.cluster import RedisCluster as AsyncCluster
+        from redis.asyncio.cluster import RedisCluster as AsyncCluster  # (as above)
 
         out = _cluster_kwargs(options, kwargs)
         out.pop("connection_class", None)
@@ -297,8 +297,8 @@ def async_client(options: Options, kwargs: dict[str, Any], pool_kwargs: Any) -> 
         out["retry_on_error"] = kwargs.get("retry_on_error")
         return cast("aioredis.Redis", AsyncCluster(**{k: v for k, v in out.items() if k in accepted}))
     if options.sentinels:
-        from redis.asyncio.retry import Retry as AsyncRetry
-        from redis.asyncio.sentinel import Sentinel as AsyncSentinel
+        from redis.asyncio.retry import Retry as AsyncRetry  # (as above)
+        from redis.asyncio.sentinel import Sentinel as AsyncSentinel  # (as above)
 
         settings = _sentinel_kwargs(options, kwargs)
         own = _sentinel_own(options, kwargs, AsyncRetry(NoBackoff(), 0))
@@ -317,7 +317,7 @@ def close(client: Any) -> None:
 
 async def aclose(client: Any) -> None:
     """Close an asyncio client's sockets, whichever deployment it serves."""
-    from redis.asyncio.cluster import RedisCluster as AsyncCluster
+    from redis.asyncio.cluster import RedisCluster as AsyncCluster  # (as above)
 
     if isinstance(client, AsyncCluster):
         await client.aclose()

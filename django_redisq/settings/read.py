@@ -38,7 +38,7 @@ from django_redisq.core.options import (
 from django_redisq.core.redact import redact, shown
 from django_redisq.settings.health import validate_health
 from django_redisq.settings.profiles import validate_profiles
-from django_redisq.store import durable
+from django_redisq.store.scripts import durable
 
 CONNECTION_KEYS = ("REDIS_URL", "CACHE_ALIAS", "EMBEDDED", "EMBEDDED_PATH", "CLUSTER", "SENTINELS", "SENTINEL_MASTER", "SENTINEL_KWARGS")
 KNOWN = set(TUNABLES) | set(GLOBALS) | set(CONNECTION_KEYS) | set(QUEUE_LIMITS) | {"KEY_PREFIX", "QUEUE_OPTIONS", "SCHEDULES", "HEALTH"}
