@@ -35,6 +35,24 @@ PATHS = [
     ("django_redisq.connection.async_pools", "aclose"),
     ("django_redisq.aconnection", "aclose"),  # the path earlier releases documented
     ("django_redisq.admin", "site"),  # what the admin's autodiscovery imports
+    ("django_redisq", "get_workflow"),
+    ("django_redisq", "get_progress"),
+    ("django_redisq", "aget_progress"),
+    ("django_redisq", "chain"),
+    ("django_redisq.flow", "chord"),  # the path earlier releases documented; its home is workflows/canvas.py
+    ("django_redisq.flow", "Signature"),
+    ("django_redisq.workflows", "WorkflowResult"),  # docs/reference/api.md
+    ("django_redisq.workflows", "get_workflow"),
+    ("django_redisq.events", "publish"),  # docs/howto/events.md
+    ("django_redisq.events", "publish_on_commit"),
+    ("django_redisq.events", "InvalidEvent"),
+    ("django_redisq.progress", "report_progress"),  # docs/reference/api.md
+    ("django_redisq.progress", "Progress"),
+    ("django_redisq.compat", "TaskResultDoesNotExist"),  # docs/howto/progress.md
+    ("django_redisq.backend", "cancel"),
+    ("django_redisq.backend", "get_progress"),
+    ("django_redisq.testing", "captured_tasks"),  # docs/howto/testing.md
+    ("django_redisq.testing", "free_port"),
 ]
 
 
