@@ -74,7 +74,8 @@ class StepSpec:
                    mode=str(data.get("mode") or "none"), parents=[int(p) for p in data.get("p") or []])
 
     @classmethod
-    def loads(cls, text: str | bytes) -> StepSpec:
+    def parse(cls, text: str | bytes) -> StepSpec:
+        """A spec from its stored JSON text (what ``dumps`` wrote)."""
         return cls.from_stored(json.loads(text))
 
     def call(self, inputs: Sequence[Any], now_ms: float | None = None) -> tuple[list[Any], dict[str, Any], int]:

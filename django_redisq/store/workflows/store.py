@@ -66,7 +66,7 @@ class WorkflowStore:
     def done(self, workflow_id: str, step: int, result_json: str) -> DoneReply:
         """Record ``step`` as done; every waiting step whose parents are now all done (see wf_done.lua)."""
         reply = self._run("wf_done", workflow_id, [step, result_json, ms(self.broker.options.result_ttl)])
-        released = [Released(int(reply[i]), StepSpec.loads(reply[i + 1]), json.loads(reply[i + 2]))
+        released = [Released(int(reply[i]), StepSpec.parse(reply[i + 1]), json.loads(reply[i + 2]))
                     for i in range(1, len(reply) - 2, 3)]
         status = str(reply[0])
         if status in ("ended", "resumed", "ended_resumed"):
@@ -102,7 +102,7 @@ class WorkflowStore:
         status, on_error, first = self._run("wf_fail", workflow_id, [step, error[:2000], ms(ttl)])
         if int(first):
             self.count("failed")
-        return Failed(str(status), (StepSpec.loads(on_error) if on_error else None), bool(int(first)))
+        return Failed(str(status), (StepSpec.parse(on_error) if on_error else None), bool(int(first)))
 
     def resume(self, workflow_id: str, step: int) -> str:
         """A failed step was replayed: the workflow runs again once no failed step is left (wf_resume.lua)."""
@@ -180,7 +180,7 @@ class WorkflowStore:
 
     def spec(self, workflow_id: str, step: int) -> StepSpec | None:
         found = self.broker.client.hget(self.keys(workflow_id).spec, str(step))
-        return StepSpec.loads(found) if found else None
+        return StepSpec.parse(found) if found else None
 
     def _header(self, k: WorkflowKeys, pipe: Any) -> None:
         pipe.hmget(k.meta, list(HEADER_FIELDS))
@@ -212,7 +212,7 @@ class WorkflowStore:
         header = self._made_header(workflow_id, meta, done, failed)
         if header is None:
             return None
-        return header, (StepSpec.loads(spec) if spec else None), bool(is_done)
+        return header, (StepSpec.parse(spec) if spec else None), bool(is_done)
 
     def summary(self, workflow_id: str) -> list[dict[str, Any]]:
         """Every step as written (task path, queue, parents; ``id`` of a depends_on parent): one field, O(steps) bytes,
