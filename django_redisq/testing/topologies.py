@@ -175,15 +175,20 @@ class SentinelSetup:
                 return False
         return True
 
-    def restore(self, timeout: float = 60) -> None:
-        """Back to ``master`` as the master the sentinels name, ``replica`` in sync with it (after a failover test).
+    def restore(self, timeout: float = 60, fail_back: bool = True) -> None:
+        """Sentinels that name a master again, with the other server its replica in sync (after a failover test).
 
         A master stopped by a test is started again (the sentinels make it a
-        replica of whichever server they promoted); then, if the sentinels name
-        another master, one of them is asked to fail over back to it.
+        replica of whichever server they promoted). With ``fail_back`` (the
+        default) one of them is then asked to fail over back to ``master``, which
+        takes a failover's time again; without it, a promoted ``replica`` simply
+        becomes ``master`` here (the two swap), which is all a suite that reads
+        ``master`` after each test needs.
         """
         if self.master.proc is None or self.master.proc.poll() is not None:
             self.master.start()
+        if not fail_back and self.master_port() == self.replica.port:
+            self.master, self.replica = self.replica, self.master
         deadline = time.monotonic() + timeout
         asked = 0.0
         while self.master_port() != self.master.port:

@@ -79,7 +79,7 @@ def durable(request: pytest.FixtureRequest, redis_sentinel: SentinelSetup, r: An
     """TASKS in durable mode on the session's master + replica: through the sentinels, or at the master's address."""
     monkeypatch.setattr(topology_tasks, "EFFECTS_URL", redis_url)
     if redis_sentinel.master_port() != redis_sentinel.master.port:  # a failover test ran first (tests/topologies/test_sentinel.py)
-        redis_sentinel.restore()
+        redis_sentinel.restore(fail_back=False)
     _client(redis_sentinel.master.port).flushall()
     where = ({"REDIS_URL": f"redis://{redis_sentinel.master_name}/0", "SENTINELS": redis_sentinel.sentinels,
               "SENTINEL_MASTER": redis_sentinel.master_name} if request.param == "sentinel"

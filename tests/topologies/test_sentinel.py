@@ -48,7 +48,7 @@ def sentinel(redis_sentinel: Any, r: Any, redis_url: str, monkeypatch: pytest.Mo
         yield redis_sentinel
     connection.reset()
     if redis_sentinel.master_port() != redis_sentinel.master.port:  # this file's failover test
-        redis_sentinel.restore()
+        redis_sentinel.restore(fail_back=False)
 
 
 def test_enqueue_run_ack_through_the_master_the_sentinels_name(sentinel):
