@@ -234,7 +234,9 @@ def test_a_finished_task_is_settled_within_a_bounded_time_under_a_backlog(r, mak
         res = tasks.sleeper.get_result(x.id)
         finished_ms = int(r.hget(keys().task(x.id), "finished_at"))
         delays.append(finished_ms - res.return_value)
-    assert max(delays) <= 100, delays
+    # within 100 ms measured; bounded below one task's 0.3 s, room for a loaded machine: a result that waited for
+    # the next task of its batch would be that late at least
+    assert max(delays) < 300, delays
 
 
 def test_fast_tasks_under_a_backlog_are_still_acked_in_batches(r, make_worker, monkeypatch):
