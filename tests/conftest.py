@@ -272,6 +272,11 @@ class WorkerProcess:
             cwd=cwd, env=full_env, stdout=self.log, stderr=subprocess.STDOUT, text=True, preexec_fn=preexec_fn,
         )
 
+    def printed(self) -> str:
+        """What the process printed so far; it may still be running (the read leaves its writes alone: O_APPEND)."""
+        self.log.seek(0)
+        return self.log.read()
+
     def output(self) -> str:
         """Wait for the process to end; everything it printed."""
         self.proc.wait(60)

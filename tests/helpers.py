@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -206,3 +207,56 @@ def wires_of(loop: asyncio.AbstractEventLoop) -> list[AsyncWire]:
     """The asyncio wires made for ``loop`` (connection/async_pools.py), none before its first or after it closed."""
     pools = async_pools.holdings(loop)
     return list(pools.wires.values()) if pools else []
+
+
+def command_calls(client: Any, command: str) -> int:
+    """How often ``command`` (as INFO commandstats names it: ``wait``, ``client|list``) ran on ``client``'s server since
+    its start: a round of a component that sends it (a presence poll, a durable step's WAIT) is one more."""
+    return int(client.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0))
+
+
+def heartbeats(r: Any, worker: str, rounds: int, queue: str = "default", timeout: float = 15.0) -> bool:
+    """Wait until the worker ``worker`` (its id, or the ``--name`` it was started with) beat ``rounds`` more times on
+    ``queue``: its score in the queue's workers set moved that often. A window in which something must not happen
+    measured in the worker's own rounds, not in seconds, so a slow machine stretches it instead of failing it."""
+    def score() -> float | None:
+        found = [s for m, s in r.zrange(keys(queue).workers, 0, -1, withscores=True) if m == worker or m.startswith(worker + ".")]
+        return found[0] if found else None
+
+    seen = [score()]
+
+    def moved() -> bool:
+        now = score()
+        if now is not None and now != seen[-1]:
+            seen.append(now)
+        return len(seen) > rounds
+
+    return bool(wait_for(moved, timeout, step=0.01))
+
+
+def local_ports(pid: int) -> set[int]:
+    """The local ports of process ``pid``'s TCP sockets (Linux: /proc), to tell its clients apart in CLIENT LIST."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:  # closed meanwhile
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in list(f)[1:]:
+                fields = line.split()
+                if fields[9] in inodes:
+                    ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def blocked_of(r: redis.Redis, pid: int, command: str) -> int:
+    """Clients of process ``pid`` blocked in ``command`` (e.g. ``blmove``) on ``r``'s server now (flag ``b``: ``cmd`` alone
+    is the last command, which an idle client whose BLMOVE ended still shows)."""
+    ports = local_ports(pid)
+    return sum(c.get("cmd") == command and "b" in c.get("flags", "") and int(c["addr"].rsplit(":", 1)[1]) in ports
+               for c in r.client_list())

@@ -320,9 +320,13 @@ def test_operator_pauses_and_resumes_a_queue_while_a_worker_runs(r, page):
         expect(state.locator(".redisq-paused")).to_have_text("paused")
         expect(state).to_contain_text("by admin:ops")
         shot(page, "14-queue-paused", docs=True)
-        time.sleep(1.2)  # the point: tasks already started when the pause landed end (0.5 s each) before the count
+        # the worker saw the pause: what it had fetched and not started went back to pending, and what it had started
+        # ended (0.05 s each) and was settled, so it holds nothing of the queue
+        processing = keys("emails").processing(worker.id)
+        assert wait_for(lambda: r.llen(processing) == 0 and not any(s.endswith("|") for s in r.lrange(SPANS, 0, -1)),
+                        timeout=10)
         ran = r.llen(SPANS)
-        time.sleep(0.6)
+        time.sleep(0.6)  # a window in which nothing may start: more than two looks of the pause watch (every 0.25 s)
         assert r.llen(SPANS) == ran < 200  # nothing starts while paused
         page.click("#redisq-resume-emails")
         expect(page.locator("#content-main")).to_contain_text("Are you sure you want to resume queue emails")

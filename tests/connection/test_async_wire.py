@@ -128,7 +128,7 @@ def test_a_frozen_server_fails_the_wait_after_socket_timeout_then_serves_again(o
         return waited, back
 
     waited, back = run(calls())
-    assert 0.25 <= waited < 1.5 and back == "PONG"
+    assert 0.25 <= waited < 5.0 and back == "PONG"  # at the 0.3 s timeout; a hang would not end (room for a loaded machine)
 
 
 def test_big_writes_go_whole_under_flow_control(r, redis_url, run):

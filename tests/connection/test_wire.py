@@ -98,7 +98,7 @@ def test_a_frozen_server_fails_the_call_after_socket_timeout(own_server):
         waited = time.monotonic() - start
     finally:
         os.kill(own_server.proc.pid, signal.SIGCONT)
-    assert 0.25 <= waited < 1.5
+    assert 0.25 <= waited < 5.0  # at the 0.3 s timeout, not before; a hang would not end (room for a loaded machine)
     assert execute("ECHO", "again") == "again"
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import json
 import threading
-import time
 from datetime import datetime
 
 import pytest
@@ -32,20 +31,28 @@ def tick_of(task_id: str) -> int:
 
 
 def test_a_paused_schedule_does_not_fire_on_three_schedulers_and_fires_again_once_resumed(r):
-    entries = {"s": every(1)}
+    """Three schedulers, back after five ticks away, find the schedule paused since two and a half ticks ago: they
+    run the two ticks before the pause, hold the three after it, and once resumed fire every tick after the resume.
+
+    The ticks that pass while paused are travelled to, not waited for: the marker's last claim and the pause's
+    start are moved back on the Redis clock (the only clock the scheduler reads)."""
+    entries = {"s": every(1, catch_up="all")}  # all: the claim lists every due tick, so each is run or held
     with with_schedules(entries):
         xs = [scheduler(entries) for _ in range(3)]
+        s = xs[0].schedules[0]
+        latest = s.latest_at(redis_ms(r))
+        r.hset(keys().schedule("s"), "last", latest - 5000)  # claimed five ticks ago, nothing since
+        paused = ops().pause("s", "tests")
+        assert paused.changed and paused.at is not None
+        paused_ms = latest - 2500  # the pause began between the third and the second tick before the latest
+        r.hset(keys().schedule("s"), "paused", paused_ms)
         threads = [threading.Thread(target=x.loop, daemon=True) for x in xs]
         for t in threads:
             t.start()
         try:
-            assert wait_for(lambda: r.llen(keys().pending) >= 2, timeout=5)  # firing
-            paused = ops().pause("s", "tests")
-            assert paused.changed and paused.at is not None
-            paused_ms = int(paused.at.timestamp() * 1000)
-            time.sleep(3.2)  # three ticks or more pass while paused
+            assert wait_for(lambda: int(marker(r, "s")["last"]) >= latest, timeout=5)  # the schedulers caught up
             during = r.lrange(keys().pending, 0, -1)
-            assert all(tick_of(i) < paused_ms for i in during), "a tick at or after the pause was enqueued"
+            assert sorted(tick_of(i) for i in during) == [latest - 4000, latest - 3000]  # the ticks before the pause
             assert int(marker(r, "s")["paused_ticks"]) >= 3
             assert int(marker(r, "s")["last"]) >= paused_ms + 2000  # the claims kept up with the clock
             resumed = ops().resume("s", "tests")
@@ -65,16 +72,19 @@ def test_a_paused_schedule_does_not_fire_on_three_schedulers_and_fires_again_onc
 
 
 def test_ticks_that_passed_while_paused_are_not_run_after_resume_even_if_no_worker_ran(r):
-    entries = {"s": every(1, catch_up="all")}
+    """No scheduler ran during the pause: three ticks passed unclaimed, and the first claim after the resume lists
+    them all (catch_up=all) and runs none. Travelled to on the Redis clock: the last claim and the pause's start
+    moved three ticks back, a minute apart, so no tick falls between the resume and the claim."""
+    entries = {"s": every(60, catch_up="all")}
     x = scheduler(entries)
-    s = x.schedules[0]
-    r.hset(keys().schedule("s"), "last", s.latest_at(redis_ms(r)))  # claimed up to now
+    at_phase(r, x, before_next_ms=2000)
+    _, latest = downtime(r, x, 3)  # claimed up to three ticks ago
     with with_schedules(entries):
         ops().pause("s", "tests")
-        time.sleep(2.2)  # no scheduler runs: two or three ticks pass unclaimed while paused
+        r.hset(keys().schedule("s"), "paused", latest - 3 * 60_000 + 1)  # paused just after that claim
         ops().resume("s", "tests")
     fired = claim_now(r, x)  # the first claim after the resume: catch_up=all lists them all
-    assert (fired.code, fired.fired, fired.missed) == (1, 0, 0) and fired.paused >= 2
+    assert (fired.code, fired.fired, fired.missed, fired.paused) == (1, 0, 0, 3)
     assert r.llen(keys().pending) == 0
 
 

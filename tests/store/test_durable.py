@@ -153,9 +153,13 @@ def test_an_ack_the_replica_missed_is_retried_until_it_has_it(durable, caplog):
         serving = threading.Thread(target=lambda: done.append(worker.run()), daemon=True)
         serving.start()
         assert wait_for(lambda: runs().get("ack") == 1, 10)
-        time.sleep(1.0)  # three WAITs' worth: the worker must still be waiting for the replica
-        assert not done, "the ack was taken as done while the replica had not acknowledged it"
-        assert any("NotDurable" in r.getMessage() and "retrying" in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+
+        def retried() -> int:  # the ack's WAITs that timed out, each logged before the next
+            return sum("NotDurable" in r.getMessage() and "retrying" in r.getMessage()
+                       for r in list(caplog.records) if r.levelno == logging.WARNING)
+
+        assert wait_for(lambda: retried() >= 3, 15), caplog.text  # three WAITs that timed out ...
+        assert not done, "the ack was taken as done while the replica had not acknowledged it"  # ... and still waiting
     serving.join(10)
     assert done == [1]
     assert runs() == {"ack": 1}

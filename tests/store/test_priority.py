@@ -66,7 +66,8 @@ def test_an_idle_worker_wakes_at_once_for_a_prioritized_task(r, settings):
             assert wait_for(lambda res=res: res.refresh() or res.status == TaskResultStatus.SUCCESSFUL, timeout=5, step=0.002)
             latencies.append(time.monotonic() - start)
             time.sleep(0.2)
-        assert sorted(latencies)[2] < 0.1, latencies  # the block timeout is 1 s: a poll would miss this
+        # the block timeout is 1 s: a poll would miss this (the median, and half the block: a loaded machine's room)
+        assert sorted(latencies)[2] < 0.5, latencies
     finally:
         worker.request_stop()
         thread.join(10)

@@ -21,9 +21,10 @@ from django_redisq import connection
 from django_redisq.compat import TaskResultStatus, task_backends
 from django_redisq.settings.read import get_options
 from django_redisq.store.keys import QueueKeys
+from django_redisq.store.steps.presence import CONFIRM, POLL_EVERY
 from django_redisq.worker.worker import Worker
 from tests.conftest import topology_settings
-from tests.helpers import wait_for
+from tests.helpers import command_calls, wait_for
 from tests.testapp import topology_tasks
 from tests.testapp.topology_tasks import mark, runs
 
@@ -160,7 +161,10 @@ def test_a_failover_reaps_no_worker_and_the_presence_links_follow_the_new_master
         return len(entries) == 2 and all(e.startswith(run_id + ":") for e in entries)
 
     assert wait_for(on_new_master, 30), new.hgetall(k.presence)
-    time.sleep(2)  # several polls of the new master's presence
+    # a window in which nobody may be reaped: more presence polls (CLIENT LIST, every POLL_EVERY) of the new master
+    # than CONFIRM spans, counted on the new master itself
+    polls = command_calls(new, "client|list")
+    assert wait_for(lambda: command_calls(new, "client|list") >= polls + round(CONFIRM / POLL_EVERY) + 4, timeout=15)
     assert new.zcard(k.workers) == 2
     killed = time.monotonic()
     a.proc.send_signal(signal.SIGKILL)

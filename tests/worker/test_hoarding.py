@@ -13,7 +13,7 @@ from __future__ import annotations
 import statistics
 import time
 
-from tests.helpers import blocked_in, keys, wait_for, where_is
+from tests.helpers import blocked_in, blocked_of, keys, wait_for, where_is
 from tests.testapp import tasks
 from tests.testapp.tasks import SPANS
 
@@ -78,7 +78,8 @@ def test_a_fast_task_starts_at_once_on_the_idle_worker(r, run_worker_process):
             logs.append(f"--- worker {name}:\n" + wp.log.read()[-3000:])
         return f"{time.time() - began:.1f}s after A began its long tasks; {places}\n" + "\n".join(logs)
 
-    time.sleep(2.5)  # a BLMOVE A entered before it was busy has ended (BLOCK_TIMEOUT)
+    # a BLMOVE A entered before it was busy ends at BLOCK_TIMEOUT: wait for that, on A's own clients
+    assert wait_for(lambda: blocked_of(r, a.proc.pid, "blmove") == 0, timeout=10), r.client_list()
     # clients other tests of the session left blocked are counted too: compare with what is blocked now
     before = blocked_in(r, "blmove")
     b = run_worker_process(*QUEUES, "--concurrency", "2", "--name", "B")

@@ -13,12 +13,18 @@ import time
 import pytest
 import redis
 
+from django_redisq.store.steps.presence import CONFIRM, POLL_EVERY
 from django_redisq.testing import RedisServer
 from tests.conftest import TOPOLOGY, WorkerProcess
-from tests.helpers import keys, wait_for
+from tests.helpers import command_calls, keys, wait_for
 from tests.testapp.tasks import SPANS, span
 
 pytestmark = [pytest.mark.fault_run, pytest.mark.skipif(TOPOLOGY != "single", reason="one server: its clients are listed")]
+
+
+POLLS = round(CONFIRM / POLL_EVERY) + 4
+"""Presence polls (CLIENT LIST) a window of "nobody is reaped" spans: CONFIRM's worth and more. Each worker also
+sends one when it opens a link, which only makes the window a little shorter than that."""
 
 
 def starts(r, tag: str) -> list[float]:
@@ -86,9 +92,14 @@ def test_killing_every_connection_of_live_workers_reaps_nobody(r, run_worker_pro
 def test_a_worker_paused_for_less_than_its_timeout_is_not_reaped(r, run_worker_process):
     """SIGSTOP keeps the connection: the pause is not mistaken for a death (the timeout alone judges it)."""
     a, b = one_running_one_idle(r, run_worker_process, 4)
+    polls = command_calls(r, "client|list")
     a.proc.send_signal(signal.SIGSTOP)
-    time.sleep(4)  # the point: frozen for a while, yet less than its WORKER_TIMEOUT
-    a.proc.send_signal(signal.SIGCONT)
+    try:
+        # the point: frozen for a while, yet less than its WORKER_TIMEOUT; the while in the reaper's own rounds: its
+        # connection must look alive to more presence polls (CLIENT LIST, every 0.15 s) than CONFIRM (0.6 s) spans
+        assert wait_for(lambda: command_calls(r, "client|list") >= polls + POLLS, timeout=15)
+    finally:
+        a.proc.send_signal(signal.SIGCONT)
     assert wait_for(lambda: all(x.split("|")[2] for x in r.lrange(SPANS, 0, -1) if x.startswith("long|")), timeout=15)
     assert len(starts(r, "long")) == 1
     for wp in (a, b):
@@ -111,7 +122,9 @@ def test_a_redis_restart_reaps_nobody_and_recovery_by_connection_works_after_it(
             client = redis.Redis.from_url(srv.url, decode_responses=True)
             assert wait_for(lambda: _quiet(lambda: not old & set(client.hvals(keys().presence))
                                            and client.hlen(keys().presence) == 2), timeout=30)
-            time.sleep(2)  # the point: several heartbeat rounds after the restart, in which nobody is reaped
+            # the point: a window after the restart in which nobody is reaped, in the reaper's own rounds (the
+            # restarted server counts from zero)
+            assert wait_for(lambda: command_calls(client, "client|list") >= POLLS, timeout=15)
             assert registered(client) == 2
             a.proc.send_signal(signal.SIGKILL)
             assert wait_for(lambda: registered(client) == 1, timeout=6)  # by connection: the timeout is 10 s

@@ -55,7 +55,8 @@ def test_the_watchdog_raises_in_the_armed_thread_at_its_deadline():
     with pytest.raises(TaskTimeout):
         while time.monotonic() - start < 5:
             time.sleep(0.01)
-    assert 0.2 <= time.monotonic() - start < 1.0  # at the deadline (about 0.21 s measured), not at the loop's 5 s
+    # at the deadline (about 0.21 s measured), not at the loop's 5 s; the upper bound leaves a loaded machine room
+    assert 0.2 <= time.monotonic() - start < 3.0
     assert timelimit.disarm(handle) is True
 
 

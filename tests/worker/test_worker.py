@@ -159,7 +159,7 @@ def test_multiple_queues_each_have_a_fetcher(r, make_worker):
             assert time.monotonic() - start < 2
             time.sleep(0.002)
         # a round-robin poll would wait out the other queues' 1 s blocks; a blocked fetcher of its own starts it in ms
-        assert time.monotonic() - start < 0.5
+        assert time.monotonic() - start < 0.9  # under one other queue's block (ms measured): room for a loaded machine
     finally:
         w.request_stop()
         t.join(10)
