@@ -75,7 +75,7 @@ TIMEOUT_MS = 10_000  # WORKER_TIMEOUT (also the guard lease)
 INTERVAL_MS = 2_000  # HEARTBEAT_INTERVAL (the heartbeat gap, Broker.heartbeat_gap_ms, lies between the two)
 DEAD_MAX = 3  # small, so dead-letter trimming happens
 TASK_PATH = "tests.testapp.tasks.noop"
-EXAMPLES = int(os.environ.get("REDISQ_SM_EXAMPLES", "60"))  # 60 x 60 steps: 50-100 s here; more when asked
+EXAMPLES = int(os.environ.get("REDISQ_SM_EXAMPLES", "40"))  # 40 x 60 steps: 35-75 s here; more when asked
 PRIORITIES = st.sampled_from([0, 0, 0, 0, 0, 0, 0, 1, 7, 7, -1, -7, 100, -100])
 """Mostly the default, a few others (two of the same, so FIFO within one priority shows), the extremes."""
 BAND = 2**44  # lib/ready.lua: a prioritized task's score is (100 - priority) * BAND + n

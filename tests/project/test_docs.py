@@ -150,6 +150,7 @@ def test_the_tutorial_builds_a_working_project(tmp_path: Path, redis_url: str, r
 
 
 @pytest.mark.slow
+@pytest.mark.corner  # a new project on the oldest Django too
 def test_the_readmes_quick_start_works_pasted_into_a_new_project(tmp_path: Path, redis_url: str, r: Any) -> None:
     """The README's blocks, each headed by the file it goes in, pasted into a new startproject: check, migrate,
     the view enqueues, runworker runs the task, get_result says SUCCESSFUL."""

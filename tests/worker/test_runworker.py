@@ -9,7 +9,7 @@ from tests.helpers import keys, reap, wait_for, where_is
 from tests.testapp import tasks
 from tests.testapp.tasks import EFFECTS
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.corner]  # signals and exits of a real process: the oldest Python too
 
 
 def test_burst_runs_everything_and_exits_zero(r, run_worker_process):
