@@ -66,7 +66,9 @@ Which fault may explain a task whose effect ran twice:
   and still held it (in its processing list right after the kill);
 * freeze: it was running in the frozen process when it was stopped: a run by
   that pid begun before the SIGSTOP (+ ``freeze_slack``, 50 ms) and not ended
-  before it (- ``settle_slack``, 250 ms: its ack may not have landed yet), from
+  before it (- ``settle_slack``, 250 ms: its ack may not have landed yet; a
+  process-pool child, which is not frozen with its worker, by any start before
+  the SIGCONT: it was handed over before the stop), from
   the effects store's start and end records; the worker's info JSON
   ``current`` read at the stop is reported beside it. A task the frozen worker
   held but had not started, and ran after SIGCONT, is a failure of its own row
@@ -1102,8 +1104,12 @@ def account(main: RedisServer, effects: RedisServer, faults: list[Fault], procs:
     running: dict[int, set[str]] = {}  # id(freeze) -> ids running in the frozen process at its SIGSTOP
     unsettled: dict[int, set[str]] = {}  # id(freeze) -> ids it held that had run (ended) before the SIGSTOP
     for f in freezes:
+        # a process-pool child is not frozen with its worker: a task the worker handed it before the SIGSTOP may
+        # start in the child any time before the SIGCONT (later on a loaded machine than ``slack``); the frozen
+        # worker hands nothing over meanwhile, so a child's start before the SIGCONT was handed over before the stop
         running[id(f)] = {tid for tid, rs in runs.items() for run in rs
-                          if run.pid == f.pid and run.t <= f.t + slack and (run.end is None or run.end >= f.t - cfg.settle_slack)}
+                          if run.pid == f.pid and (run.t <= f.t + slack or (run.child and run.t <= f.end))
+                          and (run.end is None or run.end >= f.t - cfg.settle_slack)}
         unsettled[id(f)] = set()
         for tid in set(f.ids) - running[id(f)]:  # still held: its last run before the stop, if by it, was not settled
             before = [run for run in runs.get(tid, []) if run.t <= f.t]
