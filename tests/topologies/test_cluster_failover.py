@@ -287,8 +287,9 @@ def test_a_master_fails_over_during_a_run(mode, cluster, redis_cluster, redis_ur
         producer = threading.Thread(target=produce, daemon=True)
         try:
             mark.using(queue_name=QUEUE).enqueue("fo-warmup")
-            if not wait_for(lambda: "fo-warmup" in runs(), 30):
-                pytest.fail(f"the worker ran nothing: {worker.output()[-2000:]}")
+            # a condition, not a time: a worker starting on a loaded machine may take long to run its first task
+            if not wait_for(lambda: "fo-warmup" in runs(), 120):
+                pytest.fail(f"the worker ran nothing: {worker.printed()[-2000:]}")
             wait_out_last_election(replica)  # the previous case's election: else this failover may not stick
             producer.start()
             producer.join(120)

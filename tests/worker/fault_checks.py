@@ -79,6 +79,13 @@ def _event_tasks(r: redis.Redis, w: Workload) -> list[str]:
     return problems
 
 
+def _recorded_then_unsettled(r: redis.Redis, queue: str, tid: str, st: str | None, step: int, done: set[int]) -> bool:
+    """A step that ran, was recorded done in its workflow (its dependents released: the record comes before the ack,
+    so a crash between cannot lose them) and whose own ack then failed for good: its task is dead with reason
+    ``settle_failed`` while the workflow, which has its result, may end succeeded. It ended, and says why."""
+    return st == "dead" and step in done and r.hget(keys(queue).task(tid), "reason") == "settle_failed"
+
+
 def _workflow(r: redis.Redis, store: WorkflowStore, wf: str, log: list[str]) -> list[str]:
     state = store.read(wf)
     if state is None:
@@ -95,7 +102,7 @@ def _workflow(r: redis.Redis, store: WorkflowStore, wf: str, log: list[str]) -> 
         st = _state(r, info.get("q", "default"), tid)
         if st is not None and st not in FINAL:
             problems.append(f"workflow {wf} step {i} ({tid}) is {st}")
-        if status == "succeeded" and st != "finished":
+        if status == "succeeded" and st != "finished" and not _recorded_then_unsettled(r, info.get("q", "default"), tid, st, i, state.done):
             problems.append(f"workflow {wf} succeeded but step {i} ({tid}) is {st}")
         for p in info.get("p", []):
             ptid = state.steps[p].get("id") or step_id(wf, p)

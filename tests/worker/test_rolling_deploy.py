@@ -1,10 +1,11 @@
-"""A rolling deploy across the restructure into connection/, store/, worker/, ops/ and admin/.
+"""A rolling deploy across each restructure: into connection/, store/, worker/, ops/ and admin/, then into
+feature packages (settings/, schedules/, events/, workflows/, core/) and a composed store.
 
-The restructure promised an unchanged key schema, settings and message format, so
-that during a rolling deploy a worker of the flat layout and one of the new can
+Each restructure promised an unchanged key schema, settings and message format, so
+that during a rolling deploy a worker of the layout before and one of the new can
 share a queue and nothing is lost. Only real processes of both versions on one
-Redis prove that: the flat package is taken from the repository's own history
-(``OLD_COMMIT``, the last commit before the restructure), an old worker and a new
+Redis prove that: the old package is taken from the repository's own history
+(``OLD_LAYOUTS``: the last commit before each restructure), an old worker and a new
 one drain the same queues while an old producer and the new code enqueue into
 them, and the old worker is SIGKILLed mid-run so the new one must recover what
 it held. The application code (``tests.testapp``, the settings) is the same for
@@ -39,8 +40,11 @@ from tests.conftest import ROOT, WORKER_ENV, WorkerProcess
 from tests.helpers import held_by, keys, redis_ms, wait_for, where_is
 from tests.testapp.tasks import EFFECTS
 
-OLD_COMMIT = "b979ab9"
-"""The last commit of the flat layout (django_redisq/broker.py, worker.py, ... side by side)."""
+OLD_LAYOUTS = {
+    "flat": ("b979ab9", "broker.py", "store"),  # django_redisq/broker.py, worker.py, ... side by side
+    "root-modules": ("fa3b33e", "workflow_result.py", "core"),  # 31 modules at the root, a Broker of mixins
+}
+"""Per layout: the last commit of it, a module only it has at the package root, a package only the new layout has."""
 OLD, NEW = "oldlayout", "newlayout"
 """The workers' ``--name``s: their ids are ``<name>.<suffix>``, which tells who ran a task (``worker_ids``)."""
 QUEUES = ("default", "emails")
@@ -54,10 +58,10 @@ PRELUDE = """\
 import importlib.util, os, sys
 import django_redisq
 origin = os.path.dirname(os.path.abspath(django_redisq.__file__))
-flat = importlib.util.find_spec("django_redisq.broker") is not None
-print(f"django_redisq from {origin} (flat layout: {flat})", flush=True)
-if origin != os.path.join(os.environ["REDISQ_OLD_ROOT"], "django_redisq") or not flat:
-    sys.exit("this process did not import the flat django_redisq it was started to run")
+old = importlib.util.find_spec("django_redisq." + os.environ["REDISQ_OLD_MARKER"]) is not None
+print(f"django_redisq from {origin} (old layout: {old})", flush=True)
+if origin != os.path.join(os.environ["REDISQ_OLD_ROOT"], "django_redisq") or not old:
+    sys.exit("this process did not import the old django_redisq it was started to run")
 """
 """Run first in every old-layout process: it proves, in that very interpreter, which package it imported."""
 
@@ -117,38 +121,40 @@ print("ROWS " + json.dumps(enqueue_mix("o-")), flush=True)
 """
 
 
-@pytest.fixture
-def old_package() -> Iterator[Path]:
-    """The flat django_redisq of ``OLD_COMMIT``, from the repository's own history, in a directory of its own.
+@pytest.fixture(params=sorted(OLD_LAYOUTS))
+def old_package(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The django_redisq of an old layout's last commit, from the repository's own history, in a directory of its own.
 
     Skips, saying exactly why, when that history is not at hand (no git, not a
     checkout, a shallow clone); a full clone, as CI makes, always has it.
     """
-    why = f"cannot compare with the flat layout: django_redisq as of commit {OLD_COMMIT} must come from {ROOT}'s git history"
+    commit, marker, new_only = OLD_LAYOUTS[request.param]
+    monkeypatch.setenv("REDISQ_OLD_MARKER", marker.removesuffix(".py"))
+    why = f"cannot compare with the {request.param} layout: django_redisq as of commit {commit} must come from {ROOT}'s git history"
     git = shutil.which("git")
     if git is None:
         pytest.skip(f"{why}, and git is not on PATH")
     inside = subprocess.run([git, "-C", str(ROOT), "rev-parse", "--git-dir"], capture_output=True, text=True)
     if inside.returncode != 0:
         pytest.skip(f"{why}, and {ROOT} is not a git checkout ({inside.stderr.strip()})")
-    found = subprocess.run([git, "-C", str(ROOT), "cat-file", "-e", f"{OLD_COMMIT}^{{commit}}"], capture_output=True, text=True)
+    found = subprocess.run([git, "-C", str(ROOT), "cat-file", "-e", f"{commit}^{{commit}}"], capture_output=True, text=True)
     if found.returncode != 0:
         shallow = subprocess.run([git, "-C", str(ROOT), "rev-parse", "--is-shallow-repository"], capture_output=True, text=True)
         hint = " (a shallow clone: `git fetch --unshallow` brings it)" if shallow.stdout.strip() == "true" else ""
-        pytest.skip(f"{why}, and commit {OLD_COMMIT} is not in this clone{hint}")
-    archive = subprocess.run([git, "-C", str(ROOT), "archive", "--format=tar", OLD_COMMIT, "django_redisq"], capture_output=True)
+        pytest.skip(f"{why}, and commit {commit} is not in this clone{hint}")
+    archive = subprocess.run([git, "-C", str(ROOT), "archive", "--format=tar", commit, "django_redisq"], capture_output=True)
     assert archive.returncode == 0, archive.stderr.decode(errors="replace")
-    with tempfile.TemporaryDirectory(prefix="redisq-flat-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="redisq-old-") as tmp:
         with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
             tar.extractall(tmp, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
         package = Path(tmp, "django_redisq")
-        # the premise: this commit really has the flat layout
-        assert (package / "broker.py").is_file() and (package / "worker.py").is_file() and not (package / "store").exists()
+        # the premise: this commit really has that layout
+        assert (package / marker).is_file() and not (package / new_only).exists()
         yield Path(tmp)
 
 
 class OldLayoutProcess(WorkerProcess):
-    """A Python process of the test settings whose ``import django_redisq`` finds the flat package.
+    """A Python process of the test settings whose ``import django_redisq`` finds the old package.
 
     ``python -m`` and ``python -c`` put their working directory first on sys.path,
     so the process runs in the old package's directory, which PYTHONPATH also puts
@@ -228,16 +234,16 @@ def test_old_and_new_layout_workers_share_queues_through_a_sigkill(r, redis_url,
         assert wait_for(lambda: _workers(r, OLD) and _workers(r, NEW), timeout=30), (
             f"both workers should register; old printed:\n{_printed(old)}")
         old_id = _workers(r, OLD)[0]
-        # the worker registered under the old name is the process started on the flat package
+        # the worker registered under the old name is the process started on the old package
         assert json.loads(r.get(keys("default").worker_info(old_id)))["pid"] == old.proc.pid
-        assert f"django_redisq from {old_package / 'django_redisq'} (flat layout: True)" in _printed(old)
+        assert f"django_redisq from {old_package / 'django_redisq'} (old layout: True)" in _printed(old)
 
         # both producers start together once the old one is set up; the new code enqueues from a thread of
         # this process, so that the old worker is killed while both are still enqueuing
         producer = OldLayoutProcess(redis_url, old_package, OLD_PRODUCER, stdout=subprocess.PIPE)
         mine.append(producer)
         printed = [producer.proc.stdout.readline() for _ in range(2)]
-        assert printed == [f"django_redisq from {old_package / 'django_redisq'} (flat layout: True)\n", "ENQUEUEING\n"], (
+        assert printed == [f"django_redisq from {old_package / 'django_redisq'} (old layout: True)\n", "ENQUEUEING\n"], (
             printed, _printed(producer))
         with ThreadPoolExecutor(1) as pool:
             new_producer = pool.submit(enqueue_mix, "n-")
