@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -18,6 +19,7 @@ from django_redisq.connection.async_wire import AsyncWire
 from django_redisq.exceptions import LeaseLost
 from django_redisq.store.broker import Broker
 from django_redisq.store.keys import QueueKeys
+from django_redisq.worker.worker import Worker
 
 T = TypeVar("T")
 
@@ -162,6 +164,62 @@ def drain(make_worker: Callable[..., Any], results: Iterable[Any], rounds: int =
             return
         time.sleep(0.02)
     raise AssertionError("tasks did not settle")
+
+
+@dataclass
+class FailoverRun:
+    """What a producer saw while the master died under it (``failover_run``)."""
+
+    acked: list[tuple[str, str, float]] = field(default_factory=list)
+    """(task id, mark key, when) of every enqueue that returned."""
+    refused: dict[str, int] = field(default_factory=dict)
+    """How many enqueues raised, by exception type: the caller saw the outage, nothing was acknowledged."""
+    killed_at: float = 0.0
+    back_at: float | None = None
+    """When the first enqueue after the kill returned (``time.monotonic()``), None if none did."""
+
+    def report(self, what: str, lost: Iterable[str]) -> str:
+        """One line for the test's output and its failure messages."""
+        back = f"producers back {self.back_at - self.killed_at:.1f} s after the kill" if self.back_at else "producers never came back"
+        return (f"{what}: {len(self.acked)} enqueues acknowledged, refused during the outage: {self.refused or 'none'}, "
+                f"{len(list(lost))} acknowledged but lost, {back}")
+
+
+@contextlib.contextmanager
+def failover_run(kill: Callable[[], None], enqueue: Callable[[str], Any], n: int, kill_at: int, gap: float,
+                 hang_after: float = 120.0) -> Iterator[FailoverRun]:
+    """Enqueue ``n`` marks ``f0``.. one after another (``gap`` s apart), calling ``kill`` before the ``kill_at``-th,
+    while a 4-thread worker serves "default"; yields once the producer finished, the worker still serving (so the
+    body can wait for the tasks to run), and stops the worker after the body."""
+
+    run = FailoverRun()
+
+    def produce() -> None:
+        for i in range(n):
+            if i == kill_at:
+                run.killed_at = time.monotonic()
+                kill()
+            try:
+                run.acked.append((enqueue(f"f{i}").id, f"f{i}", time.monotonic()))
+                if run.killed_at and run.back_at is None:
+                    run.back_at = time.monotonic()
+            except redis.RedisError as exc:  # NotDurable or a lost connection: the caller sees it, nothing acknowledged
+                run.refused[type(exc).__name__] = run.refused.get(type(exc).__name__, 0) + 1
+                time.sleep(0.05)
+            time.sleep(gap)
+
+    worker = Worker(["default"], concurrency=4)
+    serving = threading.Thread(target=worker.run, daemon=True)
+    serving.start()
+    producer = threading.Thread(target=produce, daemon=True)
+    producer.start()
+    try:
+        producer.join(hang_after)
+        assert not producer.is_alive(), "the producer hung"
+        yield run
+    finally:
+        worker.request_stop()
+        serving.join(20)
 
 
 def wait_for(predicate: Callable[[], T], timeout: float = 15.0, step: float = 0.02) -> T:

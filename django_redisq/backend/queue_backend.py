@@ -7,7 +7,7 @@ import inspect
 from collections.abc import Iterable, Sequence
 from functools import cached_property, partial
 from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from django.apps import apps
 from django.core.exceptions import ImproperlyConfigured
@@ -60,6 +60,7 @@ class RedisQueueBackend(BaseTaskBackend):
     options and the connection are resolved on first use.
     """
 
+    is_redisq_backend: ClassVar[bool] = True  # workflows/port.py: find_backend reads it
     task_class = RedisTask
     supports_defer = True
     supports_async_task = True

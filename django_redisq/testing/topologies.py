@@ -187,6 +187,11 @@ class SentinelSetup:
         """
         if self.master.proc is None or self.master.proc.poll() is not None:
             self.master.start()
+            promoted = self.master_port()
+            if promoted is not None and promoted != self.master.port:
+                # the sentinels would make it a replica of the promoted server only when they next ask it for INFO
+                # (every 10 s, which made this wait 15 s); it is told at once instead, as they would tell it
+                self._cli(self.master.port, "replicaof", "127.0.0.1", str(promoted))
         if not fail_back and self.master_port() == self.replica.port:
             self.master, self.replica = self.replica, self.master
         deadline = time.monotonic() + timeout

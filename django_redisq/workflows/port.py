@@ -10,7 +10,7 @@ there is no cycle to hide and no ``Any`` collaborator.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, cast
 
 from django_redisq.compat import InvalidTaskBackend, Task, TaskResult, task_backends
 from django_redisq.core.options import Options
@@ -19,10 +19,13 @@ from django_redisq.store.broker import Broker
 from django_redisq.workflows.engine import WorkflowEngine
 
 
-@runtime_checkable
 class Backend(Protocol):
     """A django_redisq backend, as the workflow engine, the workflow reads and the events use it."""
 
+    is_redisq_backend: ClassVar[bool]
+    """True on the class: how ``find_backend`` tells ours from another backend in one attribute read (a
+    ``runtime_checkable`` isinstance would test every member on every call, and on Python < 3.12 evaluate the
+    lazy properties, connecting to Redis to answer a type question)."""
     alias: str
     result_class: type[TaskResult]
 
@@ -70,7 +73,7 @@ class Backend(Protocol):
 def find_backend(alias: str) -> Backend | None:
     """The django_redisq backend of ``alias``, or None when ``TASKS[alias]`` is another backend."""
     found = task_backends[alias]
-    return found if isinstance(found, Backend) else None
+    return cast(Backend, found) if getattr(type(found), "is_redisq_backend", False) else None
 
 
 def backend_of(alias: str, purpose: str) -> Backend:

@@ -3,7 +3,7 @@ import json
 import pytest
 
 from django_redisq.backend import STATE_TO_STATUS, RedisQueueBackend
-from django_redisq.compat import InvalidTask, TaskResultDoesNotExist, TaskResultStatus, task_backends, task_enqueued, task_finished, task_started
+from django_redisq.compat import FRAMEWORK, InvalidTask, TaskResultDoesNotExist, TaskResultStatus, task_backends, task_enqueued, task_finished, task_started
 from tests.helpers import keys
 from tests.testapp import tasks
 
@@ -13,6 +13,24 @@ def test_flags_are_honest():
     assert isinstance(b, RedisQueueBackend)
     assert b.supports_defer and b.supports_get_result and b.supports_async_task
     assert b.supports_priority  # tests/store/test_priority.py
+
+
+def test_find_backend_tells_ours_from_others_without_building_anything(settings):
+    """The port's lookup reads one class attribute: it builds no options and no connection to answer."""
+    import copy
+
+    from django.test import override_settings
+
+    from django_redisq.workflows.port import find_backend
+
+    setting = copy.deepcopy(settings.TASKS)
+    setting["plain"] = {"BACKEND": f"{FRAMEWORK}.backends.dummy.DummyBackend"}
+    setting["fresh"] = {**setting["default"]}
+    with override_settings(TASKS=setting):
+        fresh = task_backends["fresh"]
+        assert find_backend("fresh") is fresh
+        assert not {"conf", "broker", "abroker", "workflows"} & set(vars(fresh))
+        assert find_backend("plain") is None
 
 
 def test_status_table_covers_every_state():

@@ -253,7 +253,9 @@ def test_fast_tasks_under_a_backlog_are_still_acked_in_batches(r, make_worker, m
     monkeypatch.setattr(w.broker, "ack_many", counting)
     run_in_thread(w, timeout=60)
     assert sum(calls) == 2000
-    assert len(calls) <= 2000 / 4, f"{len(calls)} ack round trips for 2000 tasks"
+    # one round trip per task would be 2000; a quiet machine batches about 29 per call, one loaded by a second
+    # test run beside this one 3.6: at least 2 a call tells batching from none whatever the load
+    assert len(calls) <= 2000 / 2, f"{len(calls)} ack round trips for 2000 tasks"
 
 
 # -- hole 9: a Redis outage longer than WORKER_TIMEOUT -------------------------

@@ -34,7 +34,7 @@ from django_redisq.store.keys import QueueKeys
 from django_redisq.testing import RedisServer, SentinelSetup, find_redis_server, redis_cli, wait_until
 from django_redisq.worker.worker import Worker
 from tests.conftest import topology_settings
-from tests.helpers import wait_for
+from tests.helpers import failover_run, wait_for
 from tests.testapp import topology_tasks
 from tests.testapp.topology_tasks import mark, runs
 
@@ -251,53 +251,25 @@ def test_sigkilled_master_loses_no_durable_enqueue(redis_url: str, r: Any, monke
     if not find_redis_server("path"):
         pytest.skip("no redis-server on PATH")
     monkeypatch.setattr(topology_tasks, "EFFECTS_URL", redis_url)
-    n, kill_at = 200, 60
-    acked: list[tuple[str, str]] = []
-    refused: dict[str, int] = {}
-    killed_at: list[float] = []
-    back_at: list[float] = []
     with TwoReplicas() as setup, topology_settings(REDIS_URL=f"redis://{setup.master_name}/0", SENTINELS=setup.sentinels,
                                                     SENTINEL_MASTER=setup.master_name, **DURABLE, **FAST):
         connection.reset()
-
-        def produce() -> None:
-            for i in range(n):
-                if i == kill_at:
-                    killed_at.append(time.monotonic())
-                    setup.master.stop(signal.SIGKILL)
-                try:
-                    acked.append((mark.enqueue(f"f{i}", 0.002).id, f"f{i}"))
-                    if killed_at and not back_at:
-                        back_at.append(time.monotonic())
-                except redis.RedisError as exc:  # NotDurable or a lost connection: not acknowledged
-                    refused[type(exc).__name__] = refused.get(type(exc).__name__, 0) + 1
-                    time.sleep(0.05)
-                time.sleep(0.003)
-
-        worker = Worker(["default"], concurrency=4)
-        serving = threading.Thread(target=worker.run, daemon=True)
-        serving.start()
-        producer = threading.Thread(target=produce, daemon=True)
-        producer.start()
         try:
-            producer.join(90)
-            assert not producer.is_alive(), "the producer hung"
-            port = setup.master_port()
-            assert port in (setup.replica.port, setup.second.port), "the sentinels did not promote a replica"
-            new_master = _client(port)
-            lost = [k for i, k in acked if not new_master.exists(QueueKeys("default").task(i))]
-            backend = task_backends["default"]
-            finished = wait_for(lambda: all(backend.get_result(i).status == TaskResultStatus.SUCCESSFUL for i, _ in acked), 40)
+            with failover_run(lambda: setup.master.stop(signal.SIGKILL), lambda key: mark.enqueue(key, 0.002),
+                              n=200, kill_at=60, gap=0.003, hang_after=90) as run:
+                port = setup.master_port()
+                assert port in (setup.replica.port, setup.second.port), "the sentinels did not promote a replica"
+                new_master = _client(port)
+                lost = [k for i, k, _ in run.acked if not new_master.exists(QueueKeys("default").task(i))]
+                backend = task_backends["default"]
+                finished = wait_for(lambda: all(backend.get_result(i).status == TaskResultStatus.SUCCESSFUL
+                                                for i, _, _ in run.acked), 40)
         finally:
-            worker.request_stop()
-            serving.join(20)
             connection.reset()
     done = runs()
-    report = (f"durable failover: {len(acked)} enqueues acknowledged, refused during the outage: {refused or 'none'}, "
-              f"{len(lost)} acknowledged but lost, producers back {back_at[0] - killed_at[0]:.1f} s after the kill"
-              if back_at else f"durable failover: producers never came back; refused {refused}")
+    report = run.report("durable failover", lost)
     print("\n" + report)
-    assert back_at and back_at[0] - killed_at[0] < 15, report
+    assert run.back_at is not None and run.back_at - run.killed_at < 15, report
     assert not lost, report
-    assert finished and all(done.get(k, 0) >= 1 for _, k in acked), f"an acknowledged task did not run; {report}"
-    assert sum(refused.values()) >= 1, report  # the outage was seen
+    assert finished and all(done.get(k, 0) >= 1 for _, k, _ in run.acked), f"an acknowledged task did not run; {report}"
+    assert sum(run.refused.values()) >= 1, report  # the outage was seen

@@ -16,7 +16,7 @@ import json
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -67,19 +67,18 @@ def test_a_retry_and_a_dead_letter(cluster):
     assert Inspector(get_options()).dead_counts() == {"default": 0, "emails": 0, "low": 1}
 
 
-def test_a_sigkilled_workers_tasks_are_reaped_and_nothing_is_lost(cluster, redis_cluster, redis_url, run_worker_process):
-    n = 60
-    ids = [mark.using(queue_name=QUEUES[i % 3]).enqueue(f"k{i}", 0.05).id for i in range(n)]
-    env = {"REDISQ_TEST_CLUSTER": "1", "REDISQ_TEST_EFFECTS_URL": redis_url, **{f"REDISQ_OPT_{k}": str(v) for k, v in FAST.items()}}
-    victim = run_worker_process(*QUEUES, "--concurrency", "4", "--name", "victim", env={**env, "REDISQ_TEST_REDIS_URL": redis_cluster.url})
+def _killed_mid_run_then_rescued(victim: Any, queues: list[str], ids: list[str],
+                                 held: Callable[[], dict[str, int]]) -> dict[str, int]:
+    """SIGKILL ``victim`` once it ran 8 tasks; a worker on ``queues`` then finishes every one of ``ids``. What the victim
+    held when it died, per physical queue (``held``): more than nothing, or the test would prove nothing."""
     if not wait_for(lambda: 8 <= sum(runs().values()), 30):
         victim.proc.kill()
         pytest.fail(f"the victim ran nothing: {victim.output()[-2000:]}")
     victim.proc.send_signal(signal.SIGKILL)
     victim.proc.wait(10)
-    held = sum(cluster.llen(key) for q in QUEUES for key in cluster.scan_iter(match=QueueKeys(q).processing("*")))
-    assert held > 0, "the victim held nothing when it died: the test proves nothing"
-    rescuer = Worker(list(QUEUES), concurrency=4)
+    when_killed = held()
+    assert sum(when_killed.values()) > 0, "the victim held nothing when it died: the test proves nothing"
+    rescuer = Worker(queues, concurrency=4)
     thread = threading.Thread(target=rescuer.run, daemon=True)
     thread.start()
     try:
@@ -88,9 +87,19 @@ def test_a_sigkilled_workers_tasks_are_reaped_and_nothing_is_lost(cluster, redis
     finally:
         rescuer.request_stop()
         thread.join(15)
+    return when_killed
+
+
+def test_a_sigkilled_workers_tasks_are_reaped_and_nothing_is_lost(cluster, redis_cluster, redis_url, run_worker_process):
+    n = 60
+    ids = [mark.using(queue_name=QUEUES[i % 3]).enqueue(f"k{i}", 0.05).id for i in range(n)]
+    env = {"REDISQ_TEST_CLUSTER": "1", "REDISQ_TEST_EFFECTS_URL": redis_url, **{f"REDISQ_OPT_{k}": str(v) for k, v in FAST.items()}}
+    victim = run_worker_process(*QUEUES, "--concurrency", "4", "--name", "victim", env={**env, "REDISQ_TEST_REDIS_URL": redis_cluster.url})
+    held = _killed_mid_run_then_rescued(victim, list(QUEUES), ids, lambda: {
+        q: sum(cluster.llen(key) for key in cluster.scan_iter(match=QueueKeys(q).processing("*"))) for q in QUEUES})
     done = runs()
     assert set(done) == {f"k{i}" for i in range(n)}  # nothing lost; at least once (a task the victim was running may run twice)
-    print(f"\ncluster SIGKILL: the victim held {held} task(s); {sum(v > 1 for v in done.values())} ran twice")
+    print(f"\ncluster SIGKILL: the victim held {held}; {sum(v > 1 for v in done.values())} ran twice")
 
 
 def test_stats_cli_and_admin_queues_page_read_every_node(cluster, admin_client):
@@ -168,22 +177,8 @@ def test_a_sigkilled_worker_on_a_partitioned_queue_loses_nothing(partitioned, re
     env = {"REDISQ_TEST_CLUSTER": "1", "REDISQ_TEST_EFFECTS_URL": redis_url, "REDISQ_TEST_REDIS_URL": redis_cluster.url,
            "REDISQ_QUEUE_OPTIONS": json.dumps({"low": {"PARTITIONS": PARTS}}), **{f"REDISQ_OPT_{k}": str(v) for k, v in FAST.items()}}
     victim = run_worker_process("low", "--concurrency", "4", "--name", "victim", env=env)
-    if not wait_for(lambda: 8 <= sum(runs().values()), 30):
-        victim.proc.kill()
-        pytest.fail(f"the victim ran nothing: {victim.output()[-2000:]}")
-    victim.proc.send_signal(signal.SIGKILL)
-    victim.proc.wait(10)
-    held = {q: sum(partitioned.llen(key) for key in partitioned.scan_iter(match=QueueKeys(q).processing("*"))) for q in LOW}
-    assert sum(held.values()) > 0, "the victim held nothing when it died: the test proves nothing"
-    rescuer = Worker(["low"], concurrency=4)
-    thread = threading.Thread(target=rescuer.run, daemon=True)
-    thread.start()
-    try:
-        backend = task_backends["default"]
-        assert wait_for(lambda: all(backend.get_result(i).status == TaskResultStatus.SUCCESSFUL for i in ids), 30)
-    finally:
-        rescuer.request_stop()
-        thread.join(15)
+    held = _killed_mid_run_then_rescued(victim, ["low"], ids, lambda: {
+        q: sum(partitioned.llen(key) for key in partitioned.scan_iter(match=QueueKeys(q).processing("*"))) for q in LOW})
     assert set(runs()) == {f"q{i}" for i in range(n)}  # nothing lost, in any partition
     assert Inspector(get_options()).figures()[QUEUES.index("low")].totals["recovered"] > 0
     print(f"\npartitioned SIGKILL: the victim held {held}")

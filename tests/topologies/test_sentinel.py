@@ -9,7 +9,6 @@ that share the session's sentinels do not depend on running before it.
 from __future__ import annotations
 
 import signal
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -24,7 +23,7 @@ from django_redisq.store.keys import QueueKeys
 from django_redisq.store.steps.presence import CONFIRM, POLL_EVERY
 from django_redisq.worker.worker import Worker
 from tests.conftest import topology_settings
-from tests.helpers import command_calls, wait_for
+from tests.helpers import command_calls, failover_run, wait_for
 from tests.testapp import topology_tasks
 from tests.testapp.topology_tasks import mark, runs
 
@@ -66,51 +65,23 @@ def test_enqueue_run_ack_through_the_master_the_sentinels_name(sentinel):
 
 def test_sigkilled_master_fails_over_and_producers_and_workers_carry_on(sentinel):
     """Asynchronous replication may lose what the master acknowledged last: measured and reported, not asserted."""
-    n, kill_at = 300, 100
-    acked: list[tuple[str, str, float]] = []  # (id, key, when) of every enqueue that returned
-    failed: list[float] = []
-    killed_at: list[float] = []
-
-    def produce() -> None:
-        for i in range(n):
-            if i == kill_at:
-                killed_at.append(time.monotonic())
-                sentinel.master.stop(signal.SIGKILL)
-            try:
-                acked.append((mark.enqueue(f"f{i}", 0.002).id, f"f{i}", time.monotonic()))
-            except redis.RedisError:  # the caller sees the outage; its task is not acknowledged
-                failed.append(time.monotonic())
-                time.sleep(0.05)
-            time.sleep(0.005)
-
-    worker = Worker(["default"], concurrency=4)
-    serving = threading.Thread(target=worker.run, daemon=True)
-    serving.start()
-    producer = threading.Thread(target=produce, daemon=True)
-    producer.start()
-    try:
-        producer.join(120)
-        assert not producer.is_alive(), "the producer hung"
+    with failover_run(lambda: sentinel.master.stop(signal.SIGKILL), lambda key: mark.enqueue(key, 0.002),
+                      n=300, kill_at=100, gap=0.005) as run:
         assert sentinel.master_port() == sentinel.replica.port, "the sentinels did not promote the replica"
         new_master = redis.Redis(port=sentinel.replica.port, decode_responses=True)
-        present = [(i, k, at) for i, k, at in acked if new_master.exists(QueueKeys("default").task(i))]
-        lost = [k for i, k, _ in acked if (i, k) not in {(p, q) for p, q, _ in present}]
+        present = [(i, k, at) for i, k, at in run.acked if new_master.exists(QueueKeys("default").task(i))]
+        lost = [k for i, k, _ in run.acked if not new_master.exists(QueueKeys("default").task(i))]
         backend = task_backends["default"]
         finished = wait_for(lambda: all(backend.get_result(i).status == TaskResultStatus.SUCCESSFUL for i, _, _ in present), 60)
-    finally:
-        worker.request_stop()
-        serving.join(20)
     done = runs()
-    first_after = min(at for _, _, at in acked if at > killed_at[0])
-    report = (f"failover: {len(acked)} enqueues acknowledged, {len(failed)} refused during the outage, "
-              f"{len(lost)} acknowledged but lost with the old master (no durable mode), producers back "
-              f"{first_after - killed_at[0]:.1f} s after the kill; {sum(done.get(k, 0) > 1 for _, k, _ in present)} ran twice")
+    report = (f"{run.report('failover (no durable mode: asynchronous replication may lose the last writes)', lost)}; "
+              f"{sum(done.get(k, 0) > 1 for _, k, _ in present)} ran twice")
     print("\n" + report)
     assert finished, f"not every task on the new master finished; {report}"
     assert all(done.get(k, 0) >= 1 for _, k, _ in present), f"a present task never ran; {report}"
-    after = [k for _, k, at in present if at > first_after]
+    assert run.back_at is not None and run.back_at - run.killed_at < 15, report
+    after = [k for _, k, at in present if at > run.back_at]
     assert after and all(done[k] == 1 for k in after), f"a task enqueued after the recovery did not run exactly once; {report}"
-    assert first_after - killed_at[0] < 15, report
 
 
 def test_a_sigkilled_worker_is_reaped_by_its_connection_through_the_sentinels(sentinel, redis_url, run_worker_process):
