@@ -14,9 +14,9 @@ from django.core.exceptions import ImproperlyConfigured
 
 from django_redisq.backend.by_alias import progress_plan
 from django_redisq.backend.results import build_result, result_plan
-from django_redisq.backend.sending import enqueue_plan, overrides
+from django_redisq.backend.sending import batch, holders, overrides
 from django_redisq.backend.wire import arun, run
-from django_redisq.compat import BaseTaskBackend, InvalidTask, Task, TaskContext, TaskResult, TaskResultDoesNotExist
+from django_redisq.compat import BaseTaskBackend, InvalidTask, Task, TaskContext, TaskResult, TaskResultDoesNotExist, task_enqueued
 from django_redisq.core import tracing
 from django_redisq.core.metadata import encode as encode_metadata
 from django_redisq.core.options import Options
@@ -203,24 +203,38 @@ class RedisQueueBackend(BaseTaskBackend):
         return self.enqueue_many(task, [(args, kwargs)])[0]
 
     def enqueue_many(self, task: Task, arg_sets: Iterable[tuple[Sequence[Any], dict[str, Any]]]) -> list[TaskResult]:
-        """Enqueue several calls of one task in a single round trip."""
+        """Enqueue several calls of one task in a single round trip (one per partition of a partitioned queue)."""
         with tracing.send(task.module_path, task.queue_name) as span:  # NOOP unless a tracer provider is configured
             self.validated(task)
             if isinstance(task, RedisTask) and task.depends_on:
                 return self._dependents(task, arg_sets, span)
-            return run(enqueue_plan(self, task, arg_sets, span), self.broker)
+            ready = batch(self, task, arg_sets, span)  # backend/sending.py: all but the I/O, for both wires
+            outcomes = ready.outcomes([self.broker.enqueue(queue, items) for queue, items in ready.sends])
+            held = {holder: self.broker.get_task(holder, [task.queue_name]) for holder in holders(outcomes)}
+            results, new = ready.results(self, outcomes, held)
+            for result in new:
+                task_enqueued.send(type(self), task_result=result)
+            return results
 
     async def aenqueue(self, task: Task, args: Sequence[Any], kwargs: dict[str, Any]) -> TaskResult:
         """``enqueue`` on the running event loop, with no thread (store/broker/async_broker.py): the same script and result."""
         return (await self.aenqueue_many(task, [(args, kwargs)]))[0]
 
     async def aenqueue_many(self, task: Task, arg_sets: Iterable[tuple[Sequence[Any], dict[str, Any]]]) -> list[TaskResult]:
-        """``enqueue_many``, awaited on the running loop's own pool: the same plan (backend/wire.py)."""
+        """``enqueue_many`` awaited on the running loop's own pool: the same ``Batch``, its sends at once."""
         with tracing.send(task.module_path, task.queue_name) as span:
             self.validated(task)
             if isinstance(task, RedisTask) and task.depends_on:  # a small workflow, stored from a thread
                 return await asyncio.to_thread(self._dependents, task, list(arg_sets), span)
-            return await arun(enqueue_plan(self, task, arg_sets, span), self.abroker)
+            ready = batch(self, task, arg_sets, span)
+            outcomes = ready.outcomes(await asyncio.gather(*(self.abroker.enqueue(queue, items) for queue, items in ready.sends)))
+            held = {holder: await self.abroker.get_task(holder, [task.queue_name]) for holder in holders(outcomes)}
+            results, new = ready.results(self, outcomes, held)
+            from django_redisq.store.broker.async_broker import send_enqueued  # the async steps load on first await, never in a worker
+
+            for result in new:
+                await send_enqueued(type(self), result)
+            return results
 
     def _dependents(self, task: RedisTask[Any, Any], arg_sets: Iterable[tuple[Sequence[Any], dict[str, Any]]],
                     span: tracing.Sending | tracing.Noop) -> list[TaskResult]:
