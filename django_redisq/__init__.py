@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from django_redisq.exceptions import InvalidArguments, LeaseLost, RedisQError, Retry, TaskCancelled, TaskTimeout
+from django_redisq.exceptions import InvalidArguments, LeaseLost, RedisQError, RedisUnavailable, RedisUnreachable, Retry, TaskCancelled, TaskTimeout
 from django_redisq.progress import Progress, report_progress
 from django_redisq.task import RedisTask, task
 from django_redisq.workflows.canvas import chain, chord, group
@@ -48,5 +48,6 @@ def get_workflow(workflow_id: str, *, backend: str = "default") -> WorkflowResul
     return find(workflow_id, backend=backend)
 
 
-__all__ = ["InvalidArguments", "LeaseLost", "Progress", "RedisQError", "RedisTask", "Retry", "TaskCancelled", "TaskTimeout",
+__all__ = ["InvalidArguments", "LeaseLost", "Progress", "RedisQError", "RedisTask", "RedisUnavailable", "RedisUnreachable", "Retry",
+           "TaskCancelled", "TaskTimeout",
            "aget_progress", "cancel", "chain", "chord", "get_progress", "get_workflow", "group", "report_progress", "task"]

@@ -50,6 +50,19 @@ class RedisUnavailable(RedisQError):
     """Redis cannot be reached, or is too old; the message says which and how to fix it."""
 
 
+class RedisUnreachable(RedisUnavailable, redis.ConnectionError):
+    """Redis could not be reached by an enqueue, a result or progress read, a cancel, a publish or a workflow call.
+
+    One line: the server as configured (without its password), redis-py's reason and what to check. A
+    ``redis.ConnectionError`` too, so code that caught redis-py's error around ``enqueue()`` still catches it;
+    the original error is ``cause``.
+    """
+
+    def __init__(self, message: str, cause: BaseException | None = None) -> None:
+        super().__init__(message)
+        self.cause = cause
+
+
 class NotDurable(RedisUnavailable, redis.RedisError):
     """Fewer replicas than ``DURABLE_REPLICAS`` acknowledged a write within ``DURABLE_TIMEOUT``.
 

@@ -7,6 +7,7 @@ import inspect
 from collections.abc import Iterable, Sequence
 from functools import cached_property, partial
 from importlib import import_module
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from django.apps import apps
@@ -25,6 +26,7 @@ from django_redisq.progress import Progress
 from django_redisq.settings import discovery
 from django_redisq.settings.read import TOP_LEVEL, build_options, check_errors
 from django_redisq.store.broker import Broker
+from django_redisq.store.server import door
 from django_redisq.store.workflows import WorkflowStore
 from django_redisq.task import RedisTask, find_registered, plain_signature
 from django_redisq.workflows import enqueue as workflows
@@ -41,6 +43,7 @@ NOT_INSTALLED = ("{where} uses django_redisq's RedisQueueBackend, but django_red
 """Check E082, and what an enqueue raises then."""
 
 VALIDATED_MAX = 512
+_conf = attrgetter("conf")  # the server a backend's door meant (store/server.py door)
 """Task objects a backend remembers as validated (``validated``)."""
 
 
@@ -202,6 +205,7 @@ class RedisQueueBackend(BaseTaskBackend):
     def enqueue(self, task: Task, args: Sequence[Any], kwargs: dict[str, Any]) -> TaskResult:
         return self.enqueue_many(task, [(args, kwargs)])[0]
 
+    @door(_conf)
     def enqueue_many(self, task: Task, arg_sets: Iterable[tuple[Sequence[Any], dict[str, Any]]]) -> list[TaskResult]:
         """Enqueue several calls of one task in a single round trip (one per partition of a partitioned queue)."""
         with tracing.send(task.module_path, task.queue_name) as span:  # NOOP unless a tracer provider is configured
@@ -220,6 +224,7 @@ class RedisQueueBackend(BaseTaskBackend):
         """``enqueue`` on the running event loop, with no thread (store/broker/async_broker.py): the same script and result."""
         return (await self.aenqueue_many(task, [(args, kwargs)]))[0]
 
+    @door(_conf)
     async def aenqueue_many(self, task: Task, arg_sets: Iterable[tuple[Sequence[Any], dict[str, Any]]]) -> list[TaskResult]:
         """``enqueue_many`` awaited on the running loop's own pool: the same ``Batch``, its sends at once."""
         with tracing.send(task.module_path, task.queue_name) as span:
@@ -244,12 +249,14 @@ class RedisQueueBackend(BaseTaskBackend):
             span.identify([r.id for r in dependents])  # the steps' ids; their spec carries span.carrier (core/tracing.py)
         return dependents
 
+    @door(_conf)
     def enqueue_workflow(self, node: Node, on_error: Signature | None = None) -> WorkflowResult:
         """Enqueue a ``chain``, ``group`` or ``chord`` (workflows/canvas.py); returns a ``WorkflowResult``."""
         return workflows.enqueue_workflow(self, node, on_error)
 
     # -- cancelling ------------------------------------------------------
 
+    @door(_conf)
     def cancel(self, result_id: str, who: str = "api") -> str:
         """Cancel one task of this backend, found by id in its queues (see ``django_redisq.cancel``).
 
@@ -268,6 +275,7 @@ class RedisQueueBackend(BaseTaskBackend):
 
     # -- results ---------------------------------------------------------
 
+    @door(_conf)
     def save_metadata(self, task_result: TaskResult, metadata: dict[str, Any]) -> None:
         """Store ``metadata`` (reserved keys included) as the task's; Django's ``TaskContext.save_metadata()`` calls this.
 
@@ -290,17 +298,21 @@ class RedisQueueBackend(BaseTaskBackend):
             found = found.using(queue_name=queue, backend=self.alias)
         return found
 
+    @door(_conf)
     def get_result(self, result_id: str) -> TaskResult:
         return run(result_plan(self, result_id), self.broker)
 
+    @door(_conf)
     async def aget_result(self, result_id: str) -> TaskResult:
         """``get_result`` on the running event loop, with no thread (store/broker/async_broker.py); ``arefresh`` comes here too."""
         return await arun(result_plan(self, result_id), self.abroker)
 
+    @door(_conf)
     def get_progress(self, task_id: str) -> Progress | None:
         """What task ``task_id`` last reported with ``report_progress`` (``django_redisq.get_progress``)."""
         return run(progress_plan(sorted(self.queues), task_id), self.broker)
 
+    @door(_conf)
     async def aget_progress(self, task_id: str) -> Progress | None:
         return await arun(progress_plan(sorted(self.queues), task_id), self.abroker)
 

@@ -28,6 +28,7 @@ from django_redisq.core.message import encode_arguments
 from django_redisq.core.options import NAME_RE, Options
 from django_redisq.events.subscriptions import publish_plan
 from django_redisq.exceptions import InvalidArguments, RedisQError
+from django_redisq.store.server import reaching
 from django_redisq.store.topics import Topics
 from django_redisq.workflows.port import Backend, find_backend
 
@@ -65,7 +66,8 @@ def publish(topic: str, payload: dict[str, Any], *, backend: str = "default") ->
     """Append an event to ``topic``; its id (``<Redis ms>-<seq>``). Each subscription of the topic gets it once.
 
     Raises ``InvalidEvent`` (a ``ValueError``) for a bad or unconfigured topic or a
-    payload that is not a JSON object, before anything is written.
+    payload that is not a JSON object, before anything is written; ``RedisUnreachable``
+    when Redis cannot be reached.
     """
     be = _backend(backend)
     text, groups = _checked(be.conf, topic, payload)
@@ -73,7 +75,7 @@ def publish(topic: str, payload: dict[str, Any], *, backend: str = "default") ->
 
 
 def _send(be: Backend, topic: str, text: str, groups: list[tuple[str, str]], parent: Any = None) -> str:
-    with tracing.publish(topic, parent) as span:  # NOOP unless a tracer provider is configured
+    with tracing.publish(topic, parent) as span, reaching(be.conf):  # reaching: Redis out of reach is one clear error
         entry_id = Topics(be.broker).publish(topic, text, groups, tracing.carrier_json(span.carrier))
         span.identify([entry_id])
         return entry_id

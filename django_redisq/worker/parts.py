@@ -37,6 +37,7 @@ from django_redisq.worker.fetching.marks import Marks
 from django_redisq.worker.fetching.pausing import Pauses
 from django_redisq.worker.fetching.queue_order import QueueOrder
 from django_redisq.worker.observability.observer import Observer
+from django_redisq.worker.observability.outage import Outage
 from django_redisq.worker.observability.tasklog import TaskLog
 from django_redisq.worker.pools import Pool, make_pool
 from django_redisq.worker.running.runner import Runner
@@ -132,6 +133,7 @@ class Controls:
 class Parts:
     """The worker's components, in the order ``build_parts`` builds them."""
 
+    outage: Outage
     broker: Broker
     runner: Runner
     order: QueueOrder
@@ -153,6 +155,7 @@ class Parts:
 def build_parts(spec: WorkerSpec, controls: Controls, runner: Runner | None = None) -> Parts:
     """Every component of a worker, each with what it needs and nothing of the worker itself."""
     options, wid = spec.options, spec.id
+    outage = Outage(worker_id=wid)
     broker = Broker(options=options)
     runner = runner or Runner(options=options, backend_alias=spec.alias)
     partitioned = {q: n for q in spec.queues if (n := options.partitions(q)) > 1}
@@ -169,25 +172,25 @@ def build_parts(spec: WorkerSpec, controls: Controls, runner: Runner | None = No
     unsettled: dict[str, str] = {}  # tasks that ran and could not be settled: the settler's, for the heartbeat's sweep
     heartbeat = Heartbeat(broker=beats, options=options, worker_id=wid, queues=queues, info=controls.info, known=held.known,
                           on_fenced=controls.fenced, on_beat=observer.beat, presence=beats.presence.links(queues),
-                          unsettled=unsettled)
+                          unsettled=unsettled, outage=outage)
     idle = Idle.of(queues)
     pauses = Pauses(broker=broker, worker_id=wid, queues=queues, held=held, stop=controls.stop, on_resume=idle.wake)
     fetcher = Fetcher(broker=broker, worker_id=wid, queues=queues, held=held, stop=controls.stop, on_fenced=heartbeat.wake,
-                      idle=idle, paused=pauses.current, saw_paused=pauses.saw_paused, burst=spec.burst)
+                      idle=idle, paused=pauses.current, saw_paused=pauses.saw_paused, burst=spec.burst, outage=outage)
     handback = HandBack(broker=broker, worker_id=wid, held=held, stop=controls.stop, hold_at_most=options.hand_back_after)
     marks = Marks(broker=broker, worker_id=wid, queues=queues, held=held, stop=controls.flush_stop,
                   ttl=options.worker_timeout, refresh=options.heartbeat_interval)
-    steps = SettleSteps(force=controls.force)
+    steps = SettleSteps(force=controls.force, outage=outage)
     settler = Settler(broker=broker, worker_id=wid, steps=steps, hooks=settle_hooks(broker, wid, steps, observer),
                       on_settled=controls.settled, unsettled=unsettled)
     tasklog = TaskLog()
     upkeep = Upkeep(broker=broker, worker_id=wid, queues=queues, held=held, pool=pool, stop=controls.stop,
                     reap_every=options.heartbeat_interval, burst=spec.burst, on_recovered=observer.recovered,
-                    paused=pauses.current, tick=tasklog.tick, by_connection=True)
+                    paused=pauses.current, tick=tasklog.tick, by_connection=True, outage=outage)
     scheduler = Scheduler(options=options, broker=broker, stop=controls.stop) if spec.scheduler else None
-    pump = EventPump(options=options, broker=broker, stop=controls.stop, consumer=wid, queues=list(spec.queues)) \
-        if spec.events else None
-    return Parts(broker=broker, runner=runner, order=order, held=held, pool=pool, observer=observer, heartbeat=heartbeat,
+    pump = EventPump(options=options, broker=broker, stop=controls.stop, consumer=wid, queues=list(spec.queues),
+                     outage=outage) if spec.events else None
+    return Parts(outage=outage, broker=broker, runner=runner, order=order, held=held, pool=pool, observer=observer, heartbeat=heartbeat,
                  pauses=pauses, fetcher=fetcher, handback=handback, marks=marks, settler=settler, tasklog=tasklog,
                  upkeep=upkeep, scheduler=scheduler, pump=pump)
 

@@ -114,7 +114,7 @@ class Worker:
 
     def _take(self, p: Parts) -> None:
         """Each part as an attribute of its own: the run loop's names, and the paths tests and runworker use."""
-        self.broker, self.runner, self.order, self.held, self.pool = p.broker, p.runner, p.order, p.held, p.pool
+        self.outage, self.broker, self.runner, self.order, self.held, self.pool = p.outage, p.broker, p.runner, p.order, p.held, p.pool
         self.observer, self.heartbeat, self.pauses, self.fetcher = p.observer, p.heartbeat, p.pauses, p.fetcher
         self.handback, self.marks, self.settler, self.tasklog = p.handback, p.marks, p.settler, p.tasklog
         self.upkeep, self.scheduler, self.pump = p.upkeep, p.scheduler, p.pump

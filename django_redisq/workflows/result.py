@@ -27,6 +27,7 @@ from typing import Any, overload
 
 from django_redisq.compat import TaskResult, TaskResultStatus
 from django_redisq.exceptions import RedisQError
+from django_redisq.store.server import door, reaching
 from django_redisq.store.workflows import WorkflowHeader, WorkflowState, WorkflowStore
 from django_redisq.workflows.canvas import step_id
 from django_redisq.workflows.port import Backend, backend_of
@@ -36,6 +37,11 @@ FINAL = (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED)
 FULL_EVERY = 1.0
 """Seconds between full reads while waiting (a step dead-lettered outside a worker's settle shows only in those)."""
 PAGE = 100
+
+
+def _conf(wf: WorkflowResult) -> Any:
+    """The server a workflow read meant (store/server.py door): its backend's."""
+    return wf._backend.conf
 """Steps read per round trip by ``WorkflowResult.results`` / ``page`` (the admin page and ``redisq workflow`` show one)."""
 PROBE = 100
 """Steps whose stored state ``refresh`` reads to tell READY from RUNNING before any step is done, and failed steps
@@ -121,7 +127,8 @@ class WorkflowResult:
     def state(self) -> WorkflowState | None:
         """The full record (every step as written, the done and failed sets): O(steps), read on access."""
         if self._state is None:
-            self._state = self._store.read(self.id)
+            with reaching(self._backend.conf):
+                self._state = self._store.read(self.id)
         return self._state
 
     @property
@@ -130,6 +137,7 @@ class WorkflowResult:
         last = self.step(self.total - 1) if self.total else None
         return last.return_value if last is not None else None
 
+    @door(_conf)
     def refresh(self) -> WorkflowResult:
         """Read the workflow's status again: a bounded read that writes nothing (``repair`` does the repairs)."""
         store = self._store
@@ -178,6 +186,7 @@ class WorkflowResult:
             self._summary = self._store.summary(self.id)
         return self._summary[index] if index < len(self._summary) else {}
 
+    @door(_conf)
     def step(self, index: int) -> TaskResult | None:
         """Step ``index``'s result, reading that step only (its record and its task hash); None if there is none."""
         store = self._store
@@ -191,6 +200,7 @@ class WorkflowResult:
         info = {"t": spec.task, "q": spec.queue, "p": spec.parents} if spec is not None else self._info(index)
         return self._read(store, [index], {index: info}, {index} if done else set(), _why(header))[0][0]
 
+    @door(_conf)
     def page(self, offset: int = 0, limit: int = PAGE) -> list[tuple[TaskResult, str, dict[str, Any]]]:
         """Steps ``offset`` to ``offset + limit`` (as far as there are): each result, stored state and step as written."""
         if self.header is None:
@@ -222,6 +232,7 @@ class WorkflowResult:
                 out.append((not_queued(backend, task_id, infos[i], i in done, why), "waiting"))
         return out
 
+    @door(_conf)
     def repair(self) -> int:
         """Write what a worker could not: record a depends_on parent settled by a worker that never saw the marker
         (it was fetched before wf_adopt.lua wrote it), and fail the workflow of a step dead-lettered where no hook
@@ -270,6 +281,7 @@ class WorkflowResult:
                 raise TimeoutError(f"workflow {self.id} is still {self.status} after {timeout} s")
             yield Pause(interval)
 
+    @door(_conf)
     def wait(self, timeout: float | None = None, interval: float = 0.05) -> WorkflowResult:
         """Refresh until SUCCESSFUL or FAILED; ``TimeoutError`` after ``timeout`` seconds (None: no limit)."""
         plan = self.waiting(timeout, interval)
@@ -285,6 +297,7 @@ class WorkflowResult:
             step = _next(plan, answer)
         return self
 
+    @door(_conf)
     async def await_(self, timeout: float | None = None, interval: float = 0.05) -> WorkflowResult:
         """``wait`` on the running event loop: the reads run in a thread, the pauses are ``asyncio.sleep``."""
         plan = self.waiting(timeout, interval)
@@ -300,6 +313,7 @@ class WorkflowResult:
             step = _next(plan, answer)
         return self
 
+    @door(_conf)
     def cancel(self, who: str = "api") -> str:
         """Cancel: steps not yet queued never are, queued ones are cancelled, running ones stopped as single tasks are.
 

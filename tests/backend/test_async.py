@@ -19,6 +19,7 @@ from django_redisq import connection
 from django_redisq.compat import BaseTaskBackend, TaskResult, TaskResultDoesNotExist, TaskResultStatus, task_backends, task_enqueued
 from django_redisq.connection import async_pools as aconnection
 from django_redisq.connection import async_wire as achannel
+from django_redisq.exceptions import RedisUnreachable
 from django_redisq.settings.read import get_options
 from django_redisq.testing import RedisServer
 from tests.helpers import keys, wires_of
@@ -249,7 +250,7 @@ def test_redis_down_raises_what_the_sync_call_raises(r, fresh_pools):
             asyncio.run(tasks.noop.aenqueue(1))
         with pytest.raises(redis.ConnectionError):
             asyncio.run(tasks.noop.aget_result("x" * 32))
-    assert type(async_error.value) is type(sync_error.value) and "127.0.0.1:1" in str(async_error.value)
+    assert type(async_error.value) is type(sync_error.value) is RedisUnreachable and "127.0.0.1:1" in str(async_error.value)
 
 
 def test_noscript_after_script_flush_loads_it_again(r):
@@ -270,10 +271,12 @@ def test_a_password_is_used_and_a_wrong_one_refused_as_on_the_sync_path(fresh_po
             same(asyncio.run(tasks.noop.aget_result(result.id)), tasks.noop.get_result(result.id))
         connection.reset()
         with override_settings(TASKS=tasks_setting(REDIS_URL=bad)):
-            with pytest.raises(redis.AuthenticationError):
+            with pytest.raises(RedisUnreachable, match="refused our credentials") as sync_error:
                 tasks.noop.enqueue(1)
-            with pytest.raises(redis.AuthenticationError):
+            with pytest.raises(RedisUnreachable, match="refused our credentials") as async_error:
                 asyncio.run(tasks.noop.aenqueue(1))
+        for error in (sync_error.value, async_error.value):
+            assert isinstance(error.cause, redis.AuthenticationError) and "wrong" not in str(error)
         connection.reset()
 
 

@@ -29,7 +29,7 @@ from django.test import override_settings
 import django_redisq
 from django_redisq import connection
 from django_redisq.compat import TaskResultStatus
-from django_redisq.exceptions import RedisUnavailable
+from django_redisq.exceptions import RedisUnavailable, RedisUnreachable
 from django_redisq.settings.read import build_options, get_options
 from django_redisq.store import server as store_server
 from django_redisq.testing import RedisServer, free_port
@@ -142,8 +142,9 @@ def test_wrong_credentials_give_a_clear_error_without_the_password(auth_server, 
 
 def test_enqueue_with_a_wrong_password_raises_without_the_password(auth_server, use_url):
     use_url(url_for(auth_server, ":wrong-Secret-pw-0000"))
-    with pytest.raises(redis.AuthenticationError) as exc:
+    with pytest.raises(RedisUnreachable, match="refused our credentials") as exc:
         tasks.add.enqueue(1, 2)
+    assert isinstance(exc.value.cause, redis.AuthenticationError)
     no_secret_in(str(exc.value) + repr(exc.value) + "".join(traceback.format_exception(exc.value)))
 
 

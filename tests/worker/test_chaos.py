@@ -134,6 +134,10 @@ def test_short_chaos_run_with_the_process_pool(tmp_path):
         # children start one after another (about 1 s each). To the first of them: 1.4, 3.2 and 3.8 s in three runs,
         # 11.9 s in one beside four other test runs on the two cores (reaped in 1.0 s there): five times the median
         recovery_limit=15.0,
+        # the reap of a killed worker, by its closed connection: about 1 s on a quiet machine, 4.4 s once in a CI run
+        # of five test processes on the two cores (the bound of bench/chaos.py is 4 s, which the main run above
+        # keeps); twice that here, where the surviving worker shares the cores with its children
+        reap_limit=8.0,
     )
     report = chaos.run_chaos(cfg)
     table = chaos.table(report)

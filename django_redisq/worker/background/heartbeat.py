@@ -37,6 +37,7 @@ from django_redisq.core.options import Options
 from django_redisq.exceptions import RedisError
 from django_redisq.store.broker import Broker
 from django_redisq.store.steps.presence import CHECK_EVERY, Presence
+from django_redisq.worker.observability.outage import Outage
 
 logger = logging.getLogger("django_redisq")
 
@@ -55,11 +56,13 @@ class Heartbeat:
         on_beat: Callable[[bool], None] | None = None,
         presence: Presence | None = None,
         unsettled: dict[str, str] | None = None,
+        outage: Outage | None = None,
     ) -> None:
         """``broker``: one on the heartbeat's own connections (``Broker.for_heartbeat``), whose short timeouts keep a
         beat's round trip within the lease; ``on_beat`` is told of each beat's success (health file, metrics);
         ``presence``: the worker's presence links (opened), which this thread owns from then on; ``unsettled``: the
-        settler's tasks that ran and could not be settled (id -> queue), which the sweep hands back counted."""
+        settler's tasks that ran and could not be settled (id -> queue), which the sweep hands back counted;
+        ``outage``: the worker's account of Redis out of reach (a beat that lands ends one)."""
         self.options, self.worker_id, self.queues = options, worker_id, list(queues)
         self.info, self.known, self.on_fenced = info, known, on_fenced
         self.broker = broker
@@ -67,6 +70,7 @@ class Heartbeat:
         self.on_beat = on_beat
         self.presence = presence
         self.unsettled = unsettled if unsettled is not None else {}
+        self.outage = outage or Outage(worker_id)
         self._registered = False
         self._suspects: dict[str, set[str]] = {}
         self._wake = threading.Event()
@@ -126,15 +130,17 @@ class Heartbeat:
                 failed = True
                 self._told(False)
                 if isinstance(exc, RedisError):
-                    logger.warning("heartbeat of worker %s failed (%s: %s)", self.worker_id, type(exc).__name__, exc)
+                    self.outage.failed("heartbeat", exc, "heartbeat of worker %s failed (%s: %s)", self.worker_id,
+                                       type(exc).__name__, exc)
                 else:
                     logger.exception("heartbeat of worker %s failed", self.worker_id)
                 continue
+            self.outage.answered()
             for q in self.queues:  # each queue on its own: one bad list does not stop the others
                 try:
                     self.sweep(q)
                 except Exception as exc:  # noqa: BLE001 - logged; the next beat sweeps again
-                    logger.warning("sweep of queue %s failed (%s: %s)", q, type(exc).__name__, exc)
+                    self.outage.failed("sweep", exc, "sweep of queue %s failed (%s: %s)", q, type(exc).__name__, exc)
 
     def _between_beats(self, seconds: float, wakeable: bool = True) -> None:
         """Wait ``seconds``, or less: woken (if ``wakeable``), or a presence link was dropped (then beat now, to

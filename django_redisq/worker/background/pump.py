@@ -63,6 +63,7 @@ from django_redisq.store.broker import Broker
 from django_redisq.store.steps.replies import NewTask
 from django_redisq.store.topics import BATCH as TRIM_BATCH
 from django_redisq.store.topics import Entry, NoSuchGroup, Topics
+from django_redisq.worker.observability.outage import Outage
 
 logger = logging.getLogger("django_redisq")
 
@@ -114,8 +115,10 @@ def raw_message(payload: str) -> str:
 class EventPump:
     """Feeds the subscriptions of the queues a worker serves; trims the backend's topics."""
 
-    def __init__(self, options: Options, broker: Broker, stop: threading.Event, consumer: str, queues: list[str]) -> None:
+    def __init__(self, options: Options, broker: Broker, stop: threading.Event, consumer: str, queues: list[str], *,
+                 outage: Outage | None = None) -> None:
         self.options, self.broker, self.stop, self.consumer = options, broker, stop, consumer
+        self.outage = outage or Outage(consumer)  # the worker's account of Redis out of reach (one line a part)
         self.topics = Topics(broker)
         self.subs: list[Subscription] = []
         self._tasks: dict[str, Any] = {}
@@ -161,7 +164,8 @@ class EventPump:
             except NoSuchGroup:
                 joined = False
             except RedisError as exc:
-                logger.warning("events: reading subscription %s failed (%s: %s); retrying", sub.name, type(exc).__name__, exc)
+                self.outage.failed("events", exc, "events: reading subscription %s failed (%s: %s); retrying", sub.name,
+                                   type(exc).__name__, exc)
                 self.stop.wait(1.0)
             except Exception:
                 logger.exception("events: subscription %s failed; retrying", sub.name)
@@ -312,13 +316,13 @@ class EventPump:
         except NoSuchGroup:
             self.join(sub)
 
-    @staticmethod
-    def _step(what: str, step: Any, *args: Any) -> bool:
+    def _step(self, what: str, step: Any, *args: Any) -> bool:
         """Run one step of the keeper; whether it succeeded (a failure is logged, the keeper goes on)."""
         try:
             step(*args)
         except RedisError as exc:
-            logger.warning("events: keeper: %s failed (%s: %s); retried next round", what, type(exc).__name__, exc)
+            self.outage.failed("events keeper", exc, "events: keeper: %s failed (%s: %s); retried next round", what,
+                               type(exc).__name__, exc)
             return False
         except Exception:  # a bug in one step: logged, the other steps still run
             logger.exception("events: keeper: %s failed; retried next round", what)

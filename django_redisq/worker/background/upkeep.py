@@ -25,6 +25,7 @@ from django_redisq.exceptions import RedisError
 from django_redisq.store.broker import Broker
 from django_redisq.store.steps.presence import CONFIRM, POLL_EVERY, refusal
 from django_redisq.worker.fetching.held import Held
+from django_redisq.worker.observability.outage import Outage
 from django_redisq.worker.pools import Pool
 
 logger = logging.getLogger("django_redisq")
@@ -37,10 +38,11 @@ class Upkeep:
     def __init__(self, *, broker: Broker, worker_id: str, queues: Sequence[str], held: Held, pool: Pool,
                  stop: threading.Event, reap_every: float, burst: bool,
                  on_recovered: Callable[[Any], None] | None = None, paused: Callable[[], frozenset[str]] | None = None,
-                 tick: Callable[[], None] | None = None, by_connection: bool = False) -> None:
+                 tick: Callable[[], None] | None = None, by_connection: bool = False, outage: Outage | None = None) -> None:
         """``paused``: the pause watch's view (a burst worker does not wait for a paused queue); ``tick``: called every
         round (the task log's summary line is written even when no more tasks come); ``by_connection``: also reap
-        workers whose presence connection is gone (off when an ACL refuses this worker ``CLIENT``)."""
+        workers whose presence connection is gone (off when an ACL refuses this worker ``CLIENT``); ``outage``: the
+        worker's account of Redis out of reach (one line a part)."""
         self.broker, self.worker_id, self.queues = broker, worker_id, list(queues)
         self.held, self.pool, self.stop = held, pool, stop
         self.reap_every, self.burst = reap_every, burst
@@ -49,6 +51,7 @@ class Upkeep:
         self.paused = paused
         self.tick: Callable[[], None] = tick or (lambda: None)
         self.by_connection = by_connection
+        self.outage = outage or Outage(worker_id)
         self._poll_at = dict.fromkeys(self.queues, 0.0)  # monotonic: when to poll each queue's presence next
         self._gone_since: dict[tuple[str, str, str], float] = {}  # (queue, worker, entry) -> first seen gone
         self._polled = dict.fromkeys(self.queues, 0.0)  # monotonic: the last poll of each queue that Redis answered
@@ -81,7 +84,7 @@ class Upkeep:
                         return
                     wait = min(wait, 0.05)
             except RedisError as exc:
-                logger.warning("worker upkeep failed (%s); retrying", exc)
+                self.outage.failed("upkeep", exc, "worker upkeep failed (%s); retrying", exc)
                 wait = 1.0
             except Exception:
                 logger.exception("worker upkeep failed; retrying")
@@ -105,7 +108,7 @@ class Upkeep:
             try:
                 tasks, workers, recovered = self.broker.reap_detail(q, self.worker_id)
             except RedisError as exc:
-                logger.warning("reaping queue %s failed (%s: %s)", q, type(exc).__name__, exc)
+                self.outage.failed("reaping", exc, "reaping queue %s failed (%s: %s)", q, type(exc).__name__, exc)
                 continue
             self._reaped(q, tasks, workers, recovered, how="silent past WORKER_TIMEOUT")
 
@@ -135,7 +138,7 @@ class Upkeep:
                                    "WORKER_TIMEOUT", self.worker_id, exc)
                     self.by_connection = False
                     return ROUND
-                logger.warning("presence poll of queue %s failed (%s: %s)", q, type(exc).__name__, exc)
+                self.outage.failed("presence poll", exc, "presence poll of queue %s failed (%s: %s)", q, type(exc).__name__, exc)
                 self._poll_at[q] = now + ROUND
         return max(0.0, min(self._poll_at.values()) - now)
 

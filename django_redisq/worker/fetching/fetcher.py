@@ -32,6 +32,7 @@ from django_redisq.store.server import BLOCK_TIMEOUT
 from django_redisq.store.steps.replies import Delivery
 from django_redisq.worker.fetching.held import Held
 from django_redisq.worker.fetching.queue_order import QueueOrder
+from django_redisq.worker.observability.outage import Outage
 
 logger = logging.getLogger("django_redisq")
 
@@ -56,7 +57,7 @@ class Fetcher:
     def __init__(
         self, *, broker: Broker, worker_id: str, queues: Sequence[str], held: Held, stop: threading.Event,
         on_fenced: Callable[[], None], idle: dict[str, threading.Event], paused: Callable[[], frozenset[str]],
-        saw_paused: Callable[[str], None], burst: bool = False,
+        saw_paused: Callable[[str], None], burst: bool = False, outage: Outage | None = None,
     ) -> None:
         """``idle``: per queue, set when the queue looked dry (its thread fetches; the pause watch sets it on resume);
         ``paused``/``saw_paused``: the pause watch's view of the paused queues and what to tell it (worker/fetching/pausing.py)."""
@@ -65,6 +66,7 @@ class Fetcher:
         self.idle = idle
         self.order: QueueOrder = held.order
         self.paused, self.saw_paused = paused, saw_paused
+        self.outage = outage or Outage(worker_id)  # the worker's account of Redis out of reach (one line a part)
 
     def loop(self, q: str) -> None:
         """Per queue: keep up to the budget fetched, blocking in BLMOVE while idle."""
@@ -95,6 +97,7 @@ class Fetcher:
                 if got:
                     idle.clear()
                 pause = 0.1
+                self.outage.answered()
             except Fenced:  # reaped: the heartbeat drops what we hold and registers us again
                 self.held.unreserve(room)
                 permits.give(n)
@@ -110,7 +113,7 @@ class Fetcher:
                 self.held.unreserve(room)
                 permits.give(n)
                 if isinstance(exc, RedisError):
-                    logger.warning("fetch from queue %s failed (%s); retrying in %.1fs", q, exc, pause)
+                    self.outage.failed("fetch", exc, "fetch from queue %s failed (%s); retrying in %.1fs", q, exc, pause)
                 else:
                     logger.exception("fetch from queue %s failed; retrying in %.1fs", q, pause)
                 self.stop.wait(pause)

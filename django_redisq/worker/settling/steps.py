@@ -29,6 +29,7 @@ from typing import Generic, Protocol, TypeVar
 
 from django_redisq.exceptions import LeaseLost, RedisError
 from django_redisq.store.server import is_transient
+from django_redisq.worker.observability.outage import Outage
 
 logger = logging.getLogger("django_redisq")
 
@@ -97,10 +98,12 @@ class StepRunner(Protocol):
 class SettleSteps:
     """The settle policy: retry while Redis says "not now", give up on an answer that would repeat."""
 
-    def __init__(self, force: threading.Event, sleep: Callable[[float], None] = time.sleep) -> None:
-        """``force``: set by a force stop, which ends a wait for Redis; ``sleep``: the backoff's clock."""
+    def __init__(self, force: threading.Event, sleep: Callable[[float], None] = time.sleep, outage: Outage | None = None) -> None:
+        """``force``: set by a force stop, which ends a wait for Redis; ``sleep``: the backoff's clock; ``outage``: the
+        worker's account of Redis out of reach (a step retried through one is said once)."""
         self.force = force
         self.sleep = sleep
+        self.outage = outage or Outage("settler")
 
     def run(self, step: Callable[[], T], what: str) -> StepResult[T]:
         """Run ``step`` until it lands or is missed; ``what`` names it in the log and in a ``SettleFailed``."""
@@ -122,7 +125,7 @@ class SettleSteps:
                 elif self.force.is_set():
                     return StepResult(Landing.STOPPED)
                 else:
-                    logger.warning("%s failed (%s: %s); retrying", what, type(exc).__name__, exc)
+                    self.outage.failed("settle", exc, "%s failed (%s: %s); retrying", what, type(exc).__name__, exc)
                     step = getattr(exc, "again", None) or step  # NotDurable: the step is on the master; only its WAIT is repeated
                 self.sleep(min(2.0, 0.02 * 2**attempt))
         return StepResult(Landing.STOPPED)  # pragma: no cover (the loop only returns)
