@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import warnings
 from collections.abc import Iterable, Sequence
 from functools import cached_property, partial
 from importlib import import_module
@@ -11,6 +12,7 @@ from operator import attrgetter
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from django.apps import apps
+from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from django_redisq.backend.by_alias import progress_plan
@@ -43,8 +45,16 @@ NOT_INSTALLED = ("{where} uses django_redisq's RedisQueueBackend, but django_red
 """Check E082, and what an enqueue raises then."""
 
 VALIDATED_MAX = 512
-_conf = attrgetter("conf")  # the server a backend's door meant (store/server.py door)
 """Task objects a backend remembers as validated (``validated``)."""
+_conf = attrgetter("conf")  # the server a backend's door meant (store/server.py door)
+
+
+def app_configured() -> bool:
+    """Whether ``django_redisq`` is installed: in the app registry, or named in ``settings.INSTALLED_APPS`` (its
+    package or one of its modules, e.g. its AppConfig). The setting too, because a ``TransactionTestCase``'s
+    ``available_apps`` narrows the registry for its tests, and an enqueue there is still a project's enqueue."""
+    return apps.is_installed("django_redisq") or any(
+        entry == "django_redisq" or entry.startswith("django_redisq.") for entry in settings.INSTALLED_APPS)
 
 
 def _arity(sig: inspect.Signature) -> tuple[inspect.Signature, int, int]:
@@ -81,6 +91,11 @@ class RedisQueueBackend(BaseTaskBackend):
         self._valid: dict[int, Task] = {}  # id -> the task objects validate_task passed (Tasks are immutable)
         self._enqueueing: set[int] = set()  # ids of tasks validate_task checks for an enqueue (none lenient)
         self._signatures: dict[Any, tuple[inspect.Signature, int, int]] = {}  # task function -> _arity(its signature)
+        if apps.ready and not app_configured():
+            # check E082 runs only if django.tasks was imported before the checks started: a project whose URLconf
+            # is the first to import its tasks registers Django's task checks during the URL check, too late for it
+            warnings.warn(NOT_INSTALLED.format(where=f"TASKS[{alias!r}]") + ' Add "django_redisq" to INSTALLED_APPS.',
+                          RuntimeWarning, stacklevel=2)
         if isinstance(params.get("OPTIONS"), dict) and params["OPTIONS"].get("LIFECYCLE_EVENTS") is True:
             # not a cycle: lifecycle events are off by default, and a backend without them never loads their module
             from django_redisq.events import lifecycle
@@ -96,7 +111,7 @@ class RedisQueueBackend(BaseTaskBackend):
         call, and the list is emptied when it reaches ``VALIDATED_MAX``.
         """
         if self._valid.get(id(task)) is not task:
-            if not apps.is_installed("django_redisq"):  # check E082, which runs only if django.tasks was imported before it
+            if not app_configured():  # check E082, which runs only if django.tasks was imported before it
                 raise ImproperlyConfigured(NOT_INSTALLED.format(where=f"TASKS[{self.alias!r}]") + ' Add "django_redisq" to INSTALLED_APPS.')
             self.conf  # noqa: B018 - ImproperlyConfigured, with every problem, before the task's own checks
             self._enqueueing.add(id(task))
@@ -168,7 +183,7 @@ class RedisQueueBackend(BaseTaskBackend):
         where = f"TASKS[{self.alias!r}]"
         errors = check_errors(self.alias, self.params, obj=where) + schedules.check_errors(self.alias, self.params, obj=where)
         errors += subscriptions.check_errors(self.alias, self.params, obj=where)  # events (E100-E107)
-        if not apps.is_installed("django_redisq"):
+        if not app_configured():
             errors.append(Error(NOT_INSTALLED.format(where=where), hint='Add "django_redisq" to INSTALLED_APPS.',
                                 obj=where, id="django_redisq." + "E082"))
         for module in discovery.imports_of(self.params):

@@ -16,8 +16,10 @@ import asyncio
 import copy
 import json
 import logging
+import os
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -245,6 +247,47 @@ def test_our_backend_without_the_app_is_a_check_error_and_refused_at_enqueue():
         'Add "django_redisq" to INSTALLED_APPS.'), done.stderr
     done = _setup_checks(["django.contrib.contenttypes", "django_redisq"], ours)
     assert done.returncode == 0 and _found(done) == [], done.stderr
+
+
+CHECK_FROM_THE_URLCONF = """
+import django
+from django.conf import settings
+settings.configure(INSTALLED_APPS=["django.contrib.contenttypes"], TASKS={tasks!r}, DATABASES={{}},
+                   ROOT_URLCONF="urls_importing_tasks", SECRET_KEY="x")
+django.setup()
+from django.core.management import call_command
+call_command("check")
+"""
+
+
+def test_without_the_app_a_urlconf_that_imports_the_tasks_still_hears_of_it_at_check_time(tmp_path: Path):
+    """Django registers its task checks when django.tasks is first imported; a project whose URLconf is the first to
+    import it (its views import the tasks) does so during the URL check, after the list of checks was taken, so E082
+    cannot run in that pass. The backend says it when it is built, and ``check`` shows it."""
+    (tmp_path / "urls_importing_tasks.py").write_text("import tests.testapp.tasks  # as views importing tasks\nurlpatterns = []\n")
+    ours = {"default": {"BACKEND": "django_redisq.backend.RedisQueueBackend", "QUEUES": ["default", "emails"],
+                        "OPTIONS": {"REDIS_URL": "redis://127.0.0.1:1/0"}}}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    done = subprocess.run([sys.executable, "-c", CHECK_FROM_THE_URLCONF.format(tasks=ours)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=60, env=env)
+    assert "django_redisq.E082" not in done.stdout + done.stderr  # the check could not run: the reason for the warning
+    assert ("RuntimeWarning: TASKS['default'] uses django_redisq's RedisQueueBackend, but django_redisq is not in "
+            "INSTALLED_APPS") in done.stderr, done.stderr
+    assert "System check identified no issues" in done.stdout, done.stdout
+
+
+def test_an_enqueue_where_available_apps_narrowed_the_registry_is_not_refused(r):
+    """A TransactionTestCase with ``available_apps`` that omits django_redisq (Django's own test pattern) narrows the
+    app registry for its tests; the project still installs the app, and an enqueue there is not refused."""
+    from django.apps import apps
+
+    apps.set_available_apps(["django.contrib.contenttypes", "tests.testapp"])
+    try:
+        assert not apps.is_installed("django_redisq")
+        result = tasks.noop.using(priority=3).enqueue(1)  # a task object this backend never validated
+    finally:
+        apps.unset_available_apps()
+    assert tasks.noop.get_result(result.id).status == "READY"
 
 
 # -- in the worker's log ---------------------------------------------------------------------------
