@@ -50,13 +50,22 @@ def test_stats_lists_workers(r):
     assert lines[header + 1].split()[:6] == ["w1", "box", "7", "default", "processes", "2"]
 
 
+def test_a_worker_without_its_record_is_a_row_of_dashes_that_says_why(r):
+    """A stopped worker's record is gone before its row in the workers set: no ``None`` cells."""
+    r.zadd(helpers.keys().workers, {"gone.1": helpers.redis_ms(r)})
+    lines = run("stats")[0].splitlines()
+    row = lines[next(i for i, line in enumerate(lines) if line.startswith("WORKER")) + 1]
+    assert row.split()[:6] == ["gone.1", "-", "-", "-", "-", "-"] and "None" not in row, row
+    assert row.endswith("(stopped: no worker record)"), row
+
+
 def test_dead_list(r, broker, dead):
     text, _ = run("dead", "list")
     assert dead in text and "tests.testapp.tasks.always_fails" in text and "ValueError: kaput" in text
     assert "1 dead letter(s) in queue default" in text
     data = run_json("dead", "list")
     assert [i["id"] for i in data["items"]] == [dead] and data["total"] == 1 and data["next_start"] is None
-    assert "no dead letters in queue emails" in run("dead", "list", "--queue", "emails")[0]
+    assert run("dead", "list", "--queue", "emails")[0].strip() == "no dead letters in queue emails"  # said once
 
 
 def test_dead_list_filters_and_pages(r, broker):

@@ -50,6 +50,8 @@ def test_unreachable_redis_is_one_clear_line(r, run_worker_process, redis_url):
     (["--pool", "processes", "--max-tasks-per-child", "0"], "must be at least 1"),
     (["--max-tasks-per-child", "10"], "apply to the process pool only (--pool processes)"),
     (["--pool", "asyncio", "--max-memory-per-child", "1G"], "apply to the process pool only"),
+    (["--queue", "default"], "unrecognized arguments: --queue; queues are positional here: runworker default emails"),
+    (["-Q", "default"], "queues are positional here"),
 ])
 def test_bad_options(r, run_worker_process, args, message):
     wp = run_worker_process("--burst", *args)

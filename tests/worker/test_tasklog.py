@@ -55,6 +55,15 @@ def test_successes_are_summed_up_failures_logged_at_once(records):
     assert len(records.records) == 3  # an empty window writes nothing
 
 
+def test_a_window_whose_tasks_never_ran_says_so_instead_of_an_empty_slowest(records):
+    """Tasks dead-lettered before they ran (an unknown task, a bad message) have no duration: no "slowest  id= 0.0ms"."""
+    log = TaskLog(every=3600)
+    log.settled([(D("a"), O(DEAD, duration=0.0, reason="unknown_task")), (D("b"), O(DEAD, duration=0.0, reason="bad_message"))])
+    log.tick(force=True)
+    summary = records.records[-1].getMessage()
+    assert summary.endswith(": 2 dead; none of them ran") and "slowest" not in summary, summary
+
+
 def test_a_window_writes_its_summary_when_due_and_not_before(records, monkeypatch):
     clock = [1000.0]
     monkeypatch.setattr("django_redisq.worker.observability.tasklog.time.monotonic", lambda: clock[0])

@@ -81,7 +81,13 @@ class CliParser(CommandParser):
     works as ``redisq --settings=x --json dead list`` does.
     """
 
+    hints: dict[str, str] = {}  # replaced per parser (one_voice), never mutated
+    """An unrecognized option's hint, by the option: what the command takes instead."""
+
     def error(self, message: str) -> NoReturn:
+        if message.startswith("unrecognized arguments: "):
+            hint = next((h for flag, h in self.hints.items() if flag in message.split()[2:]), "")
+            message += f"; {hint}" if hint else ""
         if self.called_from_command_line:
             sys.stderr.write(f"{self.prog}: error: {message} (see {self.prog} --help)\n")
             sys.exit(USAGE)
@@ -118,7 +124,10 @@ class GlobalOptionsSubParsers(argparse._SubParsersAction):  # type: ignore[type-
         return parser
 
 
-def one_voice(parser: CommandParser) -> CliParser:
-    """Django's parser of a command, made a ``CliParser`` (Django builds it; it has no state of its own to add)."""
+def one_voice(parser: CommandParser, hints: dict[str, str] | None = None) -> CliParser:
+    """Django's parser of a command, made a ``CliParser`` (Django builds it); ``hints``: what to say of an option it
+    does not take, by the option (``--queue``: queues are positional)."""
     parser.__class__ = CliParser
-    return parser  # type: ignore[return-value]
+    cli: CliParser = parser  # type: ignore[assignment]
+    cli.hints = hints or {}
+    return cli

@@ -71,7 +71,7 @@ def listing(command: BaseCommand, ins: Inspector, opts: dict[str, Any]) -> None:
                    for r in page.items], fill=3) if page.items else []
     if not lines:
         lines.append(f"no dead letters in queue {queue}" + (" match" if _flt(opts) else ""))
-    if page.total is not None:
+    if page.total is not None and (page.items or page.total):  # an empty queue is said once, not twice
         lines.append(f"{page.total} dead letter(s) in queue {queue}")
     if page.next_start is not None:
         lines.append(f"more: --start {page.next_start} (with the same options)")

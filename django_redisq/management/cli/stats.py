@@ -37,8 +37,8 @@ def run(command: BaseCommand, ins: Inspector, opts: dict[str, Any]) -> None:
     lines.append("")
     if workers:
         lines += table(["worker", "host", "pid", "queues", "pool", "concurrency", "running", "held", "heartbeat"],
-                       [[w.name, w.host, w.pid, ",".join(w.queues), w.pool, w.concurrency, w.running, w.held,
-                         f"{w.seen_ago:.1f}s ago" + ("" if w.alive else " (silent)")] for w in workers.values()],
+                       [[w.name, *_known(w.host, w.pid, ",".join(w.queues), w.pool if w.pid is not None else "",
+                                         w.concurrency), w.running, w.held, _heartbeat(w)] for w in workers.values()],
                        right=(2, 5, 6, 7))
     else:
         lines.append("no workers")
@@ -52,6 +52,18 @@ def run(command: BaseCommand, ins: Inspector, opts: dict[str, Any]) -> None:
         {"minute": m, "processed": p, "failed": f, "dead": d} for m, p, f, d in s.series],
         "workers": [asdict(w) | {"held": w.held} for w in s.workers]} for s in stats]
     emit(command, opts, data, "\n".join(lines))
+
+
+def _known(*cells: Any) -> list[Any]:
+    """``-`` for what a worker's record does not say (a stopped worker's record is gone before its row is)."""
+    return ["-" if c is None or c == "" else c for c in cells]
+
+
+def _heartbeat(w: Any) -> str:
+    ago = f"{w.seen_ago:.1f}s ago"
+    if w.pid is None and not w.host:  # its record is gone: it stopped (or its record expired), and is not reaped yet
+        return ago + " (stopped: no worker record)"
+    return ago + ("" if w.alive else " (silent)")
 
 
 def pause_state(s: Any) -> str:

@@ -112,7 +112,9 @@ class Command(BaseCommand):
     requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: CommandParser) -> None:
-        one_voice(parser)  # a usage error is one line, exit 2 (cli/out.py has the exit codes)
+        positional = "queues are positional here: runworker default emails (or emails:3 default:1, weighted)"
+        # a usage error is one line, exit 2 (cli/out.py has the exit codes); the options other tools take for queues
+        one_voice(parser, hints=dict.fromkeys(("--queue", "--queues", "-Q", "-q"), positional))
         parser.add_argument("queues", nargs="*", metavar="QUEUE[:WEIGHT]",
                             help="queues to serve, most important first (strict order); with weights (emails:6 default:3 "
                                  "low:1), each queue with work is picked in proportion to its weight (default: all configured)")

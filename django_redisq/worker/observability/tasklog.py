@@ -106,6 +106,9 @@ class TaskLog:
             return
         seconds = max(now - since, 1e-3)
         parts = ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items()))
+        if not slowest[2]:  # none of them ran (dead-lettered before running: an unknown task, a bad message)
+            task_log.info("settled %d task(s) in %.1fs (%.0f/s): %s; none of them ran", total, seconds, total / seconds, parts)
+            return
         task_log.info("settled %d task(s) in %.1fs (%.0f/s): %s; slowest %s id=%s %.1fms",
                       total, seconds, total / seconds, parts, slowest[1], slowest[2], slowest[0] * 1000)
 
