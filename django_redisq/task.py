@@ -171,6 +171,13 @@ class RedisTask(_TaskOf[P, R]):
         """A workflow step of this call that ignores its parents' results (it only waits for them)."""
         return Signature(self, args, kwargs, immutable=True)
 
+    if not TYPE_CHECKING:  # at run time only: a type checker still says that a task is not callable
+        def __call__(self, *args: Any, **kwargs: Any) -> Any:
+            """Celery's tasks run when called; a Django Task does not. Say what to write instead of "not callable"."""
+            name = self.func.__name__
+            raise TypeError(f"a task is not called like a function: {name}.enqueue(...) (or {name}.delay(...)) runs it "
+                            f"in a worker, {name}.call(...) runs it here and now")
+
     def delay(self, *args: P.args, **kwargs: P.kwargs) -> TaskResult[P, R]:
         """Enqueue now; the Celery spelling of ``enqueue``."""
         return self.enqueue(*args, **kwargs)

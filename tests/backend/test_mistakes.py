@@ -306,3 +306,13 @@ def test_a_failed_task_is_logged_at_warning_with_reason_hint_and_a_traceback_fro
     assert frames and "tests/testapp/tasks.py" in frames[0], stored  # not our runner's, nor Django's Task.call
     assert "django_redisq/worker" not in stored and "django/tasks" not in stored
     assert lines[0].split("\n", 1)[1] == stored.rstrip()
+
+
+def test_calling_a_task_like_a_function_says_what_to_write(r):
+    """Celery runs a task when it is called; a Django Task is not callable. The error names the three spellings, and
+    nothing was enqueued."""
+    with pytest.raises(TypeError, match=r"add\.enqueue\(\.\.\.\) \(or add\.delay\(\.\.\.\)\) runs it in a worker, "
+                                        r"add\.call\(\.\.\.\) runs it here and now"):
+        tasks.add(1, 2)
+    assert not r.keys("*")
+    assert tasks.add.call(1, 2) == 3
