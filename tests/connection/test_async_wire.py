@@ -20,6 +20,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError, ResponseError
 
 from django_redisq.connection.async_wire import AsyncWire
+from tests.helpers import blocked_in
 
 
 def link_to(url: str, **kwargs: object) -> AsyncWire:
@@ -148,7 +149,8 @@ def test_a_closed_link_fails_its_waiting_calls_with_connection_error(r, redis_ur
     async def calls() -> None:
         link = link_to(redis_url)
         waiting = asyncio.ensure_future(link.execute("BLPOP", "nothing", "5"))
-        await asyncio.sleep(0.05)
+        while not blocked_in(r, "blpop"):  # the call is on the server, waiting (a fixed 50 ms was too short under load)
+            await asyncio.sleep(0.01)
         link.retries = 0
         await link.aclose()
         with pytest.raises(redis.ConnectionError):
