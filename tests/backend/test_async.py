@@ -19,6 +19,7 @@ from django_redisq import connection
 from django_redisq.compat import BaseTaskBackend, TaskResult, TaskResultDoesNotExist, TaskResultStatus, task_backends, task_enqueued
 from django_redisq.connection import async_pools as aconnection
 from django_redisq.connection import async_wire as achannel
+from django_redisq.connection.embedded import EmbeddedServer
 from django_redisq.exceptions import RedisUnreachable
 from django_redisq.settings.read import get_options
 from django_redisq.testing import RedisServer
@@ -312,7 +313,7 @@ def test_embedded(tmp_path, make_worker, fresh_pools):
     with override_settings(TASKS=tasks_setting(EMBEDDED=True, EMBEDDED_PATH=str(tmp_path / "q.rdb"))):
         connection.reset()
         try:
-            assert aconnection.async_pool_kwargs(get_options("default"))["connection_class"] is aconnection.UnixDomainSocketConnection
+            assert aconnection.async_pool_kwargs(get_options("default"))["connection_class"] is aconnection.EmbeddedConnection
             result = asyncio.run(tasks.add.aenqueue(20, 22))
             make_worker().run()
             asyncio.run(result.arefresh())
@@ -320,6 +321,7 @@ def test_embedded(tmp_path, make_worker, fresh_pools):
             same(result, tasks.add.get_result(result.id))
         finally:
             connection.reset()
+            EmbeddedServer.of(str(tmp_path / "q.rdb")).stop()  # it outlives its process by design: not the suite's
 
 
 def test_aclose_closes_the_running_loops_links_and_the_next_call_opens_new_ones(r, fresh_pools):

