@@ -161,6 +161,34 @@ class Worker:
         """Stop fetching; running tasks finish and are settled (warm shutdown)."""
         self._stop.set()
 
+    def stop_line(self, signal_name: str) -> str:
+        """What a stop waits for, said when it is asked: the running tasks (by name and id), the deadline, and how
+        to stop now (runworker's first SIGINT/SIGTERM)."""
+        running = self.held.executing_deliveries()
+        if not running:
+            return f"{signal_name}: no task running; exiting"
+        again = "Ctrl-C again" if signal_name == "SIGINT" else f"a second {signal_name}"
+        named = ", ".join(f"{d.task or '?'} id={d.id}" for d in running[:5]) + (f" and {len(running) - 5} more" if len(running) > 5 else "")
+        return (f"{signal_name}: waiting up to {self.options.shutdown_grace:g} s (SHUTDOWN_GRACE) for {len(running)} running "
+                f"task(s) to finish: {named}; then exiting. {again} exits now; unfinished tasks go back to pending, "
+                f"their attempt counted")
+
+    def hand_back_running(self) -> int:
+        """Hand back the tasks still running (a stop that cannot wait for them): pending again at once, their
+        delivery counted (release.lua's "ran" form), rather than held by this worker until someone reaps it."""
+        handed = 0
+        for q, ids in self.held.executing_by_queue().items():
+            handed += self.broker.release(q, self.id, ids, ran=True)
+        return handed
+
+    def hand_back_now(self) -> int:
+        """Everything this worker holds back to pending (a stop that exits now): the unstarted tasks as they were,
+        the running ones with their delivery counted."""
+        handed = 0
+        for q, ids in self.held.unstarted().items():
+            handed += self.broker.release(q, self.id, ids)
+        return handed + self.hand_back_running()
+
     def request_force_stop(self) -> None:
         """Stop waiting for running tasks; they stay in processing for the reaper."""
         self._stop.set()
@@ -352,9 +380,17 @@ class Worker:
         except RedisError as exc:
             clean = False
             logger.warning("could not hand back tasks at shutdown (%s); the reaper will", exc)
-        self.heartbeat.close()
         if not clean:
-            logger.warning("worker %s stopped with %d task(s) unfinished; they go back to pending once this process exits "
-                           "(or after WORKER_TIMEOUT)", self.id, len(self.held))
-        else:
+            running = self.held.executing_deliveries()
+            try:
+                handed = self.hand_back_running()
+            except RedisError as exc:
+                logger.warning("worker %s stopped with %d task(s) still running, and could not hand them back (%s): "
+                               "they go back to pending once another worker reaps this one", self.id, len(running), exc)
+            else:
+                logger.warning("worker %s stopped at the end of SHUTDOWN_GRACE (%g s) with %d task(s) still running, "
+                               "handed back to pending, their attempt counted: %s", self.id, self.options.shutdown_grace,
+                               handed, ", ".join(f"{d.task or '?'} id={d.id}" for d in running) or "-")
+        self.heartbeat.close()
+        if clean:
             logger.log(logging.DEBUG if self.burst else logging.INFO, "worker %s stopped after %d task(s)", self.id, self.processed)

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from tests.helpers import keys, reap, wait_for, where_is
+from tests.helpers import keys, wait_for, where_is
 from tests.testapp import tasks
 from tests.testapp.tasks import EFFECTS
 
@@ -72,24 +72,34 @@ def test_sigterm_finishes_the_running_task_then_exits_zero(r, run_worker_process
     assert r.zcard(keys().workers) == 0
 
 
-def test_second_signal_exits_at_once_and_leaves_the_task_for_the_reaper(r, run_worker_process):
-    res = tasks.slow.delay("abort", 5.0)
-    wp = run_worker_process("--name", "aborter", env={"REDISQ_OPT_WORKER_TIMEOUT": "1", "REDISQ_OPT_HEARTBEAT_INTERVAL": "0.2"})
+def test_the_stop_line_names_what_it_waits_for_and_a_second_signal_hands_it_back_at_once(r, run_worker_process):
+    """Ctrl-C says which tasks it waits for, until when, and that a second Ctrl-C exits now; that one hands them
+    back to pending at once (their attempt counted), not to whichever worker reaps this one some day."""
+    res = tasks.slow.delay("abort", 30.0)
+    wp = run_worker_process("--name", "aborter")
     assert wait_for(lambda: r.hget(EFFECTS, "abort:start"))
     wp.proc.send_signal(signal.SIGINT)
-    time.sleep(0.2)
+    assert wait_for(lambda: "SIGINT: waiting up to" in wp.printed(), timeout=10), wp.printed()
+    line = next(x for x in wp.printed().splitlines() if "SIGINT: waiting up to" in x)
+    assert "30 s (SHUTDOWN_GRACE) for 1 running task(s) to finish: tests.testapp.tasks.slow id=" + res.id in line, line
+    assert "Ctrl-C again exits now; unfinished tasks go back to pending" in line, line
     wp.proc.send_signal(signal.SIGINT)
-    wp.proc.wait(5)
+    wp.proc.wait(10)
     assert wp.proc.returncode == 1
-    (place,) = where_is(r, res.id)
-    assert place.startswith("processing:aborter.")  # the name plus this process's incarnation
-    from dataclasses import replace
+    assert "1 task(s) handed back to pending" in wp.output()
+    assert where_is(r, res.id) == ["pending"]
+    assert r.hget(keys().task(res.id), "deliveries") == "1"  # the attempt that was cut short is counted
 
-    from django_redisq.settings.read import get_options
-    from django_redisq.store.broker import Broker
 
-    broker = Broker(replace(get_options("default"), worker_timeout=1))
-    assert wait_for(lambda: reap(broker, "default")[0] == 0 and where_is(r, res.id) == ["pending"], timeout=10)
+def test_at_the_end_of_the_grace_the_running_tasks_go_back_to_pending_at_once(r, run_worker_process):
+    res = tasks.slow.delay("graced", 30.0)
+    wp = run_worker_process("--name", "graced", env={"REDISQ_OPT_SHUTDOWN_GRACE": "0.5"})
+    assert wait_for(lambda: r.hget(EFFECTS, "graced:start"))
+    wp.proc.send_signal(signal.SIGTERM)
+    out = wp.output()
+    assert "a second SIGTERM exits now" in out and "0.5 s (SHUTDOWN_GRACE)" in out, out
+    assert f"handed back to pending, their attempt counted: tests.testapp.tasks.slow id={res.id}" in out, out
+    assert where_is(r, res.id) == ["pending"]  # not held by a stopped worker until another one reaps it
 
 
 def test_an_evicting_redis_is_warned_about(r, run_worker_process):
@@ -146,7 +156,7 @@ def test_a_second_signal_with_the_process_pool_kills_the_children_at_once(r, run
     wp.proc.wait(10)
     assert wp.proc.returncode == 1
     assert wait_for(lambda: not any(os.path.exists(f"/proc/{pid}") for pid in children), 5)
-    assert where_is(r, res.id)[0].startswith("processing:")  # left for the reaper
+    assert where_is(r, res.id) == ["pending"]  # handed back at once
 
 
 def test_runworker_runs_the_task_backends_checks_not_the_whole_projects(r, capsys):

@@ -279,12 +279,20 @@ class Command(BaseCommand):
 
     def _install_signals(self, worker: Worker) -> None:
         def on_signal(signum: int, frame: Any) -> None:
+            log = logging.getLogger("django_redisq")
             if worker.stopping:
-                logging.getLogger("django_redisq").warning("second signal: exiting now; unfinished tasks go to the reaper")
+                try:
+                    handed = worker.hand_back_now()
+                except Exception as exc:  # noqa: BLE001 - exiting now whatever happens: the reaper is the fallback
+                    log.warning("second signal: exiting now; the running tasks could not be handed back (%s): another "
+                                "worker reaps them", exc)
+                else:
+                    log.warning("second signal: exiting now; %d task(s) handed back to pending (the running ones with "
+                                "their attempt counted)", handed)
                 self._flush_logs()
                 worker.pool.kill()
                 os._exit(1)
-            logging.getLogger("django_redisq").warning("%s: finishing running tasks, then exiting", signal.Signals(signum).name)
+            log.warning("%s", worker.stop_line(signal.Signals(signum).name))
             worker.request_stop()
 
         signal.signal(signal.SIGTERM, on_signal)

@@ -325,6 +325,12 @@ class Held:
                     out.setdefault(d.queue, []).append(task_id)
         return out
 
+    def executing_deliveries(self) -> list[Delivery]:
+        """The tasks executing now (begun, not finished), oldest id first: what a stop waits for."""
+        with self.lock:
+            return sorted((d for task_id in self.executing if (d := self.inflight.get(task_id)) is not None),
+                          key=lambda d: d.id)
+
     def executing_count(self) -> int:
         """Tasks begun and not finished (unlocked read)."""
         return len(self.executing)
