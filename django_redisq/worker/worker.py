@@ -161,17 +161,19 @@ class Worker:
         """Stop fetching; running tasks finish and are settled (warm shutdown)."""
         self._stop.set()
 
-    def stop_line(self, signal_name: str) -> str:
-        """What a stop waits for, said when it is asked: the running tasks (by name and id), the deadline, and how
-        to stop now (runworker's first SIGINT/SIGTERM)."""
+    def stop_line(self, why: str) -> str:
+        """What a stop waits for, said when it is asked: the running tasks (by name and id), the deadline, and, for a
+        signal (runworker's first SIGINT/SIGTERM), how to stop now."""
         running = self.held.executing_deliveries()
         if not running:
-            return f"{signal_name}: no task running; exiting"
-        again = "Ctrl-C again" if signal_name == "SIGINT" else f"a second {signal_name}"
+            return f"{why}: no task running; exiting"
         named = ", ".join(f"{d.task or '?'} id={d.id}" for d in running[:5]) + (f" and {len(running) - 5} more" if len(running) > 5 else "")
-        return (f"{signal_name}: waiting up to {self.options.shutdown_grace:g} s (SHUTDOWN_GRACE) for {len(running)} running "
-                f"task(s) to finish: {named}; then exiting. {again} exits now; unfinished tasks go back to pending, "
-                f"their attempt counted")
+        line = (f"{why}: waiting up to {self.options.shutdown_grace:g} s (SHUTDOWN_GRACE) for {len(running)} running "
+                f"task(s) to finish: {named}; then exiting.")
+        if why.startswith("SIG"):
+            again = "Ctrl-C again" if why == "SIGINT" else f"a second {why}"
+            line += f" {again} exits now; unfinished tasks go back to pending, their attempt counted"
+        return line
 
     def hand_back_running(self) -> int:
         """Hand back the tasks still running (a stop that cannot wait for them): pending again at once, their

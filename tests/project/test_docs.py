@@ -212,7 +212,7 @@ def test_the_readmes_figures_in_prose_are_its_tables() -> None:
     claim = re.search(r"One worker process drains ([\d,]+) tasks/s.*?: (.*?), in the same\s+bench run", text, re.S)
     assert claim, "the README's Fast line"
     assert int(claim.group(1).replace(",", "")) == table["django-redisq"]
-    ratios = re.findall(r"([\d.]+)× ([\w-]+)", claim.group(2))
+    ratios = re.findall(r"([\d.]+)\u00d7 ([\w-]+)", claim.group(2))
     assert ratios, claim.group(2)
     for ratio, peer in ratios:
         assert float(ratio) == round(table["django-redisq"] / table[peer], 1), (peer, ratio)

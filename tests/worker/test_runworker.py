@@ -188,3 +188,48 @@ def test_runworker_runs_the_task_backends_checks_not_the_whole_projects(r, capsy
         assert "System check identified" in err and "django_redisq.E004" in err and "NOT_AN_OPTION" in err and "someapp" not in err
     finally:
         checks.registry.registry.registered_checks.discard(broken)
+
+
+RELOAD_SETTINGS = """
+SECRET_KEY = "x"
+INSTALLED_APPS = ["django_redisq", "reloadapp"]
+DATABASES = {{}}
+USE_TZ = True
+TASKS = {{"default": {{"BACKEND": "django_redisq.backend.RedisQueueBackend", "QUEUES": ["default"],
+                       "OPTIONS": {{"REDIS_URL": {url!r}, "KEY_PREFIX": "reload"}}}}}}
+"""
+
+
+@pytest.mark.slow
+def test_reload_serves_a_task_added_after_the_worker_started(r, redis_url, tmp_path):
+    """``runworker --reload``: a task written into tasks.py while the worker runs is served, not dead-lettered as
+    unknown_task; the worker says why it starts again."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT, WorkerProcess
+
+    app = tmp_path / "reloadapp"
+    app.mkdir()
+    (app / "__init__.py").write_text("")
+    (app / "tasks.py").write_text("from django_redisq import task\n\n\n@task\ndef first() -> str:\n    return 'first'\n")
+    (tmp_path / "reload_settings.py").write_text(RELOAD_SETTINGS.format(url=redis_url))
+    env = {"DJANGO_SETTINGS_MODULE": "reload_settings", "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    wp = WorkerProcess(redis_url, "--reload", env=env, cwd=tmp_path)
+    try:
+        assert wait_for(lambda: r.zcard("reload:{default}:workers") == 1, timeout=30), wp.printed()
+        time.sleep(1.2)  # the point: the StatReloader compares modification times once a second
+        with (app / "tasks.py").open("a") as f:
+            f.write("\n\n@task\ndef added() -> str:\n    return 'added'\n")
+        assert wait_for(lambda: "tasks.py changed; reloading" in wp.printed(), timeout=30), wp.printed()
+        enqueue = "import django; django.setup(); from reloadapp.tasks import added; print(added.enqueue().id)"
+        done = subprocess.run([sys.executable, "-c", enqueue], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                              env={**os.environ, **env})
+        assert done.returncode == 0, done.stderr
+        task_id = done.stdout.split()[-1]
+        assert wait_for(lambda: r.hget(f"reload:{{default}}:t:{task_id}", "state") == "finished", timeout=30), wp.printed()
+        assert "unknown_task" not in wp.printed()
+    finally:
+        wp.proc.send_signal(signal.SIGINT)
+        wp.proc.wait(30)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import io
 import logging
 import os
@@ -14,6 +16,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser, SystemCheckError
+from django.utils import autoreload
 
 from django_redisq.apps import SUCCESS_LOGGER
 from django_redisq.compat import LOGGER_NAME, task_backends
@@ -133,6 +136,9 @@ class Command(BaseCommand):
                                  "(bytes, or with K, M or G: 512M)")
         parser.add_argument("--prefetch", type=positive, default=None, help="tasks held per queue, running included (default: automatic, from task durations)")
         parser.add_argument("--burst", action="store_true", help="run until the queues are empty, then exit")
+        parser.add_argument("--reload", action="store_true",
+                            help="development: start again when a Python file changes, as runserver does (Django's "
+                                 "autoreloader); the running tasks finish first")
         parser.add_argument("--max-tasks", type=positive, default=None, help="exit after settling this many tasks")
         parser.add_argument("--no-scheduler", action="store_false", dest="scheduler",
                             help="do not claim periodic ticks in this worker (by default every worker does; each tick runs once)")
@@ -148,6 +154,18 @@ class Command(BaseCommand):
                                  "(put it in a directory only the worker's user can write to)")
 
     def handle(self, *args: Any, **opts: Any) -> None:
+        if opts["reload"]:
+            if opts["burst"] or opts["max_tasks"]:
+                raise _out.usage("--reload serves until stopped: not with --burst or --max-tasks")
+            autoreload.run_with_reloader(self._reloaded, **opts)
+            return
+        self._serve(opts, reloading=False)
+
+    def _reloaded(self, **opts: Any) -> None:
+        """The worker in Django's autoreloader: on this thread, while the main thread watches the files."""
+        self._serve(opts, reloading=True)
+
+    def _serve(self, opts: dict[str, Any], reloading: bool) -> None:
         self._check_backends()
         self._configure_logging(opts["verbosity"])
         self._discover(opts["backend"])
@@ -162,12 +180,17 @@ class Command(BaseCommand):
         for warning in worker.durability_warnings():
             log.warning(warning)
         self._serve_metrics(worker, opts)
-        self._install_signals(worker)
+        served = threading.Event()
+        if reloading:
+            self._reload_gently(worker, served)
+        else:
+            self._install_signals(worker)
         try:
             worker.run()
         except ImproperlyConfigured as exc:  # e.g. a process-pool child that cannot set up
             raise CommandError(str(exc)) from None
         finally:
+            served.set()
             worker.observer.stop()
             self._flush_logs()
 
@@ -276,6 +299,26 @@ class Command(BaseCommand):
             self.handler = BatchedStderrHandler()
             self.handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
             log.addHandler(self.handler)
+
+    @staticmethod
+    def _reload_gently(worker: Worker, served: threading.Event) -> None:
+        """Under --reload, a changed file stops the worker warmly before the process starts again: its running tasks
+        finish (up to SHUTDOWN_GRACE) and what it holds goes back. At an exit without that (Ctrl-C), what it still
+        holds goes back to pending."""
+        log = logging.getLogger("django_redisq")
+
+        def on_change(sender: Any, file_path: Any, **kwargs: Any) -> None:
+            log.warning("%s changed; %s", file_path, worker.stop_line("reloading"))
+            worker.request_stop()
+            served.wait(worker.options.shutdown_grace + 5)  # then Django's reloader starts the process again
+
+        def at_exit() -> None:
+            if not served.is_set():
+                with contextlib.suppress(Exception):  # leaving anyway: the reaper is the fallback
+                    worker.hand_back_now()
+
+        autoreload.file_changed.connect(on_change, weak=False)
+        atexit.register(at_exit)
 
     def _install_signals(self, worker: Worker) -> None:
         def on_signal(signum: int, frame: Any) -> None:
