@@ -192,6 +192,9 @@ def _registries_restored() -> Iterator[None]:
     process-wide: undone after each test, or every later worker of the suite would serve them (a process-pool
     child would import their modules, which no file holds)."""
     task_module, schedules_module = importlib.import_module("django_redisq.task"), importlib.import_module("django_redisq.schedules.registry")
+    # the installed apps' tasks first: a worker in a test would import them (autodiscovery), and the restore below
+    # would then drop what their modules registered, while the modules stay imported and never register again
+    importlib.import_module("django_redisq.settings.discovery").load()
     registry, code_schedules = dict(task_module._registry), dict(schedules_module._code)
     yield
     task_module._registry.clear()
@@ -282,6 +285,41 @@ def test_guide_block(title: str, code: str) -> None:
         check_tasks(params)
     else:
         compile(tree, title or "block", "exec")
+
+
+def test_the_workflow_shapes_run_as_pasted(r: Any, make_worker: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Workflows guide's four shapes, with the tasks its media/tasks.py block defines, enqueued as written and
+    drained: every one succeeds (the page once used eight tasks and three variables it never defined)."""
+    import copy
+
+    from django.conf import settings
+
+    from django_redisq.compat import TaskResultStatus
+    from tests.helpers import drain
+
+    page = DOCS / "howto" / "workflows.md"
+    (tasks_code,) = [code for title, code, _ in blocks(page) if title == "media/tasks.py"]
+    shapes = next(code for title, code, _ in blocks(page) if not title and "from media.tasks import" in code)
+    package, module = types.ModuleType("media"), types.ModuleType("media.tasks")
+    package.__path__ = []
+    monkeypatch.setitem(sys.modules, "media", package)
+    monkeypatch.setitem(sys.modules, "media.tasks", module)
+    value = copy.deepcopy(settings.TASKS)
+    value["default"]["OPTIONS"]["IMPORTS"] = ["media.tasks"]  # as an installed app's tasks module would be
+    with override_settings(TASKS=value):
+        exec(compile(tasks_code, "media/tasks.py", "exec"), module.__dict__)
+        namespace: dict[str, Any] = {}
+        exec(compile(shapes, "workflows.md", "exec"), namespace)
+        workflows, r3 = [namespace[name] for name in ("wf", "g", "c")], namespace["r3"]
+        for _ in range(30):
+            make_worker(concurrency=4).run()
+            if all(w.refresh().status == TaskResultStatus.SUCCESSFUL for w in workflows):
+                break
+        assert [w.status for w in workflows] == [TaskResultStatus.SUCCESSFUL] * 3
+        assert [workflows[0].return_value, workflows[2].return_value] == [f"b/{len('<html of https://example.com/a.png>')}",
+                                                                          "2 thumbnails ready for user 42"]
+        drain(make_worker, [r3])
+        assert r3.status == TaskResultStatus.SUCCESSFUL
 
 
 # -- reference pages match the code -------------------------------------------------------
