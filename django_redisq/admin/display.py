@@ -29,6 +29,13 @@ def duration(seconds: float | None) -> str:
     return f"{seconds:.1f} s"
 
 
+def percentile_time(seconds: float) -> str:
+    """A p50 / p95 read back from the duration buckets (store/reads/durations.py): the first bucket holds every run
+    of a millisecond or less, so a percentile inside it is "≤ 1 ms", not the 0.5 and 0.95 ms its interpolation
+    gives every sub-millisecond task."""
+    return "≤ 1 ms" if seconds <= 0.001 else run_time(seconds)
+
+
 def run_time(seconds: float) -> str:
     """A task's run time: milliseconds below a second, then as ``duration``."""
     return f"{seconds * 1000:.3g} ms" if seconds < 1 else duration(seconds)

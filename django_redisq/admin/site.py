@@ -29,7 +29,7 @@ from django_redisq.admin.cancel import cancel_view
 from django_redisq.admin.common import LIST_STATES, dead_letters_url, schedules_url
 from django_redisq.admin.dead import action_view as dead_action_view
 from django_redisq.admin.dead import dead_filter, int_param, top_param
-from django_redisq.admin.display import chart, duration, run_time
+from django_redisq.admin.display import chart, duration, percentile_time
 from django_redisq.admin.edit import edit_form, edit_view
 from django_redisq.admin.pause import queue_action_view
 from django_redisq.admin.schedules import schedule_action_view, schedules_view
@@ -142,7 +142,7 @@ class DeadLetterAdmin(admin.ModelAdmin):
                         workers[w.name] = w
             rows = [(s, chart(s.series), duration(s.oldest_pending_age), "—" if s.failure_rate is None else f"{s.failure_rate:.1%}")
                     for s in stats]
-            slow = [(s.queue, t, run_time(t.p50), run_time(t.p95)) for s in stats for t in s.slowest]
+            slow = [(s.queue, t, percentile_time(t.p50), percentile_time(t.p95)) for s in stats for t in s.slowest]
             limits = [(s.queue, limit, "") for s in stats for limit in s.limits] + [(s.queue, None, s.rate_limit) for s in stats if s.rate_limit]
             backends.append((alias, rows, sorted(workers.values(), key=lambda w: w.name), slow, limits))
         return self.render_page(request, "queues.html", self.page_context(request, "Queues", backends=backends))

@@ -33,6 +33,17 @@ def test_steps_states_and_links_both_ways(r, make_worker, viewer):
     assert dead_link in html  # the dead step's page, with Replay
     step = viewer.get(dead_link)
     assert step.status_code == 200 and workflow_url(wf.id) in step.content.decode()
+    assert "A dead step can be replayed" in html
+
+
+def test_a_workflow_without_a_dead_step_does_not_speak_of_replaying_one(r, make_worker, viewer):
+    wf = chord([wt.add.s(1, 1), wt.add.s(2, 2)], wt.total.s()).enqueue()
+    html = viewer.get(workflow_url(wf.id)).content.decode()
+    assert "A dead step can be replayed" not in html  # waiting: nothing is dead
+    for _ in range(4):
+        run_in_thread(make_worker())
+    html = viewer.get(workflow_url(wf.id)).content.decode()
+    assert "SUCCESSFUL" in html and "A dead step can be replayed" not in html
 
 
 def test_unknown_workflow_and_permissions(r, db):
