@@ -104,6 +104,7 @@ class Worker:
         self.processed = 0
         self.started_at = time.time()
         self._stop, self._force, self._flush_stop = threading.Event(), threading.Event(), threading.Event()
+        self._stop_why = ""
         self._count_lock = threading.Lock()
         self.parts = parts = build_parts(spec, Controls(
             stop=self._stop, force=self._force, flush_stop=self._flush_stop, prefetch=self.prefetch, ahead=self.ahead,
@@ -157,8 +158,11 @@ class Worker:
     def stopping(self) -> bool:
         return self._stop.is_set()
 
-    def request_stop(self) -> None:
-        """Stop fetching; running tasks finish and are settled (warm shutdown)."""
+    def request_stop(self, why: str = "") -> None:
+        """Stop fetching; running tasks finish and are settled (warm shutdown). ``why`` (a signal's name): the
+        shutdown says what it waits for (``stop_line``), from the worker's own thread: a signal handler must not
+        take the locks the interrupted thread may hold."""
+        self._stop_why = self._stop_why or why
         self._stop.set()
 
     def stop_line(self, why: str) -> str:
@@ -354,6 +358,8 @@ class Worker:
 
     def _shutdown(self, fetchers: list[threading.Thread], executors: list[threading.Thread], last: list[threading.Thread]) -> None:
         self._stop.set()
+        if self._stop_why:
+            logger.warning("%s", self.stop_line(self._stop_why))
         self.fetcher.wake()  # the threads waiting on their own events leave now, not at their next look
         self.pauses.wake()
         for t in fetchers:

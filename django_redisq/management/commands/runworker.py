@@ -30,6 +30,8 @@ from django_redisq.worker.pools import POOLS
 from django_redisq.worker.worker import Worker
 
 LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
+EXIT_WITHIN = 5.0
+"""Seconds a second SIGINT/SIGTERM gives the worker to hand back what it holds before the process exits anyway."""
 
 
 class BatchedStderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
@@ -300,17 +302,17 @@ class Command(BaseCommand):
             self.handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
             log.addHandler(self.handler)
 
-    @staticmethod
-    def _reload_gently(worker: Worker, served: threading.Event) -> None:
+    def _reload_gently(self, worker: Worker, served: threading.Event) -> None:
         """Under --reload, a changed file stops the worker warmly before the process starts again: its running tasks
         finish (up to SHUTDOWN_GRACE) and what it holds goes back. At an exit without that (Ctrl-C), what it still
         holds goes back to pending."""
         log = logging.getLogger("django_redisq")
 
         def on_change(sender: Any, file_path: Any, **kwargs: Any) -> None:
-            log.warning("%s changed; %s", file_path, worker.stop_line("reloading"))
-            worker.request_stop()
+            log.warning("%s changed; reloading", file_path)
+            worker.request_stop("reloading")
             served.wait(worker.options.shutdown_grace + 5)  # then Django's reloader starts the process again
+            self._flush_logs()  # the reloader exits this process next: what it logged must be out first
 
         def at_exit() -> None:
             if not served.is_set():
@@ -321,22 +323,28 @@ class Command(BaseCommand):
         atexit.register(at_exit)
 
     def _install_signals(self, worker: Worker) -> None:
-        def on_signal(signum: int, frame: Any) -> None:
+        def exit_now() -> None:
+            """The second signal's work, on a thread of its own: the handler interrupted a thread that may hold the
+            locks this takes. Whatever happens, the process exits within EXIT_WITHIN seconds."""
+            threading.Timer(EXIT_WITHIN, os._exit, (1,)).start()
             log = logging.getLogger("django_redisq")
+            try:
+                handed = worker.hand_back_now()
+            except Exception as exc:  # noqa: BLE001 - exiting now whatever happens: the reaper is the fallback
+                log.warning("second signal: exiting now; the running tasks could not be handed back (%s): another "
+                            "worker reaps them", exc)
+            else:
+                log.warning("second signal: exiting now; %d task(s) handed back to pending (the running ones with "
+                            "their attempt counted)", handed)
+            self._flush_logs()
+            worker.pool.kill()
+            os._exit(1)
+
+        def on_signal(signum: int, frame: Any) -> None:
             if worker.stopping:
-                try:
-                    handed = worker.hand_back_now()
-                except Exception as exc:  # noqa: BLE001 - exiting now whatever happens: the reaper is the fallback
-                    log.warning("second signal: exiting now; the running tasks could not be handed back (%s): another "
-                                "worker reaps them", exc)
-                else:
-                    log.warning("second signal: exiting now; %d task(s) handed back to pending (the running ones with "
-                                "their attempt counted)", handed)
-                self._flush_logs()
-                worker.pool.kill()
-                os._exit(1)
-            log.warning("%s", worker.stop_line(signal.Signals(signum).name))
-            worker.request_stop()
+                threading.Thread(target=exit_now, name="redisq-exit", daemon=True).start()
+                return
+            worker.request_stop(signal.Signals(signum).name)  # the worker says what it waits for (Worker.stop_line)
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
