@@ -136,7 +136,8 @@ def main() -> int:
     RESULTS.mkdir(exist_ok=True)
     raw = RESULTS / f"profile-{stamp}.raw"
     report = RESULTS / f"profile-{stamp}.txt"
-    bench = run.Bench(argparse.Namespace(worker_verbosity=args.worker_verbosity, worker_queues=None, worker_arg=[]), dict(run.PROFILES["quick"]))
+    bench = run.Bench(argparse.Namespace(worker_verbosity=args.worker_verbosity, worker_queues=None, worker_arg=[], redis_config=None),
+                      dict(run.PROFILES["quick"]))
     try:
         bench.fill(args.n, producers=2, task=None if args.task == "noop" else bench.workloads[args.task])
         if args.logging:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import inspect
 import warnings
 from collections.abc import Iterable, Sequence
 from functools import cached_property, partial
@@ -21,6 +20,7 @@ from django_redisq.backend.sending import batch, holders, overrides
 from django_redisq.backend.wire import arun, run
 from django_redisq.compat import BaseTaskBackend, InvalidTask, Task, TaskContext, TaskResult, TaskResultDoesNotExist, task_enqueued
 from django_redisq.core import tracing
+from django_redisq.core.fit import Fit
 from django_redisq.core.metadata import encode as encode_metadata
 from django_redisq.core.options import Options
 from django_redisq.exceptions import InvalidArguments, TaskNotFound
@@ -57,15 +57,6 @@ def app_configured() -> bool:
         entry == "django_redisq" or entry.startswith("django_redisq.") for entry in settings.INSTALLED_APPS)
 
 
-def _arity(sig: inspect.Signature) -> tuple[inspect.Signature, int, int]:
-    """``sig`` and how many positional arguments alone bind to it (least, most); (sig, 1, 0) when no count says it."""
-    plain = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    params = list(sig.parameters.values())
-    if not all(p.kind in plain for p in params):
-        return sig, 1, 0  # *args, **kwargs or keyword-only parameters: bind() decides
-    return sig, sum(p.default is p.empty for p in params), len(params)
-
-
 class RedisQueueBackend(BaseTaskBackend):
     """Tasks stored in Redis and run by ``manage.py runworker``.
 
@@ -90,7 +81,7 @@ class RedisQueueBackend(BaseTaskBackend):
         self.params = params
         self._valid: dict[int, Task] = {}  # id -> the task objects validate_task passed (Tasks are immutable)
         self._enqueueing: set[int] = set()  # ids of tasks validate_task checks for an enqueue (none lenient)
-        self._signatures: dict[Any, tuple[inspect.Signature, int, int]] = {}  # task function -> _arity(its signature)
+        self._signatures: dict[Any, Fit] = {}  # task function -> how its arguments are checked (core/fit.py)
         if apps.ready and not app_configured():
             # check E082 runs only if django.tasks was imported before the checks started: a project whose URLconf
             # is the first to import its tasks registers Django's task checks during the URL check, too late for it
@@ -137,21 +128,16 @@ class RedisQueueBackend(BaseTaskBackend):
 
     def bind(self, task: Task, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
         """``InvalidArguments`` (a ``TypeError``) for a call that can never run: the arguments do not fit the function."""
-        found = self._signatures.get(task.func)
-        if found is None:
+        fit = self._signatures.get(task.func)
+        if fit is None:
             if len(self._signatures) >= VALIDATED_MAX:
                 self._signatures.clear()
-            found = self._signatures[task.func] = _arity(inspect.signature(task.func))
-        sig, least, most = found
-        if not kwargs and least <= len(args) + task.takes_context <= most:
-            return  # positional arguments only, to a function of plain parameters: their count says it all
+            fit = self._signatures[task.func] = Fit.of(task.func)
         try:
-            if task.takes_context:
-                sig.bind(None, *args, **kwargs)
-            else:
-                sig.bind(*args, **kwargs)
+            fit.check([None, *args] if task.takes_context else args, kwargs)
         except TypeError as exc:
-            raise InvalidArguments(f"{task.module_path}{plain_signature(sig)} cannot be called with these arguments: {exc}.") from None
+            raise InvalidArguments(f"{task.module_path}{plain_signature(fit.signature)} cannot be called with these "
+                                   f"arguments: {exc}.") from None
 
     @cached_property
     def conf(self) -> Options:

@@ -48,6 +48,7 @@ from django_redisq.exceptions import RedisError
 from django_redisq.store import server
 from django_redisq.store.server import BLOCK_TIMEOUT
 from django_redisq.store.steps.replies import CORRUPT, NOMSG, Delivery
+from django_redisq.worker import stopping
 from django_redisq.worker.parts import Controls, Parts, WorkerSpec, build_parts, default_name, worker_id
 from django_redisq.worker.running.outcome import DEAD, Outcome, error_dict
 from django_redisq.worker.running.runner import Runner
@@ -166,34 +167,16 @@ class Worker:
         self._stop.set()
 
     def stop_line(self, why: str) -> str:
-        """What a stop waits for, said when it is asked: the running tasks (by name and id), the deadline, and, for a
-        signal (runworker's first SIGINT/SIGTERM), how to stop now."""
-        running = self.held.executing_deliveries()
-        if not running:
-            return f"{why}: no task running; exiting"
-        named = ", ".join(f"{d.task or '?'} id={d.id}" for d in running[:5]) + (f" and {len(running) - 5} more" if len(running) > 5 else "")
-        line = (f"{why}: waiting up to {self.options.shutdown_grace:g} s (SHUTDOWN_GRACE) for {len(running)} running "
-                f"task(s) to finish: {named}; then exiting.")
-        if why.startswith("SIG"):
-            again = "Ctrl-C again" if why == "SIGINT" else f"a second {why}"
-            line += f" {again} exits now; unfinished tasks go back to pending, their attempt counted"
-        return line
+        """What a stop waits for, said when it begins (worker/stopping.py)."""
+        return stopping.stop_line(self.held.executing_deliveries(), self.options.shutdown_grace, why)
 
     def hand_back_running(self) -> int:
-        """Hand back the tasks still running (a stop that cannot wait for them): pending again at once, their
-        delivery counted (release.lua's "ran" form), rather than held by this worker until someone reaps it."""
-        handed = 0
-        for q, ids in self.held.executing_by_queue().items():
-            handed += self.broker.release(q, self.id, ids, ran=True)
-        return handed
+        """The tasks still running, back to pending with their delivery counted (worker/stopping.py)."""
+        return stopping.hand_back(self.broker, self.id, self.held.executing_by_queue(), ran=True)
 
     def hand_back_now(self) -> int:
-        """Everything this worker holds back to pending (a stop that exits now): the unstarted tasks as they were,
-        the running ones with their delivery counted."""
-        handed = 0
-        for q, ids in self.held.unstarted().items():
-            handed += self.broker.release(q, self.id, ids)
-        return handed + self.hand_back_running()
+        """Everything held back to pending (a stop that exits now): the unstarted as they were, the running counted."""
+        return stopping.hand_back(self.broker, self.id, self.held.unstarted()) + self.hand_back_running()
 
     def request_force_stop(self) -> None:
         """Stop waiting for running tasks; they stay in processing for the reaper."""

@@ -8,11 +8,11 @@ checked against its size limit so a bad value fails the attempt, never the worke
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 from typing import Any
 
 from django_redisq.compat import Task, TaskContext, TaskResult, normalize_json
+from django_redisq.core.fit import Fit
 from django_redisq.core.message import Message, dumps
 from django_redisq.core.metadata import encode, to_save
 from django_redisq.core.options import Options
@@ -25,7 +25,7 @@ class Prepared:
     """What each run of one task on one queue needs, worked out once."""
 
     task: Task
-    params: inspect.Signature
+    fit: Fit  # whether a message's arguments fit the function (core/fit.py)
     sender: type
     max_retries: int | None
     timeout: float | None

@@ -41,6 +41,7 @@ from django_redisq.compat import (
 )
 from django_redisq.core import tracing
 from django_redisq.core.clock import ms_to_datetime
+from django_redisq.core.fit import Fit
 from django_redisq.core.message import Message, decode
 from django_redisq.core.metadata import attach, stored
 from django_redisq.core.options import Options
@@ -124,7 +125,7 @@ class Runner:
             mine = isinstance(task, RedisTask)
             sender = type(task.get_backend())
             found = self._tasks[key] = Prepared(
-                task, inspect.signature(task.func), sender,
+                task, Fit.of(task.func), sender,
                 task.max_retries if mine else None, task.timeout if mine else None,  # type: ignore[attr-defined]
                 inspect.iscoroutinefunction(task.func),
                 getattr(sender, "result_class", TaskResult), getattr(sender, "context_class", TaskContext),
@@ -139,9 +140,9 @@ class Runner:
             prep = self._prepared(message)
             call_args = [None, *message.args] if prep.task.takes_context else message.args
             try:
-                prep.params.bind(*call_args, **message.kwargs)
+                prep.fit.check(call_args, message.kwargs)
             except TypeError as exc:
-                raise BadMessage("bad_arguments", f"arguments do not fit {message.task}{prep.params}: {exc}") from None
+                raise BadMessage("bad_arguments", f"arguments do not fit {message.task}{prep.fit.signature}: {exc}") from None
         except UnknownSchema as exc:
             return Outcome(DEAD, error=error_dict(None, str(exc), "django_redisq.exceptions.UnknownSchema"), reason="unknown_schema")
         except BadMessage as exc:
