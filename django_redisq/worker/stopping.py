@@ -19,15 +19,21 @@ SHOWN = 5
 """Running tasks named in the line; the rest are counted."""
 
 
+def named(running: Sequence[Delivery], shown: int | None = SHOWN) -> str:
+    """The tasks by name and id, the first ``shown`` of them (None: all), the rest counted."""
+    text = ", ".join(f"{d.task or '?'} id={d.id}" for d in running[:shown]) or "-"
+    if shown is not None and len(running) > shown:
+        text += f" and {len(running) - shown} more"
+    return text
+
+
 def stop_line(running: Sequence[Delivery], grace: float, why: str) -> str:
     """What a stop waits for: the ``running`` tasks by name and id, for at most ``grace`` seconds; ``why``: a signal's
     name (then a second one exits now) or what else stopped the worker ("reloading")."""
     if not running:
         return f"{why}: no task running; exiting"
-    named = ", ".join(f"{d.task or '?'} id={d.id}" for d in running[:SHOWN])
-    if len(running) > SHOWN:
-        named += f" and {len(running) - SHOWN} more"
-    line = f"{why}: waiting up to {grace:g} s (SHUTDOWN_GRACE) for {len(running)} running task(s) to finish: {named}; then exiting."
+    line = (f"{why}: waiting up to {grace:g} s (SHUTDOWN_GRACE) for {len(running)} running task(s) to finish: "
+            f"{named(running)}; then exiting.")
     if why.startswith("SIG"):
         again = "Ctrl-C again" if why == "SIGINT" else f"a second {why}"
         line += f" {again} exits now; unfinished tasks go back to pending, their attempt counted"

@@ -381,7 +381,7 @@ class Worker:
             else:
                 logger.warning("worker %s stopped at the end of SHUTDOWN_GRACE (%g s) with %d task(s) still running, "
                                "handed back to pending, their attempt counted: %s", self.id, self.options.shutdown_grace,
-                               handed, ", ".join(f"{d.task or '?'} id={d.id}" for d in running) or "-")
+                               handed, stopping.named(running, shown=None))
         self.heartbeat.close()
         if clean:
             logger.log(logging.DEBUG if self.burst else logging.INFO, "worker %s stopped after %d task(s)", self.id, self.processed)

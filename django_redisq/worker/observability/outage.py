@@ -1,10 +1,12 @@
 """Redis out of reach, said once: one line per part of the worker when an outage starts, one when Redis is back.
 
-Every part of a worker that talks to Redis (the heartbeat, the fetchers, the
-pause watch, the running marks, the upkeep, the event pump, the settle steps)
-retries on its own schedule, and each used to log every failed try: about six
-WARNING lines a second through an outage, and nothing when it ended. ``Outage``
-is shared by the parts of one worker (worker/parts.py): the first failure of
+The parts of a worker that talk to Redis (the heartbeat and its sweep, the
+fetchers, the upkeep and its reaping and presence poll, the event pump, the
+settle steps) retry on their own schedules, and each used to log every failed
+try: about six WARNING lines a second through an outage, and nothing when it
+ended. (The pause watch and the running marks already said a failure streak
+once, each on its own.) ``Outage`` is shared by those parts of one worker
+(worker/parts.py): the first failure of
 each part during an outage is a WARNING with its cause; its later ones are
 DEBUG; the first round trip that succeeds after it logs how long Redis was gone
 and which parts had failed. A failure Redis can never answer differently (a
