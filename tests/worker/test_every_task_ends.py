@@ -131,7 +131,10 @@ def test_a_task_that_cannot_even_be_buried_goes_back_with_its_delivery_counted(r
     try:
         assert wait_for(lambda: int(r.hget(K.task(res.id), "deliveries") or 0) >= 3, timeout=20), \
             r.hgetall(K.task(res.id))
+        peak = int(r.hget(K.task(res.id), "deliveries"))
     finally:
         worker.request_stop()
         t.join(15)
-    assert int(r.hget(K.task(res.id), "deliveries")) >= 3  # counted up, never undone
+    # Counted up, never undone by the sweep. The stop itself may catch one fresh delivery not yet started
+    # and hand it back uncounted (release.lua): that undoes that one delivery, never the ones before it.
+    assert int(r.hget(K.task(res.id), "deliveries")) >= peak - 1 >= 2
