@@ -11,12 +11,14 @@ import inspect
 import threading
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, replace
+from datetime import timedelta
 from functools import partial
 from inspect import isclass
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, cast, overload
 
 from django.conf import settings
 from django.db import transaction
+from django.utils import timezone
 
 from django_redisq.compat import (
     DEFAULT_TASK_BACKEND_ALIAS,
@@ -148,12 +150,15 @@ class RedisTask(_TaskOf[P, R]):
         backend: str | None = None,
         **options: Any,
     ) -> RedisTask[P, R]:
-        """Django's ``using()``, plus this class's options (``idempotency_key="order-42"``).
+        """Django's ``using()``, plus this class's options (``idempotency_key="order-42"``); ``run_after`` may also be a
+        ``timedelta`` from now.
 
         Options that are not ours go to Django's ``using()``, so one a newer Django
         adds (``metadata=``) works as Django defines it, and one no Django knows gets
         Django's own ``TypeError``.
         """
+        if isinstance(run_after, timedelta):  # "in five minutes": Django's own using() takes a datetime only
+            run_after = timezone.now() + run_after
         ours = {k: options.pop(k) for k in list(options) if k in USING_OPTIONS}
         if "depends_on" in ours:
             ours["depends_on"] = _task_ids(ours["depends_on"])

@@ -214,7 +214,7 @@ class RedisQueueBackend(BaseTaskBackend):
             if isinstance(task, RedisTask) and task.depends_on:
                 return self._dependents(task, arg_sets, span)
             ready = batch(self, task, arg_sets, span)  # backend/sending.py: all but the I/O, for both wires
-            outcomes = ready.outcomes([self.broker.enqueue(queue, items) for queue, items in ready.sends])
+            outcomes = ready.outcomes([self.broker.enqueue(queue, items, fresh=True) for queue, items in ready.sends])
             held = {holder: self.broker.get_task(holder, [task.queue_name]) for holder in holders(outcomes)}
             results, new = ready.results(self, outcomes, held)
             for result in new:

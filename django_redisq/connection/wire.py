@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
@@ -54,6 +54,32 @@ class Wire:
             self._idle.append(conn := self._new())
             retry = self._retry = conn.retry
         return retry.call_with_retry(lambda: self._once(args), _ignore)
+
+    def send_all(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """The replies of ``commands`` sent back to back in one write, a reply error in its place (not raised).
+
+        Never re-sent: after a failed connection the commands may or may not have run, and only the caller
+        knows how to find out (store/broker/plain.py); the error is raised for it to decide."""
+        try:
+            conn = self._idle.pop()
+        except IndexError:
+            conn = self._new()
+        try:
+            if _pack is not None:
+                conn.send_packed_command([_pack(c) for c in commands], check_health=False)
+            else:
+                conn.send_packed_command(conn.pack_commands(commands), check_health=False)
+            replies = []
+            for _ in commands:
+                try:
+                    replies.append(conn.read_response())
+                except ResponseError as exc:
+                    replies.append(exc)
+        except BaseException:
+            conn.disconnect()
+            raise
+        self._idle.append(conn)
+        return replies
 
     def _new(self) -> Any:
         """A connection as the pool makes one (not counted against its max_connections: it is never the pool's)."""
@@ -113,14 +139,20 @@ def _ignore(error: Exception) -> None:
 
 def wire_for(client: redis.Redis) -> Callable[..., Any]:
     """``execute``-like callable for ``client``: a ``Wire`` for a plain pool, else the client's ``execute_command``."""
+    wire = own_wire(client)
+    return client.execute_command if wire is None else wire.execute
+
+
+def own_wire(client: redis.Redis) -> Wire | None:
+    """The ``Wire`` of ``client``'s plain pool of one server; None for a cluster's, a sentinel's or a cached one."""
     pool = getattr(client, "connection_pool", None)
     if type(pool) is not redis.ConnectionPool or type(client) is not redis.Redis or getattr(pool, "cache", None) is not None:
-        return client.execute_command
+        return None
     with _lock:
         wire = _by_pool.get(pool)
         if wire is None:
             wire = _by_pool[pool] = Wire(pool)
-    return wire.execute
+    return wire
 
 
 _lock = threading.Lock()

@@ -93,6 +93,15 @@ def test_run_after_schedules(r):
     assert r.zscore(keys().scheduled, result.id) is not None
 
 
+def test_run_after_may_be_a_timedelta_from_now(r):
+    """DESIGN's spelling, ``using(run_after=timedelta(minutes=5))``; Django's own ``using()`` takes a datetime only."""
+    before = timezone.now()
+    task = tasks.noop.using(run_after=timedelta(minutes=5))
+    assert before + timedelta(minutes=5) <= task.run_after <= timezone.now() + timedelta(minutes=5)
+    result = task.enqueue(1)
+    assert r.zscore(keys().scheduled, result.id) is not None
+
+
 def test_idempotency_key_deduplicates(r):
     first = tasks.charge.delay(7)
     second = tasks.charge.delay(7)

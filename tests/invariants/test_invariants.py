@@ -2,10 +2,12 @@
 
 import signal
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.utils import timezone
 
+from django_redisq.store.broker import Broker
 from django_redisq.store.steps.replies import NewTask
 from tests.helpers import ack, held_by, keys, redis_ms, wait_for, where_is
 from tests.testapp import tasks
@@ -91,45 +93,58 @@ def test_cost_per_task_does_not_scan_the_queue(r, broker):
     got = broker.fetch("default", "w1", 1)
     ack(broker, "default", "w1", got[0].id, "3")
     stats = node.info("commandstats")
-    assert "cmdstat_lrem" in stats and stats["cmdstat_lrem"]["calls"] == 1  # on the 1-item processing list
+    assert "cmdstat_lrem" not in stats  # the ack trims the processing list's tail (LTRIM), no LREM at all
+    assert stats["cmdstat_ltrim"]["calls"] == 2  # fetch's of pending, ack's of the 1-item processing list
     assert "cmdstat_keys" not in stats and "cmdstat_scan" not in stats
-    # fetch reads the LIST's tail, the batch's ids only (LRANGE -n -1 walks n entries from the tail): one call,
-    # microseconds; a read of all 50,000 would take milliseconds (the bound is 100 times a tail read's)
+    # fetch reads the LIST's tail, the batch's ids only (LRANGE -n -1 walks n entries from the tail), and ack the
+    # processing list's: two calls, microseconds; a read of all 50,000 would take milliseconds (the bound is 100
+    # times a tail read's)
     lrange = stats.get("cmdstat_lrange", {"calls": 0, "usec_per_call": 0.0})
-    assert lrange["calls"] <= 1 and lrange["usec_per_call"] < 500, lrange
+    assert lrange["calls"] <= 2 and lrange["usec_per_call"] < 500, lrange
     assert r.llen(keys().pending) == 49_999
 
 
-def test_a_tasks_life_costs_a_bounded_number_of_redis_commands(r, broker):
-    """Invariant 5, per task: enqueue one by one, fetch and ack in batches, counted inside the scripts too.
-
-    The count is the server's (INFO commandstats counts the commands a script runs): 100 tasks
-    cost 15 commands each: enqueue 5 with its EVALSHA, plus a look for wake-up markers while the
-    LIST is short (lib/ready.lua); fetch 4; ack 5; each batch's own spread thin. A check by TYPE
-    per key per task, which the scripts replaced by their writes' replies, would add 6 each.
-    """
+def _life_costs(r: Any, broker: Broker, fresh: bool, n: int = 100) -> tuple[float, float, dict[str, Any]]:
+    """Commands per task to enqueue ``n`` tasks one by one, and for their whole life (fetched and acked in one batch
+    each, as a busy worker does), as the server counts them (INFO commandstats counts what a script runs)."""
     from tests.helpers import message, node_of
 
-    n = 100
     broker.heartbeat(["default"], "w1", {})
     node = node_of(r, keys().pending)
     node.config_resetstat()
     for i in range(n):
-        broker.enqueue("default", [NewTask(f"c{i}", message(), "tests.testapp.tasks.add", 0, "")])
+        broker.enqueue("default", [NewTask(f"c{i}", message(), "tests.testapp.tasks.add", 0, "")], fresh=fresh)
     enqueue_stats = node.info("commandstats")
     got = broker.fetch("default", "w1", n)
-    assert len(got) == n
-    assert broker.ack_many("default", "w1", [(d.id, "3") for d in got], [("tests.testapp.tasks.add", 0.001)] * n) == []
+    assert len(got) == n and all(d.plain for d in got)
+    assert broker.ack_many("default", "w1", [(d.id, "3") for d in got], [("tests.testapp.tasks.add", 0.001)] * n,
+                           {d.id for d in got if d.plain}) == []
     stats = node.info("commandstats")
+    assert all(where == ["finished"] for where in (where_is(r, d.id, "default") for d in got))
 
     def calls(s: dict) -> int:
         return sum(v["calls"] for k, v in s.items() if k not in ("cmdstat_config", "cmdstat_info"))
 
-    per_enqueue = calls(enqueue_stats) / n
-    per_task = calls(stats) / n
-    print(f"\nRedis commands per task: {per_enqueue:.2f} to enqueue, {per_task:.2f} in all; "
+    print(f"\nRedis commands per task ({'plain' if fresh else 'script'} enqueue): {calls(enqueue_stats) / n:.2f} to "
+          f"enqueue, {calls(stats) / n:.2f} in all; "
           + ", ".join(f"{k[8:]} {v['calls'] / n:.2f}" for k, v in sorted(stats.items(), key=lambda kv: -kv[1]["calls"])[:8]))
-    assert per_enqueue <= 6
-    assert per_task <= 16
-    assert stats.get("cmdstat_type", {}).get("calls", 0) < 2 * n  # one TYPE per task: the new id's (was 5.2)
-    assert all(where == ["finished"] for where in (where_is(r, d.id, "default") for d in got))
+    return calls(enqueue_stats) / n, calls(stats) / n, stats
+
+
+def test_a_tasks_life_costs_a_bounded_number_of_redis_commands(r, broker):
+    """Invariant 5, per task, on both enqueue paths; the plain one is what most ``.delay()`` calls take.
+
+    Plain (store/broker/plain.py): HSET and LPUSH to enqueue; HMGET, SET NX (the guard) and HSET (the claim) to
+    fetch; HSET and PEXPIRE to ack (the ack trims its batch off the processing list's tail and leaves the guard to
+    lapse); each batch's own commands spread thin: at most 8. Through enqueue.lua (a given id, as workflows and events
+    enqueue): its EVALSHA, TIME and the new id's TYPE on top. A check by TYPE per key per task, which the scripts
+    replaced by their writes' replies, would add 6 each.
+    """
+    if broker._plain_enqueue() is not False:  # a cluster's or a sentinel's client enqueues through the script
+        per_enqueue, per_task, stats = _life_costs(r, broker, fresh=True)
+        assert per_enqueue <= 2 + 2 / 100 and per_task <= 8  # and the clock read once (TIME, and its connection's HELLO/CLIENT)
+        assert stats["cmdstat_evalsha"]["calls"] <= 3  # the fetch and the ack (and a NOSCRIPT's second try) only
+        r.flushall()
+    per_enqueue, per_task, stats = _life_costs(r, broker, fresh=False)
+    assert per_enqueue <= 6 and per_task <= 12
+    assert stats.get("cmdstat_type", {}).get("calls", 0) < 2 * 100  # one TYPE per task: the new id's (was 5.2)

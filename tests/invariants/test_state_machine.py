@@ -517,7 +517,8 @@ class BrokerMachine(RuleBasedStateMachine):
         except LeaseLost:
             assert not owned
             event(f"late ack of a {t.loc.split(':')[0]} task")
-        t.guard = "success"  # written even when the lease was lost: the redelivered copy will not run
+        if not owned:  # a lost lease says 'success' to the redelivered copy, which then does not run; an owned
+            t.guard = "success"  # ack leaves its guard to lapse: the hash's state 'finished' is the record
         if owned:
             self.remove_from_processing(t)
             t.loc = "finished"

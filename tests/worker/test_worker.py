@@ -7,9 +7,10 @@ import redis
 from django.core.exceptions import ImproperlyConfigured
 
 from django_redisq.compat import TaskResultStatus
+from django_redisq.exceptions import LeaseLost
 from django_redisq.worker.settling.settler import SETTLE_TRIES
 from django_redisq.worker.worker import Worker
-from tests.helpers import blocked_in, drain, keys, message, seed_pending, wait_for, where_is
+from tests.helpers import ack, blocked_in, drain, keys, message, reap, seed_pending, set_heartbeat_age, wait_for, where_is
 from tests.testapp import tasks
 from tests.testapp.tasks import EFFECTS
 
@@ -88,15 +89,21 @@ def test_garbage_id_in_pending(r, make_worker):
     assert r.hget(keys().task("no-such-task"), "reason") == "missing_task"
 
 
-def test_redelivered_after_success_is_not_run_again(r, make_worker):
+def test_redelivered_after_success_is_not_run_again(r, broker, make_worker):
+    """A lost ack: w1 claimed and ran the task, stalled past the timeout and was reaped (the task went back to pending),
+    then acked late. Its 'success' guard makes the redelivered copy finish without running."""
     res = tasks.counted.delay("once")
+    set_heartbeat_age(r, "w1", 0, "emails")
+    [claimed] = broker.fetch("emails", "w1", 1)
+    assert claimed.id == res.id
+    set_heartbeat_age(r, "w1", 60_000, "emails")
+    assert reap(broker, "emails") == (1, ["w1"]) and where_is(r, res.id, "emails") == ["pending"]
+    with pytest.raises(LeaseLost):
+        ack(broker, "emails", "w1", res.id, '"ran on w1"')
     make_worker("emails").run()
-    assert r.hget(EFFECTS, "once") == "1"
-    r.lpush(keys("emails").pending, res.id)  # a redelivery (lost ack, reaped worker)
-    r.hset(keys("emails").task(res.id), "state", "pending")
-    make_worker("emails").run()
-    assert r.hget(EFFECTS, "once") == "1"
-    assert tasks.counted.get_result(res.id).status == TaskResultStatus.SUCCESSFUL
+    assert r.hget(EFFECTS, "once") is None  # the copy never ran
+    result = tasks.counted.get_result(res.id)
+    assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == "ran on w1"
 
 
 def test_max_tasks(r, make_worker):

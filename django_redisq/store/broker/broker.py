@@ -16,15 +16,17 @@ store/steps/operator.py), ``broker.schedules`` (store/steps/schedules.py),
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, cast
+from collections.abc import Container, Iterable, Mapping, Sequence
+from typing import Any, Literal, cast
 
 import redis
 
 from django_redisq.connection.clients import BLOCK_TIMEOUT, get_client
+from django_redisq.connection.wire import own_wire
 from django_redisq.core.limits import rate_spec
 from django_redisq.core.options import Options
 from django_redisq.exceptions import Fenced, LeaseLost, NotDurable, QueuePaused
+from django_redisq.store.broker.plain import Clock, PlainEnqueue, plain
 from django_redisq.store.keys import QueueKeys
 from django_redisq.store.reads.durations import MAX_NAMES, TTL_MS, triples
 from django_redisq.store.scripts.durable import settled
@@ -63,6 +65,7 @@ class Broker:
         self.presence = PresenceSteps(self.scripts)
         self.running = RunningMarks(self.scripts)
         self.progress = ProgressSteps(self.scripts)
+        self._plain: PlainEnqueue | Literal[False] | None = None  # made on the first plain enqueue (False: none for this client)
 
     @classmethod
     def for_heartbeat(cls, options: Options) -> Broker:
@@ -79,8 +82,16 @@ class Broker:
 
     # -- producing -------------------------------------------------------
 
-    def enqueue(self, queue: str, items: Sequence[NewTask]) -> list[Enqueued]:
-        """Store ``items`` in one round trip, one ``Enqueued`` each (in their order)."""
+    def enqueue(self, queue: str, items: Sequence[NewTask], *, fresh: bool = False) -> list[Enqueued]:
+        """Store ``items`` in one round trip, one ``Enqueued`` each (in their order).
+
+        ``fresh``: their ids were generated for this call (no earlier try can have stored them), so plain ones go
+        without a script (store/broker/plain.py)."""
+        if fresh and items and all(plain(item) for item in items):
+            if self._plain is None:
+                self._plain = self._plain_enqueue()
+            if self._plain is not False:
+                return self._plain.enqueue(self.keys(queue), items)
         keys, argv = self.enqueue_call(queue, items)
         try:
             reply = self.scripts.run("enqueue", keys=keys, args=argv)
@@ -88,6 +99,18 @@ class Broker:
             exc.task_ids = [item.id for item in items]
             raise
         return self.enqueued(items, reply)
+
+    def _plain_enqueue(self) -> PlainEnqueue | Literal[False]:
+        """The plain enqueue of this broker's client, or False where it has none (module docstring of plain.py)."""
+        wire = own_wire(self.client)
+        if wire is None or self.options.durable_replicas:
+            return False
+        return PlainEnqueue(wire, Clock(self.scripts.now_ms), self._enqueue_again)
+
+    def _enqueue_again(self, k: QueueKeys, items: Sequence[NewTask]) -> int:
+        """enqueue_again.lua on ``items`` (a plain enqueue's outcome unknown); the Redis time it stored them at."""
+        keys, argv = self.enqueue_call(k.queue, items)
+        return int(self.scripts.run("enqueue_again", keys=keys, args=argv)[0])
 
     def enqueue_call(self, queue: str, items: Sequence[NewTask]) -> tuple[list[str], list[Any]]:
         """KEYS and ARGV of enqueue.lua for ``items``: the one place that spells them (store/broker/async_broker.py sends the same)."""
@@ -134,11 +157,12 @@ class Broker:
         return cast("str | None", moved)
 
     def ack_many(self, queue: str, worker: str, results: Iterable[tuple[str, str]],
-                 runs: Iterable[tuple[str, float]] = ()) -> list[str]:
+                 runs: Iterable[tuple[str, float]] = (), plain: Container[str] = ()) -> list[str]:
         """Ack tasks ``(id, result JSON)`` in one script call; returns the ids whose lease was lost.
 
         ``runs`` are ``(task name, seconds)`` of the tasks acked, added in the
         same call to the queue-minute's durations hash (store/reads/durations.py).
+        ``plain``: the ids fetch.lua called plain (``Delivery.plain``), whose hash ack.lua writes without reading.
         """
         k = self.keys(queue)
         o = self.options.for_queue(queue)
@@ -146,7 +170,7 @@ class Broker:
         argv: list[Any] = [k.prefix, ms(o.result_ttl), ms(o.idempotency_ttl), _aside_ms(o),
                            MAX_NAMES, TTL_MS, len(times) // 3, *times]
         for task_id, result_json in results:
-            argv += (task_id, result_json)
+            argv += (task_id, result_json, "1" if task_id in plain else "")
         return cast("list[str]", settled(lambda: self.scripts.run("ack", keys=[k.processing(worker), k.dead, k.cancels, *_freeing(k)], args=argv), list))
 
     def retry(self, queue: str, worker: str, task_id: str, delay_ms: int, error: dict[str, Any]) -> bool:

@@ -6,7 +6,10 @@ priority waits in the ``prioritized`` ZSET, scored ``(100 - priority) * BAND + n
 (``n`` a per-queue counter: FIFO within one priority). fetch.lua takes the ZSET's
 priorities above 0, then the LIST, then those below 0. Workers block on the LIST
 alone, so a prioritized task that arrives while the LIST is empty pushes a
-``MARKER`` there to wake one; the LIST holds markers or ids, never both.
+``MARKER`` there to wake one. Markers sit at the LIST's tail (the end taken next),
+at most ``MARKERS_MAX``; ids a script pushes drop them, but a plain enqueue's
+``LPUSH`` (store/broker/plain.py) may put an id at the head while they wait, so
+a LIST is read with its tail (``TAIL``), never its length alone.
 
 This module is the Python side of that layout: reading a stored priority, and
 the ready tasks of a queue in the order they will run (for the admin and counts).
@@ -45,9 +48,31 @@ def score_priority(score: float) -> int:
     return 100 - int(score // BAND)
 
 
-def list_length(length: int, tail: str | None) -> int:
-    """Tasks in a pending LIST of ``length`` whose tail (LINDEX -1) is ``tail``: 0 when it holds markers."""
-    return 0 if tail == MARKER else int(length)
+TAIL = -(MARKERS_MAX + 1)
+"""``LRANGE pending TAIL -1``: the LIST's tail, every marker in it and the next id to run (a bounded read)."""
+
+
+def markers(tail: list[str] | None) -> int:
+    """How many markers end a pending LIST whose tail (``LRANGE pending TAIL -1``) is ``tail``."""
+    n = 0
+    for entry in reversed(tail or []):
+        if entry != MARKER:
+            break
+        n += 1
+    return n
+
+
+def list_length(length: int, tail: list[str] | None) -> int:
+    """Tasks in a pending LIST of ``length`` whose tail (``LRANGE pending TAIL -1``) is ``tail``: its markers left out."""
+    return max(0, int(length) - markers(tail))
+
+
+def next_in_list(tail: list[str] | None) -> str | None:
+    """The id a pending LIST gives next (its markers skipped), from its tail; None when it holds none."""
+    for entry in reversed(tail or []):
+        if entry != MARKER:
+            return str(entry)
+    return None
 
 
 def ready_page(client: redis.Redis, k: QueueKeys, start: int, count: int) -> tuple[int, list[tuple[str, int]]]:
@@ -58,11 +83,11 @@ def ready_page(client: redis.Redis, k: QueueKeys, start: int, count: int) -> tup
     """
     pipe = client.pipeline(transaction=False)
     pipe.llen(k.pending)
-    pipe.lindex(k.pending, -1)
+    pipe.lrange(k.pending, TAIL, -1)
     pipe.zcount(k.prioritized, "-inf", f"({DEFAULT_SCORE}")
     pipe.zcard(k.prioritized)
     length, tail, high, ranked = pipe.execute()
-    plain = list_length(length, tail)
+    plain, skip = list_length(length, tail), markers(tail)
     total = plain + int(ranked)
     out: list[tuple[str, int]] = []
     end = start + count
@@ -73,7 +98,7 @@ def ready_page(client: redis.Redis, k: QueueKeys, start: int, count: int) -> tup
         parts.append("z")
     lo, hi = max(start, high) - high, min(end, high + plain) - high
     if hi > lo:  # the LIST, next to run first
-        pipe.lrange(k.pending, -hi, -(lo + 1))
+        pipe.lrange(k.pending, -(hi + skip), -(lo + 1 + skip))
         parts.append("l")
     lo, hi = max(start, high + plain) - high - plain, min(end, total) - high - plain
     if hi > lo:  # priorities below 0: after the LIST, so positions go on from `high`

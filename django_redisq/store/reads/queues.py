@@ -22,7 +22,7 @@ from django_redisq.core.clock import ms_to_datetime
 from django_redisq.store.keys import QueueKeys
 from django_redisq.store.reads.durations import TaskTimes, slowest
 from django_redisq.store.reads.partitions import merged_figures, merged_stats
-from django_redisq.store.reads.priority import MARKER, list_length
+from django_redisq.store.reads.priority import TAIL, list_length, next_in_list
 from django_redisq.store.reads.records import TOTALS, QueueFigures, QueueStats, WorkerInfo, pause_state
 from django_redisq.store.reads.tasks import TaskReads
 from django_redisq.store.server import describe
@@ -79,7 +79,7 @@ def _ask_first(pipe: Any, k: QueueKeys, minutes: range) -> None:
     pipe.llen(k.pending)
     pipe.zcard(k.scheduled)
     pipe.zcard(k.dead)
-    pipe.lindex(k.pending, -1)
+    pipe.lrange(k.pending, TAIL, -1)  # the next to run, markers skipped (store/reads/priority.py)
     pipe.zrange(k.workers, 0, -1, withscores=True)
     pipe.zcard(k.prioritized)
     pipe.zrange(k.prioritized, 0, 0)
@@ -112,7 +112,7 @@ class _First:
     def of(cls, replies: list[Any]) -> _First:
         length, scheduled, dead, oldest, workers, ranked, head = replies[:7]
         durations = replies[FIRST_HEAD:]
-        next_id = oldest if oldest and oldest != MARKER else (head[0] if head else None)
+        next_id = next_in_list(oldest) or (head[0] if head else None)
         return cls(list_length(length, oldest) + int(ranked), scheduled, dead, next_id, workers,
                    replies[7:7 + _ASKED], replies[7 + _ASKED:FIRST_HEAD], durations, slowest(durations))
 
@@ -221,7 +221,7 @@ class QueueReads(TaskReads):
             pipe.llen(k.pending)
             pipe.zcard(k.scheduled)
             pipe.zcard(k.dead)
-            pipe.lindex(k.pending, -1)  # the oldest: O(1) from the tail
+            pipe.lrange(k.pending, TAIL, -1)  # the oldest, markers skipped: a bounded read from the tail
             pipe.zrange(k.workers, 0, -1, withscores=True)
             pipe.execute_command("MGET", *[k.counter(name) for name in TOTALS])  # not pipe.mget: a cluster pipeline refuses it (the keys share a slot)
             pipe.zcard(k.prioritized)
@@ -238,7 +238,7 @@ class QueueReads(TaskReads):
             k = self.keys(q)
             row = first[1 + i * stride : 1 + (i + 1) * stride]
             oldest, workers, head = row[3], row[4], row[7]
-            oldest = oldest if oldest and oldest != MARKER else (head[0] if head else None)
+            oldest = next_in_list(oldest) or (head[0] if head else None)
             pipe.hget(k.task(oldest), "enqueued_at") if oldest else pipe.execute_command("ECHO", "")
             for w, _ in workers:
                 pipe.llen(k.processing(w))

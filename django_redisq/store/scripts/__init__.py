@@ -14,6 +14,7 @@ from importlib import resources
 
 NAMES = (
     "enqueue",
+    "enqueue_again",
     "fetch",
     "ack",
     "retry",

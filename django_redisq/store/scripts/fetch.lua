@@ -28,10 +28,12 @@
 --   was taken, and ids a late BLMOVE put in its processing list went back to pending.
 --   {-2} PAUSED: the queue is paused; nothing was taken, and the id ARGV[6] names went back
 --   to the head of pending (the end taken next), so it keeps its place.
---   Otherwise a flat array, 10 entries per id: id, code, message, deliveries, failures,
+--   Otherwise a flat array, 11 entries per id: id, code, message, deliveries, failures,
 --   worker ids (comma-joined), enqueued_at (as stored), started_at (Redis ms, or as
---   stored), task path, saved metadata (JSON as stored, '' if none) (message and later
---   are '' / 0 unless RUN); the caller validates the stored fields it parses.
+--   stored), task path, saved metadata (JSON as stored, '' if none), plain ('1': no
+--   idempotency key and no limit's slot, so ack.lua may write its hash without reading
+--   it first; else '') (message and later are '' / 0 unless RUN); the caller validates
+--   the stored fields it parses.
 --   code 1 RUN   -> claimed: run it, then ack, retry or bury it
 --   code 2 DONE  -> already successful, or finished or dead: removed from processing, do not run
 --   code 3 BUSY  -> another worker's guard is still held: moved to scheduled for 1 s later
@@ -144,13 +146,13 @@ end
 local function skip(id, code)
   out[#out + 1] = id; out[#out + 1] = code; out[#out + 1] = ''; out[#out + 1] = 0
   out[#out + 1] = 0; out[#out + 1] = ''; out[#out + 1] = 0; out[#out + 1] = 0; out[#out + 1] = ''
-  out[#out + 1] = ''
+  out[#out + 1] = ''; out[#out + 1] = ''
 end
 for _, id in ipairs(ids) do
   local tkey = prefix .. 't:' .. id
   local skey = prefix .. 'status:' .. id
   local f = redis.pcall('HMGET', tkey, 'msg', 'state', 'deliveries', 'failures', 'workers', 'enqueued_at', 'started_at', 'task', 'idem', 'metadata',
-    'maxr', 'rate', 'rl')
+    'maxr', 'rate', 'rl', 'slot')
   -- every key of this id is checked before any write to it, so a bad one cannot abort the script: the
   -- hash by HMGET's reply here; the guard by SET NX's (it writes nothing to a key that exists, whatever
   -- its type) and, when that key exists, by GET's reply (below), not by a TYPE first
@@ -184,6 +186,9 @@ for _, id in ipairs(ids) do
       out[#out + 1] = id; out[#out + 1] = 1; out[#out + 1] = f[1]; out[#out + 1] = d
       out[#out + 1] = tonumber(f[4]) or 0; out[#out + 1] = workers; out[#out + 1] = f[6] or ''; out[#out + 1] = started
       out[#out + 1] = f[8] or ''; out[#out + 1] = f[10] or ''
+      -- plain: no idempotency key, no slot held before, none taken now (admit takes one only for a max_running)
+      local plain = (f[9] or '') == '' and not f[14] and not max_of(f[11]) and not max_of(ARGV[8])
+      if plain then out[#out + 1] = '1' else out[#out + 1] = '' end
     elseif guard == 'success' then
       -- a copy that already ran (a late ack of a reaped worker): finish it without running
       redis.call('LREM', KEYS[2], 1, id)

@@ -49,6 +49,7 @@ class Delivery:
     task: str = ""  # the dotted path stored beside the message
     metadata: str = ""  # the metadata last saved (JSON as stored; '' = none: the message's "m" holds it)
     problem: str = ""  # why a CORRUPT delivery cannot run
+    plain: bool = False  # no idempotency key and no limit's slot: its ack writes the hash without reading it first
 
 
 MAX_MS = 253_402_300_799_999
@@ -83,6 +84,7 @@ class FetchRow(NamedTuple):
     started_at: Any
     task: Any
     metadata: Any
+    plain: Any  # '1': no idempotency key and no limit's slot (ack.lua writes its hash without reading it)
 
 
 FETCH_ROW = len(FetchRow._fields)
@@ -93,7 +95,7 @@ def delivery(queue: str, row: FetchRow) -> Delivery:
     """One fetch.lua row as a Delivery; a field that does not parse makes it CORRUPT (buried with the reason)."""
     d = Delivery(row.id, queue, int(row.code), row.raw, 0, 0, row.workers if isinstance(row.workers, str) else "",
                  task=row.task if isinstance(row.task, str) else "",
-                 metadata=row.metadata if isinstance(row.metadata, str) else "")
+                 metadata=row.metadata if isinstance(row.metadata, str) else "", plain=row.plain == "1")
     try:
         d.deliveries, d.failures = int(row.deliveries), int(row.failures)
         d.enqueued_at = parse_ms(row.enqueued_at, "enqueued_at")

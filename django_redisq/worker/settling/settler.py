@@ -208,7 +208,8 @@ class Settler:
     def _ack_some(self, q: str, items: Batch) -> SettleFailed | None:
         results = [(d.id, o.result_json) for d, o in items]
         runs = [(o.task_name or d.task, o.duration) for d, o in items]  # run times, written by the same call (store/reads/durations.py)
-        acked = self.steps.run(partial(self.broker.ack_many, q, self.worker_id, results, runs), f"acking {len(results)} task(s)")
+        plain = {d.id for d, _ in items if d.plain}  # their hash is written without a read (fetch.lua said so)
+        acked = self.steps.run(partial(self.broker.ack_many, q, self.worker_id, results, runs, plain), f"acking {len(results)} task(s)")
         for task_id in acked.value or ():
             logger.warning("task %s was no longer held by worker %s at ack; another worker has it now", task_id, self.worker_id)
             self._after_step(LEASE_LOST, *next((d, o) for d, o in items if d.id == task_id))

@@ -1,0 +1,106 @@
+"""The common enqueue without a script: two plain commands where most ``.delay()`` calls need no check.
+
+A task with a generated id, no idempotency key, no delay, the default priority
+and no limits of its own asks nothing of Redis that only Lua can answer: no key
+to look up, no time to add, no ZSET to rank it in. Its task hash and its push
+go as ``HSET`` then ``LPUSH`` (one ``LPUSH`` for a batch), back to back in one
+write on a connection of the pool's wire (connection/wire.py). That is what a
+queue without a result store sends, plus the hash our results and the admin
+read; ``EVALSHA`` of enqueue.lua cost the server about twice as much per task
+(bench/run.py ``--only redis-cost``). Everything else still goes through
+enqueue.lua.
+
+Why it is safe without a transaction:
+
+* The hash goes first. A worker can only take the id once it is pushed, and by
+  then the hash is there (one client's commands run in order). A generated id
+  of 192 random bits names no key that exists, so the ``HSET`` cannot meet a
+  key of another type.
+* When the connection fails, or a reply is an error (the pending LIST of the
+  wrong type, memory full), either command may or may not have run. These two
+  are never re-sent blindly: a re-sent ``HSET`` could turn a task a fast worker
+  already finished back into a pending one. enqueue_again.lua settles it
+  instead, on the Redis clock: stored and queued if no hash is there, pushed
+  again if it is still pending and never delivered (a copy, if the first push
+  ran, is absorbed as every redelivered copy is), left alone once a worker took it.
+* The enqueue time is the Redis clock as this process last read it (``Clock``):
+  ``TIME`` once a minute, its offset from the local clock kept in between. It
+  is a time shown (``enqueued_at``), never one a due time, a lease or a backoff
+  is computed from: those are still read inside the scripts (DESIGN invariant 3).
+
+A cluster's or a sentinel's client has no wire of its own (its client routes
+each call), nor does ``DURABLE_REPLICAS`` (its WAIT needs the script's
+connection): they keep enqueue.lua for every task.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import redis
+
+from django_redisq.connection.wire import Wire
+from django_redisq.store.keys import QueueKeys
+from django_redisq.store.scripts.runner import on_wire
+from django_redisq.store.steps.replies import Enqueued, NewTask
+
+CLOCK_EVERY = 60.0
+"""Seconds between two reads of the Redis clock by one process's plain enqueues."""
+
+
+def plain(item: NewTask) -> bool:
+    """Whether ``item`` needs nothing but a hash and a push (its id generated, which the caller knows)."""
+    return item.delay_ms == 0 and not item.idem and item.priority == 0 and not item.limits
+
+
+class Clock:
+    """The Redis server's clock, read with ``TIME`` every ``CLOCK_EVERY`` seconds and carried by the local one between.
+
+    The offset is taken at the middle of the round trip, so it is off by at most half of it (well under a millisecond
+    on a LAN) plus the two clocks' drift over a minute."""
+
+    def __init__(self, read: Callable[[], int]) -> None:
+        self._read = read
+        self._offset = 0.0
+        self._next = 0.0
+        self._lock = threading.Lock()
+
+    def now_ms(self) -> int:
+        local = time.time()
+        if local >= self._next:
+            with self._lock:
+                if local >= self._next:
+                    before = time.time()
+                    redis_ms = self._read()
+                    after = time.time()
+                    self._offset = redis_ms - (before + after) * 500
+                    self._next = after + CLOCK_EVERY
+                    local = after
+        return int(local * 1000 + self._offset)
+
+
+class PlainEnqueue:
+    """Stores plain tasks with ``HSET`` + ``LPUSH`` on ``wire``; ``again`` runs enqueue_again.lua for an unknown outcome."""
+
+    def __init__(self, wire: Wire, clock: Clock, again: Callable[[QueueKeys, Sequence[NewTask]], int]) -> None:
+        self.wire = wire
+        self.clock = clock
+        self.again = again
+
+    def enqueue(self, k: QueueKeys, items: Sequence[NewTask]) -> list[Enqueued]:
+        now = self.clock.now_ms()
+        commands: list[tuple[Any, ...]] = [
+            ("HSET", k.task(item.id), "msg", on_wire(item.message), "task", item.task, "state", "pending",
+             "enqueued_at", now, "deliveries", 0, "failures", 0, "idem", "")
+            for item in items]
+        commands.append(("LPUSH", k.pending, *[item.id for item in items]))
+        try:
+            replies = self.wire.send_all(commands)
+        except (redis.ConnectionError, redis.TimeoutError, OSError):
+            replies = None
+        if replies is None or any(isinstance(r, Exception) for r in replies):
+            now = self.again(k, items)  # raises what Redis still refuses (the caller's door words it)
+        return [Enqueued(item.id, None, now) for item in items]
