@@ -46,6 +46,7 @@ NAMES = (
     "wf_cancel",
     "wf_adopt",
     "wf_resume",
+    "wf_index",
     # events (store/topics/steps.py)
     "topic_publish",
     "topic_groups",
