@@ -24,6 +24,8 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 
 from django_redisq.admin.common import AdminPage, plural
+from django_redisq.admin.graph import LEGEND, colour, svg
+from django_redisq.ops.graph import graph
 from django_redisq.ops.inspector import backend_aliases
 from django_redisq.ops.workflows import PAGE, WorkflowNotFound, describe, newest, repair
 
@@ -57,8 +59,10 @@ def workflow_view(model_admin: AdminPage, request: HttpRequest, alias: str, work
     except WorkflowNotFound:
         raise Http404(f"no workflow {workflow_id!r} (never created, or expired after it ended)") from None
     rows = [(s, (s.finished_at - s.started_at).total_seconds() if s.finished_at and s.started_at else None) for s in view.steps]
+    picture = graph(view)
     context = model_admin.page_context(request, f"Workflow {view.id}", alias=alias, workflow=view, rows=rows,
-                                       can_repair=model_admin.has_change_permission(request))
+                                       can_repair=model_admin.has_change_permission(request),
+                                       graph=svg(picture, alias) if picture else None, legend=[(colour(k), w) for k, w in LEGEND])
     return model_admin.render_page(request, "workflow.html", context)
 
 
