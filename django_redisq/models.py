@@ -82,3 +82,9 @@ class Topic(DeadLetter):
     class Meta(_Page):
         verbose_name = "topic"
         verbose_name_plural = "topics"
+
+
+class Workflow(DeadLetter):
+    class Meta(_Page):
+        verbose_name = "workflow"
+        verbose_name_plural = "workflows"

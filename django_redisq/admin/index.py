@@ -1,4 +1,4 @@
-"""The admin index lists every page of the app: Queues, Pending, Scheduled and Running tasks, Schedules, Topics, Dead letters.
+"""The admin index lists every page of the app: Queues, Pending, Scheduled and Running tasks, Schedules, Topics, Workflows, Dead letters.
 
 Django's index lists registered models only, so each page beyond the dead
 letters has a proxy of ``DeadLetter`` (models.py: no table, no permissions of
@@ -17,7 +17,7 @@ from django.contrib import admin
 from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, path
 
-from django_redisq.models import DeadLetter, PendingTask, Queue, RunningTask, Schedule, ScheduledTask, Topic
+from django_redisq.models import DeadLetter, PendingTask, Queue, RunningTask, Schedule, ScheduledTask, Topic, Workflow
 
 
 class PageAdmin(admin.ModelAdmin):
@@ -83,3 +83,9 @@ class SchedulePageAdmin(PageAdmin):
 class TopicPageAdmin(PageAdmin):
     def page(self, pages: Any, request: HttpRequest) -> HttpResponse:
         return pages.topics_view(request)  # type: ignore[no-any-return]
+
+
+@admin.register(Workflow)
+class WorkflowPageAdmin(PageAdmin):
+    def page(self, pages: Any, request: HttpRequest) -> HttpResponse:
+        return pages.workflows_view(request)  # type: ignore[no-any-return]

@@ -34,7 +34,7 @@ from django_redisq.admin.edit import edit_form, edit_view
 from django_redisq.admin.pause import queue_action_view
 from django_redisq.admin.schedules import schedule_action_view, schedules_view
 from django_redisq.admin.topics import topic_rewind_view, topics_view
-from django_redisq.admin.workflow import workflow_view
+from django_redisq.admin.workflow import workflow_view, workflows_view
 from django_redisq.exceptions import RedisError, RedisUnavailable
 from django_redisq.models import DeadLetter
 from django_redisq.ops.inspector import Inspector, Pagination, UnknownQueue, WorkerInfo, backend_aliases
@@ -216,6 +216,10 @@ class DeadLetterAdmin(admin.ModelAdmin):
     def workflow_view(self, request: HttpRequest, alias: str, workflow_id: str) -> HttpResponse:
         """One workflow's steps (admin/workflow.py)."""
         return workflow_view(self, request, alias, workflow_id)
+
+    def workflows_view(self, request: HttpRequest) -> TemplateResponse:
+        """The newest workflows, a page at a time (admin/workflow.py)."""
+        return workflows_view(self, request)
 
     def cancel_view(self, request: HttpRequest) -> HttpResponse:
         """Cancel tasks selected on a pending, scheduled or running list (admin/cancel.py)."""

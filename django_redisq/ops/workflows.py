@@ -14,7 +14,7 @@ from typing import Any
 from django_redisq.core.clock import ms_to_datetime
 from django_redisq.settings.read import get_options
 from django_redisq.store.broker import Broker
-from django_redisq.store.workflows import WorkflowStore
+from django_redisq.store.workflows import INDEX_KEPT, WorkflowStore
 from django_redisq.workflows.canvas import parse_step_id
 from django_redisq.workflows.result import PAGE, WorkflowNotFound, WorkflowResult
 from django_redisq.workflows.steps import UNREGISTERED, is_unregistered
@@ -24,7 +24,8 @@ MAX_PAGE = 1000
 AFTER_SHOWN = 10
 """Parents a step's row names before it abbreviates them."""
 
-__all__ = ["MAX_PAGE", "PAGE", "StepView", "WorkflowNotFound", "WorkflowView", "describe", "families", "repair", "resume_replayed", "totals", "workflow_of"]
+__all__ = ["MAX_PAGE", "PAGE", "StepView", "WorkflowList", "WorkflowNotFound", "WorkflowRow", "WorkflowView", "describe",
+           "families", "newest", "repair", "resume_replayed", "totals", "workflow_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +124,59 @@ def describe(workflow_id: str, alias: str = "default", offset: int = 0, limit: i
                         ms_to_datetime(meta.get("created_at")), ms_to_datetime(meta.get("finished_at")), steps,
                         total=wf.total, done=header.done if header else 0, failed=len(header.failed) if header else 0,
                         offset=offset, limit=limit)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowRow:
+    """One workflow of the list: what its own record says, no step read (``status`` "expired": its keys are gone)."""
+
+    id: str
+    status: str  # running, succeeded, failed, cancelled; or expired
+    total: int
+    done: int
+    failed: int
+    created_at: datetime | None
+    finished_at: datetime | None
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowList:
+    """One page of the newest workflows: ``rows`` from the ``offset``-th newest, of ``total`` listed."""
+
+    rows: list[WorkflowRow]
+    total: int
+    offset: int
+    limit: int
+    kept: int = INDEX_KEPT  # the most the list holds: the newest
+
+    @property
+    def last(self) -> int:
+        """The 1-based position of the last row shown."""
+        return self.offset + len(self.rows)
+
+    @property
+    def previous_offset(self) -> int | None:
+        return max(0, self.offset - self.limit) if self.offset > 0 else None
+
+    @property
+    def next_offset(self) -> int | None:
+        return self.offset + self.limit if self.offset + self.limit < self.total else None
+
+
+def newest(alias: str = "default", offset: int = 0, limit: int = PAGE) -> WorkflowList:
+    """The newest workflows of a backend, ``limit`` from ``offset`` (store ``newest``: a bounded read, no step read)."""
+    offset, limit = max(0, offset), max(1, min(limit, MAX_PAGE))
+    total, found = WorkflowStore(Broker(get_options(alias))).newest(offset, limit)
+    rows = []
+    for workflow_id, h in found:
+        if h is None:
+            rows.append(WorkflowRow(workflow_id, "expired", 0, 0, 0, None, None, ""))
+            continue
+        m = h.meta
+        rows.append(WorkflowRow(workflow_id, m.get("status", ""), h.total, h.done, len(h.failed), ms_to_datetime(m.get("created_at")),
+                                ms_to_datetime(m.get("finished_at")), m.get("error", "")))
+    return WorkflowList(rows, total, offset, limit)
 
 
 def repair(workflow_id: str, alias: str = "default") -> int:

@@ -104,6 +104,8 @@ A workflow (workflows/canvas.py, workflows.py) keeps its bookkeeping in a hash-t
 ``<KEY_PREFIX>:{workflows}:totals``  HASH  fleet-wide counts of workflow transitions: created, succeeded,
                                            failed, resumed (un-failed by a replay), cancelled, cancelled_failed
                                            (cancelled while failed); bumped after each transition (metrics)
+``<KEY_PREFIX>:{workflows}:index``  ZSET   workflow id -> created (Redis µs): the newest ``INDEX_KEPT`` workflows,
+                                           for the admin's list (store/scripts/wf_index.lua trims it)
 =================================  ======  =================================================
 
 They expire RESULT_TTL after the workflow succeeds or is cancelled, and with the dead letters
@@ -213,6 +215,11 @@ class WorkflowKeys:
     def totals(key_prefix: str = DEFAULT_PREFIX) -> str:
         """The fleet-wide counts of workflow transitions (one HASH in its own slot)."""
         return f"{key_prefix}:{{workflows}}:totals"
+
+    @staticmethod
+    def index(key_prefix: str = DEFAULT_PREFIX) -> str:
+        """The newest workflows by creation time (one ZSET in the totals' slot, capped)."""
+        return f"{key_prefix}:{{workflows}}:index"
 
     def all(self) -> list[str]:
         """Every key, in the order the wf_*.lua scripts take them as KEYS."""

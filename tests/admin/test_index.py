@@ -19,6 +19,7 @@ ENTRIES = {  # index entry -> its URL name and a text of the page it opens
     "Scheduled tasks": ("django_redisq_scheduledtask_changelist", "Scheduled tasks"),
     "Schedules": ("django_redisq_schedule_changelist", "Schedules"),
     "Topics": ("django_redisq_topic_changelist", "Topics"),
+    "Workflows": ("django_redisq_workflow_changelist", "Workflows, newest first"),
 }
 
 

@@ -55,8 +55,8 @@ def test_the_page_shows_each_schedule_in_words_with_zone_runs_and_counts(r, admi
     page = admin_client.get(PAGE).content.decode()
     assert "daily at 03:00" in page and "<code class=\"quiet\">0 3 * * *</code>" in page and "Europe/Berlin" in page
     assert "every 5 minutes" in page and ("CET" in page or "CEST" in page)  # next run in the schedule's own zone
-    assert '<td class="redisq-num">7</td><td class="redisq-num">2</td>' in page
-    assert '<td class="redisq-num">1</td><td class="redisq-num">3</td>' in page
+    assert '<span class="redisq-fired">7 fired</span><span class="redisq-missed">2 missed</span>' in page
+    assert '<span class="redisq-skipped">1 skipped</span><span class="redisq-paused-ticks">3 paused</span>' in page
     assert page.count('class="redisq-active"') == 2 and "redisq-pause-nightly" in page and "redisq-run-sync" in page
 
 

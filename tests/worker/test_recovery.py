@@ -157,3 +157,18 @@ def test_a_user_refused_client_list_falls_back_to_the_timeout_and_says_so(r, red
     finally:
         r.execute_command("ACL", "DELUSER", "limited")
 
+
+
+def test_a_burst_worker_reaps_a_killed_workers_task_runs_it_and_exits(r, run_worker_process):
+    """``runworker --burst`` after a SIGKILL: the dead worker's task is not left held; the burst worker waits for it
+    to be reapable (bounded), reaps it, runs it and exits."""
+    a = run_worker_process("default", "-c", "1", "--name", "a")
+    task = span.delay("burst-reaped", 1.0)
+    assert wait_for(lambda: len(starts(r, "burst-reaped")) == 1, timeout=30)
+    a.proc.send_signal(signal.SIGKILL)
+    a.proc.wait(10)
+    burst = run_worker_process("default", "--burst", "-c", "1", "--name", "burst")
+    assert burst.proc.wait(60) == 0, burst.output()
+    assert len(starts(r, "burst-reaped")) == 2, burst.output()
+    assert span.get_result(task.id).status == "SUCCESSFUL", burst.output()
+    assert "reaped worker(s)" in burst.output()

@@ -109,6 +109,18 @@ class TaskDetail:
     replayed: bool = False
     dead_score: datetime | None = None  # set while the id is in the dead-letter queue
     progress: Progress | None = None  # what the task last reported (progress.py)
+    replays: int = 0  # times replayed (replay.lua restarts ``failures`` and ``deliveries`` at each)
+    errors_dropped: int = 0  # failed attempts left out of ``attempts`` (lib/errors.lua keeps the first and the last)
+
+    @property
+    def failed_in_all(self) -> int:
+        """Failed attempts across replays: the error history is kept by a replay, the ``failures`` count is not."""
+        return len(self.attempts) - (1 if self.errors_dropped and self.attempts else 0) + self.errors_dropped
+
+    @property
+    def deliveries_in_all(self) -> int:
+        """Deliveries across replays: the workers' list gets one entry a delivery and is kept by a replay."""
+        return len(self.workers)
 
 
 @dataclass(slots=True)

@@ -299,6 +299,7 @@ class TaskReads:
                             workers=[w for w in data.get("workers", "").split(",") if w],
                             started_at=ms_to_datetime(data.get("started_at")), finished_at=ms_to_datetime(data.get("finished_at")),
                             result=data.get("result"), replayed=data.get("replayed", "0") not in ("", "0"),
+                            replays=_count(data.get("replayed")), errors_dropped=_count(data.get("errors_dropped")),
                             dead_score=ms_to_datetime(dead_score),
                             progress=decode_progress(data.get("progress"), ms_to_datetime(data.get("progress_at"))))
         if detail.row.state == "running" and detail.workers:  # fetch.lua's word: running only if its worker's mark says so
@@ -314,3 +315,11 @@ class TaskReads:
         for e in stored_errors(data.get("errors"), data.get("errors_dropped")):
             detail.attempts.append(Attempt(e["exc"], e["msg"], e["tb"], ms_to_datetime(e["at"])))
         return detail
+
+
+def _count(text: str | None) -> int:
+    """A stored count, 0 for none or for what another producer left that is not one."""
+    try:
+        return max(0, int(text or 0))
+    except ValueError:
+        return 0

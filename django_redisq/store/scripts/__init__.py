@@ -47,6 +47,7 @@ NAMES = (
     "wf_cancel",
     "wf_adopt",
     "wf_resume",
+    "wf_index",
     # events (store/topics/steps.py)
     "topic_publish",
     "topic_groups",

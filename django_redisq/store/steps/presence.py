@@ -264,6 +264,16 @@ class Lease(NamedTuple):
     wait: float
 
 
+class Holder(NamedTuple):
+    """Another worker registered on a queue that holds tasks there: how long its heartbeat has been silent (Redis ms,
+    against the freshest heartbeat of the queue), its presence entry ('' for none) and how many tasks it holds."""
+
+    worker: str
+    silent_ms: int
+    entry: str
+    held: int
+
+
 class PresenceSteps:
     """The steps of the presence poll (``broker.presence``): a worker's links, the poll lease, the reaping by connection."""
 
@@ -299,3 +309,24 @@ class PresenceSteps:
         """Reap the workers in ``gone`` (worker -> the entry seen gone) whose entry is still that one."""
         pairs: Sequence[str] = [x for w, rec in list(gone.items())[:max_workers] for x in (w, rec)]
         return reap(self.runner, queue, reaper, max_workers, pairs)
+
+    def holders(self, queue: str, me: str, most: int = 100) -> list[Holder]:
+        """The workers but ``me`` that hold tasks of ``queue`` (of the ``most`` longest silent registered): what a
+        burst worker needs to tell a dead holder, whose tasks it should reap before it leaves, from a busy one.
+        Two round trips on the queue's slot; silence is measured on the Redis clock (heartbeat scores)."""
+        k = self.runner.keys(queue)
+        pipe = self.runner.client.pipeline(transaction=False)
+        pipe.zrange(k.workers, 0, most - 1, withscores=True)
+        pipe.zrange(k.workers, -1, -1, withscores=True)
+        pipe.hgetall(k.presence)
+        oldest, newest, entries = pipe.execute()
+        others = [(_text(w), int(score)) for w, score in oldest if _text(w) != me]
+        if not others:
+            return []
+        latest = int(newest[0][1])
+        pipe = self.runner.client.pipeline(transaction=False)
+        for w, _ in others:
+            pipe.llen(k.processing(w))
+        counts = pipe.execute()
+        entries = {_text(w): _text(e) for w, e in (entries or {}).items()}
+        return [Holder(w, latest - score, entries.get(w, ""), int(n)) for (w, score), n in zip(others, counts, strict=True) if n]

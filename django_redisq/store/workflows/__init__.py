@@ -9,7 +9,7 @@ from django_redisq.store.workflows.shapes import (
     WorkflowHeader,
     WorkflowState,
 )
-from django_redisq.store.workflows.store import FAILED_KEPT, PROVISIONAL_MS, WorkflowStore
+from django_redisq.store.workflows.store import FAILED_KEPT, INDEX_KEPT, PROVISIONAL_MS, WorkflowStore
 
-__all__ = ["FAILED_KEPT", "HEADER_FIELDS", "PROVISIONAL_MS", "Adopted", "DoneReply", "Failed", "Released",
+__all__ = ["FAILED_KEPT", "HEADER_FIELDS", "INDEX_KEPT", "PROVISIONAL_MS", "Adopted", "DoneReply", "Failed", "Released",
            "WorkflowHeader", "WorkflowState", "WorkflowStore"]

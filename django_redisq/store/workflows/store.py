@@ -29,6 +29,8 @@ FAILED_KEPT = 30 * 86400.0
 trimmed by DEAD_LETTER_MAX): a replay within this time still finds the workflow; after it, the replayed step runs alone."""
 PROVISIONAL_MS = 3_600_000
 """TTL of a new workflow's keys until its first steps are queued (wf_start.lua makes them last)."""
+INDEX_KEPT = 10_000
+"""Workflows the admin's list keeps, the newest (wf_index.lua trims the rest from the list, not from Redis)."""
 
 
 class WorkflowStore:
@@ -56,8 +58,10 @@ class WorkflowStore:
             if kids:
                 argv += [index, json.dumps(kids)]
         created = bool(self._run("wf_create", workflow_id, argv))
-        if created:
+        if created:  # the count and the list live in another slot: after the creation, as the other counts
             self.count("created")
+            self.broker.scripts.run("wf_index", keys=[WorkflowKeys.index(self.broker.options.key_prefix)],
+                                    args=[workflow_id, INDEX_KEPT])
         return created
 
     def start(self, workflow_id: str) -> str:
@@ -193,6 +197,20 @@ class WorkflowStore:
         if "status" not in found:
             return None
         return WorkflowHeader(workflow_id, found, int(found.get("total") or 0), int(done), {int(x) for x in failed})
+
+    def newest(self, start: int, count: int) -> tuple[int, list[tuple[str, WorkflowHeader | None]]]:
+        """How many workflows the list holds, and ``count`` of them from the ``start``-th newest with their headers
+        (``None``: its keys expired): two round trips, O(count + their failed steps)."""
+        index = WorkflowKeys.index(self.broker.options.key_prefix)
+        pipe = self.broker.client.pipeline(transaction=False)
+        pipe.zcard(index)
+        pipe.zrevrange(index, start, start + count - 1)
+        total, ids = pipe.execute()
+        pipe = self.broker.client.pipeline(transaction=False)
+        for workflow_id in ids:
+            self._header(self.keys(workflow_id), pipe)
+        replies = pipe.execute()
+        return int(total), [(i, self._made_header(i, *replies[3 * n:3 * n + 3])) for n, i in enumerate(ids)]
 
     def header(self, workflow_id: str) -> WorkflowHeader | None:
         """The workflow's status, counts and failed steps without its steps' list: one round trip, O(failed steps)."""

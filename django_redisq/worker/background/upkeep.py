@@ -8,7 +8,9 @@
   ``POLL_EVERY`` while this worker holds the queue's poll lease, store/steps/presence.py);
 - cancel: tell the pool of running tasks someone cancelled (one look per
   queue with tasks running here, each round, so within about a second);
-- in burst mode, notice when the queues are drained.
+- in burst mode, notice when the queues are drained; and before leaving, wait (bounded) to reap the
+  tasks that workers which look dead still hold (a ``kill -9``'d worker's), so a burst worker
+  runs them as any other would (``Upkeep.leave_now``).
 
 A failed round is logged and tried again; it never ends the worker.
 """
@@ -55,6 +57,7 @@ class Upkeep:
         self._poll_at = dict.fromkeys(self.queues, 0.0)  # monotonic: when to poll each queue's presence next
         self._gone_since: dict[tuple[str, str, str], float] = {}  # (queue, worker, entry) -> first seen gone
         self._polled = dict.fromkeys(self.queues, 0.0)  # monotonic: the last poll of each queue that Redis answered
+        self._orphans_until = 0.0  # burst: monotonic end of the wait for dead-looking holders (0: not waiting)
 
     def loop(self) -> None:
         """Rounds until stopped, or, with ``burst``, until the queues are drained."""
@@ -81,7 +84,9 @@ class Upkeep:
                 if self.burst:
                     quiet_rounds = quiet_rounds + 1 if moved == 0 and self.drained() else 0
                     if quiet_rounds >= 2:
-                        return
+                        if self.leave_now(now):
+                            return
+                        quiet_rounds, wait = 0, ROUND  # reapable soon: its tasks become pending, and run here
                     wait = min(wait, 0.05)
             except RedisError as exc:
                 self.outage.failed("upkeep", exc, "worker upkeep failed (%s); retrying", exc)
@@ -164,6 +169,40 @@ class Upkeep:
             self.on_recovered(recovered)
         if workers:
             logger.warning("reaped worker(s) %s (%s): %d task(s) of queue %s back to pending", ", ".join(workers), how, tasks, q)
+
+    def leave_now(self, now: float) -> bool:
+        """Burst, drained: whether to leave, or to wait for the tasks of workers that look dead to be reaped.
+
+        A holder looks dead when its connection is gone (reaped by connection within ``CONFIRM``) or its heartbeat
+        has been silent for more than 1.5 intervals (reaped by the clock, once this worker's own heartbeats have
+        been unbroken for WORKER_TIMEOUT: reap.lua's guard). A busy live holder is not waited for. The wait is
+        bounded by twice WORKER_TIMEOUT and a bit; past it, the worker leaves and says what it left."""
+        dead = self.dead_looking_holders()
+        if not dead:
+            self._orphans_until = 0.0
+            return True
+        if not self._orphans_until:
+            self._orphans_until = now + 2 * self.broker.options.worker_timeout + 2 * self.reap_every
+            logger.info("burst: worker(s) %s look dead and hold tasks; waiting up to %.0f s to reap and run them",
+                        ", ".join(sorted(dead)), self._orphans_until - now)
+            return False
+        if now < self._orphans_until:
+            return False
+        logger.warning("burst: gave up waiting to reap worker(s) %s; a worker that is not in burst mode will",
+                       ", ".join(sorted(dead)))
+        return True
+
+    def dead_looking_holders(self) -> set[str]:
+        """The other workers holding tasks of our queues whose connection is gone or whose heartbeat is overdue."""
+        overdue_ms = 1500 * self.reap_every
+        dead: set[str] = set()
+        for q in self.queues:
+            holders = self.broker.presence.holders(q, self.worker_id)
+            dead |= {h.worker for h in holders if h.silent_ms > overdue_ms}
+            records = {h.worker: h.entry for h in holders if h.entry and h.worker not in dead}
+            if records and self.by_connection:
+                dead |= set(self.broker.presence.connections_gone(q, records))
+        return dead
 
     def drained(self) -> bool:
         """Nothing held, nothing pending (a paused queue's tasks wait for its resume, not for a burst worker)."""
