@@ -65,10 +65,9 @@ class Wire:
         except IndexError:
             conn = self._new()
         try:
-            if _pack is not None:
-                conn.send_packed_command([_pack(c) for c in commands], check_health=False)
-            else:
-                conn.send_packed_command(conn.pack_commands(commands), check_health=False)
+            # one buffer, one sendall: a list would be a send per command, and the server could read the first alone
+            packed = b"".join(_pack(c) for c in commands) if _pack is not None else b"".join(conn.pack_commands(commands))
+            conn.send_packed_command([packed], check_health=False)
             replies = []
             for _ in commands:
                 try:
