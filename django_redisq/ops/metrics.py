@@ -26,9 +26,10 @@ from django_redisq.store.reads.records import QueueFigures
 
 logger = logging.getLogger("django_redisq")
 
-STATES = ("pending", "scheduled", "running", "held", "dead")
+STATES = ("pending", "scheduled", "running", "held", "dead", "ready")
 """``running``: what workers run now (at most their slots); ``held``: in their hands and not running (fetched and not
-started, or run and waiting for the ack)."""
+started, or run and waiting for the ack); ``ready``: the part of pending a worker could start now (not waiting for a
+``max_running`` slot or a rate limit, the queue not paused): the figure to scale workers on (docs/howto/autoscaling.md)."""
 COUNTERS = (
     # metric (without _total), help, how it is computed from the scripts' counters
     ("redisq_tasks_processed", "Tasks that succeeded (acked).", ("processed",)),
@@ -73,7 +74,7 @@ def families(figures: Sequence[QueueFigures], up: dict[str, bool]) -> Iterator[A
         gup.add_metric([alias], 1.0 if ok else 0.0)
     yield gup
     tasks = GaugeMetricFamily("redisq_queue_tasks", "Tasks of a queue in each state now (running: started and not finished; "
-                              "held: in a worker's hands, not running).", labels=[*labels, "state"])
+                              "held: in a worker's hands, not running; ready: of pending, what a worker could start now).", labels=[*labels, "state"])
     latency = GaugeMetricFamily("redisq_queue_latency_seconds", "Age of the oldest pending task (0 when none waits).", labels=labels)
     workers = GaugeMetricFamily("redisq_queue_workers", "Live workers serving the queue (heartbeat within WORKER_TIMEOUT).",
                                 labels=labels)

@@ -24,7 +24,7 @@ def _groups(queues: Sequence[str], rows: Sequence[Any]) -> list[list[Any]]:
     return list(by.values())
 
 
-COUNTS = ("pending", "scheduled", "running", "held", "dead")
+COUNTS = ("pending", "scheduled", "running", "held", "dead", "ready")
 """The counts both kinds of row sum over a queue's partitions."""
 
 

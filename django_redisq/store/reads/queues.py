@@ -19,6 +19,7 @@ import redis
 
 from django_redisq.compat import UTC
 from django_redisq.core.clock import ms_to_datetime
+from django_redisq.core.limits import parse_rate
 from django_redisq.store.keys import QueueKeys
 from django_redisq.store.reads.durations import TaskTimes, slowest
 from django_redisq.store.reads.partitions import merged_figures, merged_stats
@@ -72,6 +73,25 @@ def _limit_states(queue_max: int, asked: list[Any], named_replies: list[Any]) ->
         limit = int(named[name]) if str(named[name]).isdigit() else 0
         out.append(LimitState(name, limit, int(named_replies[2 * i]), int(named_replies[2 * i + 1])))
     return sum(s.waiting for s in out), out
+
+
+def ready_now(queued: int, paused: bool, queue_running: Any, max_running: int, rate_limit: str) -> int:
+    """The tasks a worker could start now: a scaling signal (``redisq_queue_tasks{state="ready"}``), from figures read anyway.
+
+    ``queued``: the plain and prioritized pending lists, not the tasks waiting for a limit's slot (blocked lists), nor
+    the delayed ones (scheduled: a future run_after, a retry's backoff, a rate limit's reserved start). None while
+    the queue is paused; at most the slots its MAX_RUNNING leaves free (``queue_running``: the slots taken), and at
+    most the starts its RATE_LIMIT allows in one period. A task over its own ``max_running`` counts until a worker
+    first takes it (then it waits in its blocked list): telling it apart would mean reading every pending task.
+    """
+    if paused:
+        return 0
+    ready = queued
+    if max_running:
+        ready = min(ready, max(0, max_running - int(queue_running)))
+    if rate_limit:
+        ready = min(ready, parse_rate(rate_limit)[0])
+    return max(0, ready)
 
 
 def _ask_first(pipe: Any, k: QueueKeys, minutes: range) -> None:
@@ -171,6 +191,8 @@ class QueueReads(TaskReads):
         waiting, limited = _limit_states(self.options.for_queue(q).max_running, first.asked,
                                          [next(second) for _ in range(2 * len(first.asked[0]))])
         fraction = (now % 60000) / 60000
+        limits = self.options.for_queue(q)
+        ready = ready_now(first.pending, bool(pause["paused"]), first.asked[1], limits.max_running, limits.rate_limit)
         return QueueStats(
             alias=self.options.alias, queue=q, pending=first.pending + waiting, scheduled=first.scheduled, dead=first.dead,
             running=sum(w.running for w in infos), held=sum(w.held for w in infos),
@@ -181,7 +203,7 @@ class QueueReads(TaskReads):
             processed_hour=sum(processed), failed_hour=sum(failed) + sum(died), dead_hour=sum(died),
             series=[(ms_to_datetime(m * 60000) or datetime.now(UTC), p, f, d)
                     for m, p, f, d in zip(minutes, processed, failed, died, strict=True)],
-            workers=infos, slowest=first.times, limits=limited, rate_limit=self.options.for_queue(q).rate_limit, **pause,
+            workers=infos, slowest=first.times, limits=limited, rate_limit=limits.rate_limit, ready=ready, **pause,
         )
 
     def _pipe_paused(self, pipe: Any, qs: Sequence[str]) -> None:
@@ -256,11 +278,13 @@ class QueueReads(TaskReads):
                 holding += n
                 running += min(n, len(marked(mark)))
             waiting, _ = _limit_states(0, row[8:], [next(second) for _ in range(2 * len(row[8]))])
-            pending = list_length(length, tail) + int(ranked) + waiting
+            queued = list_length(length, tail) + int(ranked)
+            pending = queued + waiting
+            limits = self.options.for_queue(q)
             age = (now - int(enq)) / 1000 if enq and str(enq).isdigit() else 0.0
             out.append(QueueFigures(
                 alias=self.options.alias, queue=q, pending=int(pending), scheduled=int(scheduled), running=running, dead=int(dead),
-                held=holding - running,
+                held=holding - running, ready=ready_now(queued, bool(pauses[q]["paused"]), row[9], limits.max_running, limits.rate_limit),
                 oldest_pending_age=max(0.0, age), workers=sum(1 for _, score in workers if now - score <= self.options.worker_timeout * 1000),
                 totals={name: int(v) if v and str(v).isdigit() else 0 for name, v in zip(TOTALS, totals, strict=True)},
                 **pauses[q],

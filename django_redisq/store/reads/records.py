@@ -224,6 +224,7 @@ class QueueStats:
     paused_at: datetime | None = None
     paused_by: str = ""
     held: int = 0  # tasks in workers' hands, not running: fetched and not started, or waiting for their ack
+    ready: int = 0  # of pending, what a worker could start now: not waiting for a limit, not paused (queues.ready_now)
 
     @property
     def failure_rate(self) -> float | None:
@@ -253,3 +254,4 @@ class QueueFigures:
     paused_at: datetime | None = None
     paused_by: str = ""
     held: int = 0  # the rest of the workers' processing lists: fetched and not started, or waiting for their ack
+    ready: int = 0  # of pending, what a worker could start now: not waiting for a limit, not paused (queues.ready_now)
