@@ -1,4 +1,5 @@
-"""Publishing events: ``publish`` appends one to a topic, ``publish_on_commit`` once the transaction commits.
+"""Publishing events: ``publish`` appends one to a topic, ``apublish`` from async code, ``publish_on_commit`` once the
+transaction commits.
 
 An event is a JSON object on a topic (a Redis stream, store/topics/steps.py). Every
 subscription of the topic (``OPTIONS["SUBSCRIPTIONS"]``, events/subscriptions.py) turns
@@ -7,7 +8,9 @@ limits, dead letters and the admin apply to event handlers unchanged.
 
 ``publish`` is one round trip: one script that makes sure the topic's
 subscription groups exist (so a ``latest`` subscription configured before the
-first worker started still gets this event) and XADDs the event.
+first worker started still gets this event) and XADDs the event. ``apublish``
+sends the same script on the running event loop's own connection (as
+``aenqueue`` does), not through a thread: an async view waits for Redis only.
 
 Traced (a tracer provider configured, core/tracing.py), the publish is a PRODUCER span
 ``send <topic>`` whose context goes into the entry (field ``tc``) and from there
@@ -32,7 +35,7 @@ from django_redisq.store.server import reaching
 from django_redisq.store.topics import Topics
 from django_redisq.workflows.port import Backend, find_backend
 
-__all__ = ["InvalidEvent", "publish", "publish_on_commit"]
+__all__ = ["InvalidEvent", "apublish", "publish", "publish_on_commit"]
 
 
 class InvalidEvent(RedisQError, ValueError):
@@ -72,6 +75,21 @@ def publish(topic: str, payload: dict[str, Any], *, backend: str = "default") ->
     be = _backend(backend)
     text, groups = _checked(be.conf, topic, payload)
     return _send(be, topic, text, groups)
+
+
+async def apublish(topic: str, payload: dict[str, Any], *, backend: str = "default") -> str:
+    """``publish`` for async code (an async view, a consumer): the event's id, the same checks and errors.
+
+    Raises ``InvalidEvent`` before anything is written, ``RedisUnreachable`` when Redis cannot be reached.
+    """
+    from django_redisq.store.scripts.async_runner import AsyncScriptRunner  # loaded on first use: sync processes never do
+
+    be = _backend(backend)
+    text, groups = _checked(be.conf, topic, payload)
+    with tracing.publish(topic) as span, reaching(be.conf):
+        entry_id = await Topics(be.broker).apublish(AsyncScriptRunner(be.conf), topic, text, groups, tracing.carrier_json(span.carrier))
+        span.identify([entry_id])
+        return entry_id
 
 
 def _send(be: Backend, topic: str, text: str, groups: list[tuple[str, str]], parent: Any = None) -> str:

@@ -12,11 +12,14 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django_redisq.store.broker.broker import Broker
 from django_redisq.store.keys import TopicKeys
 from django_redisq.store.topics.shapes import Entry, GroupStats, NoSuchGroup, Read, Regrouped, Trimmed
+
+if TYPE_CHECKING:  # a sync process never loads the async steps
+    from django_redisq.store.scripts.async_runner import AsyncScriptRunner
 
 logger = logging.getLogger("django_redisq")
 NOGROUP = -1
@@ -57,11 +60,27 @@ class Topics:
 
         ``trace_json``: the publisher's trace context, stored as the entry's field ``tc`` (``""``: no field).
         A group that existed and was deleted is recreated where its subscription stood (``Regrouped``, logged)."""
+        keys, argv = self.publish_call(topic, payload_json, groups, trace_json)
+        return self.published(topic, self.broker.scripts.run("topic_publish", keys=keys, args=argv))
+
+    async def apublish(self, runner: AsyncScriptRunner, topic: str, payload_json: str, groups: Sequence[tuple[str, str]] = (),
+                       trace_json: str = "") -> str:
+        """``publish`` on the running event loop (``runner``: the backend's ``AsyncScriptRunner``): the same script,
+        KEYS, ARGV and reading of the reply, so the two paths cannot drift."""
+        keys, argv = self.publish_call(topic, payload_json, groups, trace_json)
+        return self.published(topic, await runner.run("topic_publish", keys, argv))
+
+    def publish_call(self, topic: str, payload_json: str, groups: Sequence[tuple[str, str]], trace_json: str) -> tuple[list[str], list[Any]]:
+        """The KEYS and ARGV of topic_publish.lua for one event."""
         k = self.keys(topic)
         argv: list[Any] = [payload_json, trace_json, len(groups)]
         for name, start in groups:
             argv += [name, start]
-        reply = self.broker.scripts.run("topic_publish", keys=[k.stream, k.gen, k.meta], args=argv)
+        return [k.stream, k.gen, k.meta], argv
+
+    @staticmethod
+    def published(topic: str, reply: Any) -> str:
+        """The entry id in topic_publish.lua's reply; the groups it recreated are logged."""
         warn_regrouped(topic, _regrouped(reply[1:]))
         return _text(reply[0])
 
