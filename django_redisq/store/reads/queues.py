@@ -279,8 +279,7 @@ class QueueReads(TaskReads):
                 running += min(n, len(marked(mark)))
             waiting, _ = _limit_states(0, row[8:], [next(second) for _ in range(2 * len(row[8]))])
             queued = list_length(length, tail) + int(ranked)
-            pending = queued + waiting
-            limits = self.options.for_queue(q)
+            pending, limits = queued + waiting, self.options.for_queue(q)
             age = (now - int(enq)) / 1000 if enq and str(enq).isdigit() else 0.0
             out.append(QueueFigures(
                 alias=self.options.alias, queue=q, pending=int(pending), scheduled=int(scheduled), running=running, dead=int(dead),
