@@ -82,12 +82,10 @@ async def apublish(topic: str, payload: dict[str, Any], *, backend: str = "defau
 
     Raises ``InvalidEvent`` before anything is written, ``RedisUnreachable`` when Redis cannot be reached.
     """
-    from django_redisq.store.scripts.async_runner import AsyncScriptRunner  # loaded on first use: sync processes never do
-
     be = _backend(backend)
     text, groups = _checked(be.conf, topic, payload)
     with tracing.publish(topic) as span, reaching(be.conf):
-        entry_id = await Topics(be.broker).apublish(AsyncScriptRunner(be.conf), topic, text, groups, tracing.carrier_json(span.carrier))
+        entry_id = await Topics(be.broker).apublish(topic, text, groups, tracing.carrier_json(span.carrier))
         span.identify([entry_id])
         return entry_id
 

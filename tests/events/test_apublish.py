@@ -9,6 +9,7 @@ import pytest
 from django.test import override_settings
 
 from django_redisq import connection
+from django_redisq.compat import FRAMEWORK
 from django_redisq.events import InvalidEvent, apublish, publish
 from django_redisq.exceptions import RedisUnreachable
 from django_redisq.store.keys import TopicKeys
@@ -57,7 +58,7 @@ def test_apublish_refuses_what_publish_refuses_with_the_same_message_and_writes_
 
 
 def test_apublish_on_a_backend_that_is_not_ours_raises_invalid_event(r):
-    with override_settings(TASKS={"default": {"BACKEND": "django.tasks.backends.dummy.DummyBackend"}}), pytest.raises(InvalidEvent):
+    with override_settings(TASKS={"default": {"BACKEND": f"{FRAMEWORK}.backends.dummy.DummyBackend"}}), pytest.raises(InvalidEvent):
         asyncio.run(apublish("t", {"n": 1}))
 
 

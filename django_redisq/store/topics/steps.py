@@ -12,14 +12,11 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django_redisq.store.broker.broker import Broker
 from django_redisq.store.keys import TopicKeys
 from django_redisq.store.topics.shapes import Entry, GroupStats, NoSuchGroup, Read, Regrouped, Trimmed
-
-if TYPE_CHECKING:  # a sync process never loads the async steps
-    from django_redisq.store.scripts.async_runner import AsyncScriptRunner
 
 logger = logging.getLogger("django_redisq")
 NOGROUP = -1
@@ -63,12 +60,13 @@ class Topics:
         keys, argv = self.publish_call(topic, payload_json, groups, trace_json)
         return self.published(topic, self.broker.scripts.run("topic_publish", keys=keys, args=argv))
 
-    async def apublish(self, runner: AsyncScriptRunner, topic: str, payload_json: str, groups: Sequence[tuple[str, str]] = (),
-                       trace_json: str = "") -> str:
-        """``publish`` on the running event loop (``runner``: the backend's ``AsyncScriptRunner``): the same script,
-        KEYS, ARGV and reading of the reply, so the two paths cannot drift."""
+    async def apublish(self, topic: str, payload_json: str, groups: Sequence[tuple[str, str]] = (), trace_json: str = "") -> str:
+        """``publish`` on the running event loop's own connection: the same script, KEYS, ARGV and reading of the
+        reply, so the two paths cannot drift."""
+        from django_redisq.store.scripts.async_runner import AsyncScriptRunner  # a sync process never loads the async steps
+
         keys, argv = self.publish_call(topic, payload_json, groups, trace_json)
-        return self.published(topic, await runner.run("topic_publish", keys, argv))
+        return self.published(topic, await AsyncScriptRunner(self.broker.options).run("topic_publish", keys, argv))
 
     def publish_call(self, topic: str, payload_json: str, groups: Sequence[tuple[str, str]], trace_json: str) -> tuple[list[str], list[Any]]:
         """The KEYS and ARGV of topic_publish.lua for one event."""
