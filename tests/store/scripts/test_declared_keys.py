@@ -5,7 +5,7 @@ on a Cluster and for a script with a ``#!lua`` shebang, that a key hashes to a
 declared slot, not that it was declared; Dragonfly refuses any undeclared key).
 So the test compares what each script touched with what it was passed: it starts
 a server of its own, listens to it with ``MONITOR``, and runs this directory's
-script tests against it in a subprocess (one server, no Cluster). MONITOR prints
+script tests against it in a subprocess (one server, no Cluster; ``RECORDED``). MONITOR prints
 each ``EVAL``/``EVALSHA`` with its arguments and then, one line each, the
 commands the script ran (``[0 lua] "HGET" ...``): a script runs atomically, so
 every ``lua`` line belongs to the script call printed just before it. The keys
@@ -47,6 +47,8 @@ from tests.conftest import ROOT, _server_binary
 
 pytestmark = pytest.mark.slow
 
+RECORDED = (str(Path(__file__).parent), str(ROOT / "tests" / "store" / "test_plain_enqueue.py"))
+"""The tests whose script calls are recorded: this directory's, and enqueue_again.lua's (store/broker/plain.py)."""
 NESTED = "REDISQ_TEST_DECLARED_KEYS"
 """Set in the subprocess, which must not run this test again."""
 ARG = re.compile(r'"((?:[^"\\]|\\.)*)"')
@@ -171,7 +173,7 @@ def test_every_script_touches_only_its_declared_keys_or_keys_derived_in_its_slot
         monitor = Monitor(server.port)
         env = {**os.environ, NESTED: "1", "REDISQ_TEST_REDIS_URL": server.url, "REDISQ_TEST_TOPOLOGY": "single"}
         run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not cluster",
-                              "-x", str(Path(__file__).parent)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+                              "-x", *RECORDED], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
         monitor.stop(client)
         assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
         calls = script_calls(monitor.lines)
