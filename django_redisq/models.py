@@ -18,6 +18,9 @@ from __future__ import annotations
 
 from django.db import models
 
+TABLE = "django_redisq_deadletter"
+"""The table ``DeadLetter`` would have (it has none: ``managed = False``), given so that no model here reads the backend."""
+
 
 class DeadLetter(models.Model):
     # "<alias>/<queue>/<task id>" (or "<alias>/schedule:<name>"): LogEntry rows point
@@ -26,6 +29,9 @@ class DeadLetter(models.Model):
 
     class Meta:
         managed = False
+        # named, as Django would name it: a model without a db_table asks the database backend for its longest name,
+        # and that loads the backend (sqlparse with it) in every process, a worker that never touches the database too
+        db_table = TABLE
         default_permissions = ("view", "change")
         permissions = [("edit_deadletter", "Can edit a dead letter's arguments and replay it (runs its task with them)"),
                        ("rewind_topic", "Can rewind a topic subscription (re-runs its retained events)")]
@@ -40,6 +46,7 @@ class _Page:
     """Meta of the admin index entries below: proxies of ``DeadLetter`` with no table and no permissions of their own."""
 
     proxy = True
+    db_table = TABLE  # the parent's, given for the reason DeadLetter gives it (Django would read the backend first)
     default_permissions: tuple[str, ...] = ()
     permissions: list[tuple[str, str]] = []
 

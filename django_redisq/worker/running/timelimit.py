@@ -34,18 +34,35 @@ stream of tasks with the same limit costs it one wake-up per limit period.
 
 from __future__ import annotations
 
-import ctypes
+import functools
 import os
 import sys
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from django_redisq.exceptions import TaskCancelled, TaskTimeout
 
-# Own prototypes, so the shared ctypes.pythonapi attribute's argtypes are left alone.
-_raise_in = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_ulong, ctypes.py_object)(("PyThreadState_SetAsyncExc", ctypes.pythonapi))
-_clear_in = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p)(("PyThreadState_SetAsyncExc", ctypes.pythonapi))
+
+@functools.cache
+def _async_exc() -> tuple[Any, Any]:
+    """PyThreadState_SetAsyncExc as (raise, clear), on own prototypes so that the shared ctypes.pythonapi attribute's
+    argtypes are left alone. Made on the first deadline that fires or is disarmed late: ctypes is a few milliseconds
+    of every worker's start that most never need."""
+    import ctypes  # not at module level: a few milliseconds of every worker's start (see the docstring)
+
+    raise_in = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_ulong, ctypes.py_object)(("PyThreadState_SetAsyncExc", ctypes.pythonapi))
+    clear_in = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p)(("PyThreadState_SetAsyncExc", ctypes.pythonapi))
+    return raise_in, clear_in
+
+
+def _raise_in(ident: int, exc_type: Any) -> Any:
+    return _async_exc()[0](ident, exc_type)
+
+
+def _clear_in(ident: int, none: None) -> Any:
+    return _async_exc()[1](ident, none)
 
 
 @dataclass(slots=True, eq=False)
