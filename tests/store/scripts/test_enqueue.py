@@ -48,3 +48,20 @@ def test_same_id_twice_is_not_stored_twice(r, broker):
     [out] = broker.enqueue("default", [NewTask("id1", message(), "p", 0, "")])
     assert out.duplicate_of is None  # a retried lost reply: already stored, nothing added
     assert r.llen(keys().pending) == 1
+
+
+def test_enqueue_again_settles_each_unknown_outcome(r, broker):
+    """enqueue_again.lua (a plain enqueue whose reply was lost): stored when nothing ran, pushed once more when the
+    task is still pending and never delivered, left alone once a worker took it; every case on the Redis clock."""
+    k = keys()
+    item = NewTask("lost", message(), "tests.testapp.tasks.add")
+    before = redis_ms(r)
+    now = broker._enqueue_again(k, [item])
+    assert before <= now <= redis_ms(r)
+    assert where_is(r, "lost") == ["pending"] and r.hget(k.task("lost"), "enqueued_at") == str(now)
+    broker._enqueue_again(k, [item])
+    assert r.lrange(k.pending, 0, -1) == ["lost", "lost"]  # a copy: absorbed at fetch (tests/store/test_plain_enqueue.py)
+    r.delete(k.pending)
+    r.hset(k.task("lost"), mapping={"state": "running", "deliveries": 1})
+    broker._enqueue_again(k, [item])
+    assert r.llen(k.pending) == 0 and r.hget(k.task("lost"), "state") == "running"
