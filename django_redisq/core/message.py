@@ -114,17 +114,23 @@ def encode_arguments(args: Any, kwargs: Any, limit: int) -> tuple[list[Any], dic
     return back_args, back_kwargs, size
 
 
+_ENVELOPE = len(f'{{"v":{VERSION},"args":,"kwargs":}}') - len("[,]")
+"""What a message of arguments alone adds to their encoding as ``[args, kwargs]``."""
+
+
 def encode_call(args: Any, kwargs: Any, limit: int, overrides: dict[str, Any] | None = None,
                 metadata: dict[str, Any] | None = None) -> tuple[list[Any], dict[str, Any], str]:
     """The arguments as they will arrive and the message of the call, checked as ``encode_arguments`` checks them.
 
-    Scalars only (the common ``.delay(order_id)``) are encoded once, into the message itself, whose size is what
-    ``limit`` (MAX_MESSAGE_BYTES) bounds; anything else is checked by ``encode_arguments`` and then encoded."""
-    if args.__class__ in (tuple, list) and kwargs.__class__ is dict and _flat(args) and _flat_kwargs(kwargs):
+    Scalars only (the common ``.delay(order_id)``) with no options or metadata to carry are encoded once, into the
+    message itself, whose size less its envelope is their encoded size (what ``limit``, MAX_MESSAGE_BYTES, bounds);
+    anything else is checked by ``encode_arguments`` and then encoded."""
+    if (not overrides and not metadata and args.__class__ in (tuple, list) and kwargs.__class__ is dict and _flat(args)
+            and _flat_kwargs(kwargs)):
         args, kwargs = list(args), dict(kwargs)
-        msg = encode(args, kwargs, overrides, metadata)
+        msg = encode(args, kwargs)
         try:
-            size = len(msg.encode("utf-8"))
+            size = len(msg.encode("utf-8")) - _ENVELOPE
         except ValueError as exc:  # UnicodeEncodeError: a lone surrogate
             raise InvalidArguments(f"task arguments must be JSON values: {exc}. Pass ids or primitive values instead of objects.") from None
         _within(size, limit)

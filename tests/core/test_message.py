@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from django_redisq.core.message import Message, decode, encode, encode_arguments
+from django_redisq.core.message import Message, decode, encode, encode_arguments, encode_call
 from django_redisq.exceptions import BadMessage, InvalidArguments, UnknownSchema
 
 
@@ -94,3 +94,24 @@ def test_the_fast_path_refuses_what_the_general_path_refuses():
         with pytest.raises(InvalidArguments):
             encode_arguments(bad, {}, 100)
     assert encode_arguments((1, "a", None, True, 2.5), {"k": -1}, 1000)[:2] == ([1, "a", None, True, 2.5], {"k": -1})
+
+
+scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False, allow_infinity=False), st.text())
+
+
+@given(args=st.lists(scalars, max_size=5), kwargs=st.dictionaries(st.text(), scalars, max_size=5), slack=st.integers(-3, 3))
+def test_encode_call_bounds_the_arguments_as_encode_arguments_does(args, kwargs, slack):
+    """The one-encoding path (scalars) refuses exactly what the general one refuses, and its message is the same."""
+    try:
+        _, _, size = encode_arguments(args, kwargs, 1 << 30)
+    except InvalidArguments:  # a lone surrogate: both refuse
+        with pytest.raises(InvalidArguments):
+            encode_call(args, kwargs, 1 << 30)
+        return
+    limit = max(0, size + slack)
+    if size > limit:
+        with pytest.raises(InvalidArguments, match=f"{size} bytes"):
+            encode_call(args, kwargs, limit)
+    else:
+        got_args, got_kwargs, msg = encode_call(tuple(args), kwargs, limit)
+        assert (got_args, got_kwargs, msg) == (args, kwargs, encode(args, kwargs))
