@@ -141,3 +141,26 @@ def test_debounce_and_throttle_need_an_idempotency_key(r):
     for bad in ("", 5, "x" * 201):
         with pytest.raises(InvalidTask, match="limit_key"):
             tasks.windowed.using(limit_key=bad)
+
+
+def test_stats_and_the_admin_show_the_busiest_keys_and_sum_the_rest(r, admin_client):
+    """12 accounts at max_running=2 with 3 tasks each: the 10 busiest one by one, the other 2 summed in one row."""
+    import io
+
+    from django.core.management import call_command
+    from django.urls import reverse
+
+    from django_redisq.settings.read import get_options
+    from django_redisq.store.broker import Broker
+
+    tasks.per_account.enqueue_many([([f"acct{a:02d}", i, 0], {}) for a in range(12) for i in range(3)])
+    broker = Broker(get_options("default"))
+    broker.heartbeat(["default"], "w1", {})
+    assert [d.code for d in broker.fetch("default", "w1", 36)].count(1) == 24  # 2 per account run, 1 waits
+    out = io.StringIO()
+    call_command("redisq", "stats", stdout=out)
+    lines = [line for line in out.getvalue().splitlines() if "per_account#" in line]
+    assert len(lines) == 10 and all("running 2/2, waiting 1" in line for line in lines), lines
+    assert "limit default: 2 more keys (running + waiting) running 6/0, waiting 0" in out.getvalue()
+    page = admin_client.get(reverse("admin:django_redisq_deadletter_queues")).content.decode()
+    assert "per_account#acct11" in page and "2 / 2" in page and "2 more keys" in page
