@@ -31,6 +31,7 @@ from django_redisq.compat import (
     task_backends,
 )
 from django_redisq.core.backoff import check_backoff
+from django_redisq.core.keyed import KEY_OPTIONS, WINDOW_OPTIONS, check_task
 from django_redisq.core.limits import check_max_running, check_rate
 from django_redisq.workflows.canvas import Signature
 
@@ -47,7 +48,7 @@ else:
         __slots__ = ()
 
 USING_OPTIONS = frozenset({"max_retries", "max_attempts", "backoff", "backoff_base", "backoff_max", "retry_on", "no_retry_on",
-                           "idempotency_key", "timeout", "depends_on"})
+                           "idempotency_key", "timeout", "depends_on", *KEY_OPTIONS, *WINDOW_OPTIONS})
 """This class's options that ``using()`` changes; any other goes to Django's ``Task.using()``."""
 
 _registry: dict[str, RedisTask[Any, Any]] = {}
@@ -94,6 +95,10 @@ class RedisTask(_TaskOf[P, R]):
     timeout: float | None = None  # seconds a run may take on a worker; 0 = no limit
     max_running: int | None = None  # at most this many run at once, fleet-wide (core/limits.py)
     rate_limit: str | None = None  # at most this many starts per period, fleet-wide: "10/s", "100/m"
+    limit_key: str | Callable[..., Any] | None = None  # max_running and rate_limit count per key (core/keyed.py)
+    fair_key: str | Callable[..., Any] | None = None  # a FAIR queue serves its keys round-robin
+    debounce: float | None = None  # seconds: a burst of one idempotency key runs once, with the last call's arguments
+    throttle: float | None = None  # seconds: at most one run per idempotency key per window
     depends_on: tuple[str, ...] = ()  # ids of tasks that must succeed first (``using(depends_on=[result, ...])``, workflows/enqueue.py)
 
     def __post_init__(self) -> None:
@@ -130,6 +135,8 @@ class RedisTask(_TaskOf[P, R]):
         if problem := check_max_running(self.max_running):
             raise InvalidTask(f"max_running {problem}.")
         if problem := check_rate(self.rate_limit):
+            raise InvalidTask(f"{problem}.")
+        if problem := check_task(self):
             raise InvalidTask(f"{problem}.")
         object.__setattr__(self, "retry_on", _as_exceptions(self.retry_on, "retry_on"))
         object.__setattr__(self, "no_retry_on", _as_exceptions(self.no_retry_on, "no_retry_on"))

@@ -18,7 +18,7 @@ from django.utils import timezone
 from django_redisq.compat import InvalidTask, Task, TaskResult, TaskResultStatus
 from django_redisq.core import partitions, tracing
 from django_redisq.core.clock import ms_to_datetime
-from django_redisq.core.limits import task_limits
+from django_redisq.core.keyed import own_limits
 from django_redisq.core.message import OVERRIDES, encode_call
 from django_redisq.core.metadata import attach
 from django_redisq.core.metadata import encode as encode_metadata
@@ -75,7 +75,11 @@ def prepare(backend: Backend, task: Task, args: Sequence[Any], kwargs: dict[str,
     idem = task.key_for(args, kwargs) if isinstance(task, RedisTask) else ""
     result = ready_result(backend.result_class, task, task_id, args, kwargs, backend.alias)
     attach(result, metadata or {})
-    return result, NewTask(task_id, msg, task.module_path, delay_ms, idem, int(task.priority), task_limits(task))
+    try:
+        limits = own_limits(task, args, kwargs, fair=conf.for_queue(task.queue_name).fair, idem=idem)
+    except ValueError as exc:
+        raise InvalidTask(str(exc)) from None
+    return result, NewTask(task_id, msg, task.module_path, delay_ms, idem, int(task.priority), limits)
 
 
 _READY_FIELDS = frozenset({"task", "id", "status", "enqueued_at", "started_at", "finished_at", "last_attempted_at", "args",

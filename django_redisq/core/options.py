@@ -45,6 +45,8 @@ GLOBALS: dict[str, tuple[str, type, float]] = {
 }
 QUEUE_LIMITS = {"MAX_RUNNING": "max_running", "RATE_LIMIT": "rate_limit"}
 """Fleet-wide limits of one queue (core/limits.py): only in QUEUE_OPTIONS, never for every queue at once."""
+FAIR = "FAIR"
+"""QUEUE_OPTIONS[q]["FAIR"]: True serves the queue round-robin across its tasks' fair_key (store/scripts/lib/fair.lua)."""
 PARTITIONS = "PARTITIONS"
 """QUEUE_OPTIONS[q]["PARTITIONS"]: the physical queues (hash tags) one logical queue is spread over (core/partitions.py)."""
 ERROR_REPORTING = ("attempt", "dead", "off")
@@ -88,6 +90,7 @@ class Options:
     shutdown_grace: float = 30.0
     max_running: int = 0  # QUEUE_OPTIONS[q]["MAX_RUNNING"]: tasks of the queue running at once, fleet-wide; 0 = no limit
     rate_limit: str = ""  # QUEUE_OPTIONS[q]["RATE_LIMIT"]: "10/s"; '' = no limit
+    fair: bool = False  # QUEUE_OPTIONS[q]["FAIR"]: served round-robin across the tasks' fair_key
     queue_overrides: dict[str, dict[str, Any]] = field(default_factory=dict, hash=False)
     # periodic schedules as given; checked by schedules/registry.py (system checks), a bad one is skipped by the worker
     schedules: Any = field(default=None, hash=False)
@@ -110,6 +113,8 @@ class Options:
             return self
         changes = {TUNABLES[k][0]: TUNABLES[k][1](v) for k, v in over.items() if k in TUNABLES}
         changes.update({QUEUE_LIMITS[k]: v for k, v in over.items() if k in QUEUE_LIMITS})
+        if FAIR in over:
+            changes["fair"] = over[FAIR] is True
         return replace(self, **changes)
 
     def partitions(self, queue: str) -> int:

@@ -25,6 +25,7 @@ from django_redisq.core.options import (
     DEFAULT_PREFIX,
     DEFAULT_URL,
     ERROR_REPORTING,
+    FAIR,
     GLOBALS,
     MIN_HEARTBEAT_BUDGET,
     NAME_RE,
@@ -219,7 +220,7 @@ def _queue_options(w: str, opts: dict[str, Any], queues: list[Any]) -> list[Prob
 
 def _one_queue(wq: str, over: Any) -> list[Problem]:
     """One queue's options: a dict (E013), PARTITIONS (E071, E072), limits (E050), tunables (E015, E012)."""
-    per_queue_options = f"Per-queue options: {', '.join([*TUNABLES, *QUEUE_LIMITS, PARTITIONS])}."
+    per_queue_options = f"Per-queue options: {', '.join([*TUNABLES, *QUEUE_LIMITS, PARTITIONS, FAIR])}."
     if not isinstance(over, dict):
         return [("E013", f"{wq} must be a dict.", per_queue_options)]
     problems: list[Problem] = []
@@ -233,6 +234,11 @@ def _one_queue(wq: str, over: Any) -> list[Problem]:
                          "be exact; drop PARTITIONS or the limit (a task's own max_running / rate applies per partition)."))
     for name, value in over.items():
         if name == PARTITIONS:
+            continue
+        if name == FAIR:
+            if not isinstance(value, bool):
+                problems.append(("E052", f"{wq}['FAIR'] must be True or False, got {value!r}.",
+                                 "True serves the queue round-robin across its tasks' fair_key (docs: how-to/tenants)."))
             continue
         if name in QUEUE_LIMITS:
             check = check_max_running if name == "MAX_RUNNING" else check_rate

@@ -21,6 +21,13 @@ key                                type    meaning
 ``P:rate`` / ``P:rate:<task>``     STRING  fleet-wide rate limit: the earliest next start (Redis ms)
 ``P:limits``                       HASH    task path -> its max_running, for the tasks that have one
                                            (store/scripts/lib/limits.lua)
+``P:slots:<task>#<key>``, ...      ...     the same three per limit key (``@task(limit_key=...)``)
+``P:keyload``                      ZSET    ``<task>#<key>`` -> its running + waiting; only keys with either
+``P:fair`` / ``P:fair:<key>``      LIST /  a FAIR queue's ring of fairness keys with tasks ready / each key's
+                                   ZSET    ready ids, scored as ``P:prioritized`` (store/scripts/lib/fair.lua)
+``P:fairn``                        STRING  how many ids those ZSETs hold in all
+``P:debounce:<key>``               STRING  the debounced task of an idempotency key (PX window + 1 h)
+``P:throttle:<key>``               STRING  the run of an idempotency key's throttle window (PX the window)
 ``P:processing:<worker>``          LIST    ids one worker has taken and not yet settled
 ``P:running:<worker>``             STRING  JSON list of the ids of that list the worker runs now (the rest it
                                            holds unstarted, or waits to ack); written by the worker when it
@@ -125,7 +132,7 @@ STATES = ("pending", "scheduled", "running", "finished", "dead", "moving")
 class QueueKeys:
     """Key names of one queue; cheap to build, so callers may cache or not."""
 
-    __slots__ = ("alive", "blocked", "cancels", "dead", "limits", "paused", "pending", "prefix", "presence", "prioritized",
+    __slots__ = ("alive", "blocked", "cancels", "dead", "fair", "fairn", "keyload", "limits", "paused", "pending", "prefix", "presence", "prioritized",
                  "prioseq", "queue", "rate", "reaper", "scheduled", "slots", "workers")
 
     def __init__(self, queue: str, key_prefix: str = DEFAULT_PREFIX) -> None:
@@ -139,6 +146,9 @@ class QueueKeys:
         self.blocked = base + ":blocked"
         self.rate = base + ":rate"
         self.limits = base + ":limits"
+        self.keyload = base + ":keyload"
+        self.fair = base + ":fair"
+        self.fairn = base + ":fairn"
         self.scheduled = base + ":scheduled"
         self.dead = base + ":dead"
         self.workers = base + ":workers"

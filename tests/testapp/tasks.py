@@ -477,3 +477,38 @@ def holds_every_descriptor(key: str, seconds: float) -> int:
             os.close(fd)
     record(key)
     return len(held)
+
+
+TENANT_STARTS = "test:tenant-starts"
+"""A list of ``<tenant>|<n>|<time.time()>``, one per start of ``tenant_job`` (issue 40's fair queue)."""
+
+
+@task(queue_name="emails", fair_key=lambda tenant, n: tenant, max_retries=0)
+def tenant_job(tenant: str, n: int) -> None:
+    """Records its start; the queue is FAIR in the tests that use it (REDISQ_QUEUE_OPTIONS)."""
+    _effects().rpush(TENANT_STARTS, f"{tenant}|{n}|{time.time():.6f}")
+
+
+ACCOUNT_SPANS = "test:account-spans"
+"""``+|<account>|<n>|<time>`` at each start of ``per_account``, ``-|...`` at each end."""
+
+
+@task(max_running=2, limit_key=lambda account, n, seconds: account, max_retries=3)
+def per_account(account: str, n: int, seconds: float) -> str:
+    """At most 2 run at once per account, fleet-wide; records its start and end."""
+    c = _effects()
+    c.rpush(ACCOUNT_SPANS, f"+|{account}|{n}|{time.time():.6f}")
+    time.sleep(seconds)
+    c.rpush(ACCOUNT_SPANS, f"-|{account}|{n}|{time.time():.6f}")
+    return account
+
+
+WINDOW_RUNS = "test:window-runs"
+"""``<n>|<time.time()>`` per run of ``windowed``."""
+
+
+@task(max_retries=0)
+def windowed(n: int) -> int:
+    """Records each run: debounced or throttled with ``using(idempotency_key=..., debounce=... / throttle=...)``."""
+    _effects().rpush(WINDOW_RUNS, f"{n}|{time.time():.6f}")
+    return n

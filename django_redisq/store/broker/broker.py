@@ -142,7 +142,7 @@ class Broker:
             keys=[k.pending, k.processing(worker), k.scheduled, k.workers, k.cancels, k.paused, k.prioritized, k.prioseq,
                   k.slots, k.blocked, k.rate, k.limits],
             args=[k.prefix, count, ms(lease or o.worker_timeout), worker, ms(o.result_ttl), moved_id,
-                  ms(o.idempotency_ttl), o.max_running, rate_spec(o.rate_limit)],
+                  ms(o.idempotency_ttl), o.max_running, rate_spec(o.rate_limit), "1" if o.fair else ""],
         )
         if len(out) == 1:
             if out[0] == -2:
@@ -284,6 +284,8 @@ class Broker:
             if q not in skip:
                 pipe.llen(k.pending)
                 pipe.zcard(k.prioritized)
+                if self.options.for_queue(q).fair:
+                    pipe.llen(k.fair)
             pipe.llen(k.processing(worker))
         return not any(pipe.execute())
 

@@ -43,36 +43,64 @@ class LimitState:
     waiting: int  # tasks in its blocked list
 
 
-_ASKED = 3
+_ASKED = 5
 """Replies ``_ask`` adds to a pipeline."""
+TOP_KEYS = 10
+"""Per-key limits (``limit_key``) shown one by one, the busiest first; the rest are summed in one row."""
+KEYLOAD_READ = 1000
+"""The most keys of P:keyload one read sums: the read stays bounded however many keys are busy."""
 
 
 def _ask(pipe: Any, k: QueueKeys) -> None:
-    """Add the queue's limit reads to the first of two pipelined round trips (see ``_limit_states``)."""
+    """Add the queue's limit reads to the first of two pipelined round trips (see ``_limit_states``); a FAIR queue's
+    ready tasks (P:fairn) are read with them, as they are counted with the tasks waiting for a slot."""
     pipe.hgetall(k.limits)
     pipe.zcard(k.slots)
     pipe.llen(k.blocked)
+    pipe.zrevrange(k.keyload, 0, KEYLOAD_READ - 1, withscores=True)
+    pipe.get(k.fairn)
 
 
-def _ask_named(pipe: Any, k: QueueKeys, named: dict[str, str]) -> None:
-    """Add, to the second round trip, the reads of the task limits P:limits named (2 replies each)."""
-    for name in sorted(named):
+def _names(asked: list[Any]) -> dict[str, str]:
+    """The limits to read one by one: each task's that P:limits names, and the busiest keys' (``<path>#<key>``)."""
+    named = dict(asked[0])
+    for lpath, _ in asked[3][:TOP_KEYS]:
+        named[lpath] = named.get(lpath.split("#", 1)[0], "0")
+    return named
+
+
+def _ask_named(pipe: Any, k: QueueKeys, asked: list[Any]) -> None:
+    """Add, to the second round trip, the reads of the limits ``_names`` gives (2 replies each)."""
+    for name in sorted(_names(asked)):
         pipe.zcard(k.task_slots(name))
         pipe.llen(k.task_blocked(name))
 
 
+def _named_replies(asked: list[Any]) -> int:
+    """How many replies ``_ask_named`` added."""
+    return 2 * len(_names(asked))
+
+
 def _limit_states(queue_max: int, asked: list[Any], named_replies: list[Any]) -> tuple[int, list[LimitState]]:
-    """The tasks waiting for a slot (counted as pending) and the queue's limits, from the replies of both round trips.
+    """The tasks waiting for a slot or in a FAIR queue's ring (counted as pending) and the queue's limits, from the
+    replies of both round trips.
 
     The task limits are those P:limits names (a task's ``max_running``, recorded
-    when a worker first took a slot for it); the queue's own is its options'.
+    when a worker first took a slot for it), then the busiest keys of the tasks with a
+    ``limit_key`` (top ``TOP_KEYS``), then one row ``<n> more keys`` summing the
+    running and waiting of the rest that one bounded read saw; the queue's own is its options'.
     """
-    named, queue_running, queue_waiting = asked
+    queue_running, queue_waiting, load, fair = asked[1:5]
+    named = _names(asked)
     out = [LimitState("", queue_max, int(queue_running), int(queue_waiting))] if queue_max or queue_running or queue_waiting else []
     for i, name in enumerate(sorted(named)):
         limit = int(named[name]) if str(named[name]).isdigit() else 0
         out.append(LimitState(name, limit, int(named_replies[2 * i]), int(named_replies[2 * i + 1])))
-    return sum(s.waiting for s in out), out
+    rest = load[TOP_KEYS:]
+    if rest:  # running and waiting summed: a key's score is both
+        out.append(LimitState(f"{len(rest)} more keys (running + waiting)", 0, int(sum(score for _, score in rest)), 0))
+    waiting = sum(s.waiting for s in out) + (int(fair) if str(fair or "").isdigit() else 0)
+    return waiting, out
 
 
 def ready_now(queued: int, paused: bool, queue_running: Any, max_running: int, rate_limit: str) -> int:
@@ -181,7 +209,7 @@ class QueueReads(TaskReads):
             pipe.llen(k.processing(w))
             pipe.get(k.worker_info(w))
             pipe.get(k.running(w))
-        _ask_named(pipe, k, first.asked[0])
+        _ask_named(pipe, k, first.asked)
 
     def _queue_stats(self, q: str, first: _First, second: Any, now: int, minutes: range, pause: dict[str, Any]) -> QueueStats:
         """One queue's ``QueueStats`` from its first replies and its part of the second round trip (``second``, consumed)."""
@@ -189,7 +217,7 @@ class QueueReads(TaskReads):
         processed, failed, died = ([int(v or 0) for v in c] for c in first.counters)
         infos = [self._worker(name, score, next(second), next(second), now, next(second)) for name, score in first.workers]
         waiting, limited = _limit_states(self.options.for_queue(q).max_running, first.asked,
-                                         [next(second) for _ in range(2 * len(first.asked[0]))])
+                                         [next(second) for _ in range(_named_replies(first.asked))])
         fraction = (now % 60000) / 60000
         limits = self.options.for_queue(q)
         ready = ready_now(first.pending, bool(pause["paused"]), first.asked[1], limits.max_running, limits.rate_limit)
@@ -265,7 +293,7 @@ class QueueReads(TaskReads):
             for w, _ in workers:
                 pipe.llen(k.processing(w))
                 pipe.get(k.running(w))
-            _ask_named(pipe, k, row[8])
+            _ask_named(pipe, k, row[8:8 + _ASKED])
         second = iter(pipe.execute())
         out = []
         for i, q in enumerate(qs):
@@ -277,7 +305,8 @@ class QueueReads(TaskReads):
                 n, mark = int(next(second)), next(second)
                 holding += n
                 running += min(n, len(marked(mark)))
-            waiting, _ = _limit_states(0, row[8:], [next(second) for _ in range(2 * len(row[8]))])
+            asked = row[8:8 + _ASKED]
+            waiting, _ = _limit_states(0, asked, [next(second) for _ in range(_named_replies(asked))])
             queued = list_length(length, tail) + int(ranked)
             pending, limits = queued + waiting, self.options.for_queue(q)
             age = (now - int(enq)) / 1000 if enq and str(enq).isdigit() else 0.0

@@ -22,7 +22,10 @@
 -- KEYS[5] -> P:workers    (ZSET), whose processing lists P:processing:<worker> are searched
 -- KEYS[6] -> P:prioritized (ZSET): where a pending task of a priority other than 0 waits (O(log n))
 -- KEYS[7] -> P:blocked     (LIST): where a pending task waits for a slot of its queue's MAX_RUNNING;
---                          one waiting for its task's max_running is in P:blocked:<task path> (lib/limits.lua)
+--                          one waiting for its task's max_running is in P:blocked:<task path> (lib/limits.lua),
+--                          or P:blocked:<task path>#<limit key> (P:keyload then counts it out)
+--                          A pending task of a FAIR queue waits in P:fair:<fairness key> (lib/fair.lua):
+--                          ZREM, and its key leaves the ring P:fair (LREM: O(keys), an operator's action)
 -- ARGV[1] -> P:           the queue's key prefix (task hashes, processing lists, counters)
 -- ARGV[2] -> who          who asks ('admin:<username>', 'cli', 'api'), recorded in the error
 -- ARGV[3] -> retention in ms (dead letters older than this are trimmed; 0 = keep)
@@ -39,6 +42,7 @@
 --   0 -> MISSING:   no such task (or its data is not a hash); nothing changed
 --  -1 -> NOT REACHED: the scan budget ran out before this id (and every later one answers -1)
 --! include cancel.lua
+--! include limits.lua
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local prefix, who, budget = ARGV[1], ARGV[2], tonumber(ARGV[5])
@@ -96,6 +100,17 @@ local function waiting(id, ...)
   return false
 end
 
+-- unfair(key, id): take id out of its fairness key's ZSET (lib/fair.lua), the key out of the ring if emptied
+local function unfair(key, id)
+  local zkey = prefix .. 'fair:' .. key
+  if redis.call('TYPE', zkey)['ok'] ~= 'zset' or redis.call('ZREM', zkey, id) == 0 then return false end
+  if redis.call('EXISTS', zkey) == 0 and redis.call('TYPE', prefix .. 'fair')['ok'] == 'list' then
+    redis.call('LREM', prefix .. 'fair', 1, key)
+  end
+  if redis.call('TYPE', prefix .. 'fairn')['ok'] == 'string' then redis.call('DECR', prefix .. 'fairn') end
+  return true
+end
+
 local function bury(id)
   bury_cancelled(prefix, KEYS[3], id, now, who)
   redis.call('HDEL', KEYS[4], id)  -- a request left over from an earlier run
@@ -112,7 +127,7 @@ for i = 6, #ARGV do
   if not reached then
     code = -1
   elseif redis.call('TYPE', tkey)['ok'] == 'hash' then
-    local f = redis.call('HMGET', tkey, 'state', 'workers', 'task')
+    local f = redis.call('HMGET', tkey, 'state', 'workers', 'task', 'lk', 'fk')
     local state = f[1]
     local queued = false
     if state == 'finished' or state == 'dead' or state == 'moving' or redis.call('ZSCORE', KEYS[3], id) then
@@ -121,7 +136,10 @@ for i = 6, #ARGV do
       queued = true
     elseif redis.call('TYPE', KEYS[6])['ok'] == 'zset' and redis.call('ZREM', KEYS[6], id) == 1 then
       queued = true
-    elseif state == 'pending' and waiting(id, prefix .. 'blocked:' .. (f[3] or ''), KEYS[7]) then
+    elseif state == 'pending' and waiting(id, prefix .. 'blocked:' .. limit_path(f[3] or '', f[4]), KEYS[7]) then
+      touch(prefix, limit_path(f[3] or '', f[4]))
+      queued = true
+    elseif state == 'pending' and f[5] and unfair(f[5], id) then
       queued = true
     elseif state == 'pending' then
       queued = unqueue(id)

@@ -23,6 +23,8 @@
 --            stead (the moved default-priority id goes back to be the next of its priority)
 -- ARGV[7] -> success TTL in ms, applied to the task's idempotency key when found already successful
 -- ARGV[8] -> the queue's MAX_RUNNING (0 = none); ARGV[9] -> its RATE_LIMIT as 'count|period ms' ('' = none)
+-- ARGV[10] -> '1' when the queue is FAIR (lib/fair.lua: P:fair, P:fair:<key>, P:fairn, derived from
+--             ARGV[1]); '' or missing: those keys are never touched
 --
 -- Returns: {-1} FENCED: the worker is not registered (it was reaped while paused); nothing
 --   was taken, and ids a late BLMOVE put in its processing list went back to pending.
@@ -31,8 +33,8 @@
 --   Otherwise a flat array, 11 entries per id: id, code, message, deliveries, failures,
 --   worker ids (comma-joined), enqueued_at (as stored), started_at (Redis ms, or as
 --   stored), task path, saved metadata (JSON as stored, '' if none), plain ('1': no
---   idempotency key and no limit's slot, so ack.lua may write its hash without reading
---   it first; else '') (message and later are '' / 0 unless RUN); the caller validates
+--   idempotency key, no limit's slot, no limit, fairness, debounce or throttle key, so
+--   ack.lua may write its hash without reading it first; else '') (message and later are '' / 0 unless RUN); the caller validates
 --   the stored fields it parses.
 --   code 1 RUN   -> claimed: run it, then ack, retry or bury it
 --   code 2 DONE  -> already successful, or finished or dead: removed from processing, do not run
@@ -42,9 +44,11 @@
 --   code 6 LIMITED -> over a fleet-wide limit (lib/limits.lua): taken out of processing, unclaimed and
 --                     not counted as a delivery; it waits for a slot (blocked) or its rate slot (scheduled)
 -- Ids are taken in priority order: KEYS[7] while its best is above priority 0, then
--- KEYS[1] (priority 0, FIFO), then KEYS[7]'s priorities below 0.
+-- KEYS[1] (priority 0, FIFO), then KEYS[7]'s priorities below 0; a FAIR queue takes from its
+-- ring (lib/fair.lua) after KEYS[1] (where hand-backs, retries and delayed tasks come back).
 --! include shape.lua
 --! include limits.lua
+--! include fair.lua
 local bad = wrong_shape({'list', 'list', 'zset', 'zset'})
 if bad then return bad end
 local pt = redis.call('TYPE', KEYS[7])['ok']
@@ -100,6 +104,33 @@ elseif ARGV[6] ~= '' and redis.call('LPOS', KEYS[2], ARGV[6]) then
     ids[1] = ARGV[6]
   end
 end
+-- a FAIR queue: one id at a time, from the best of the four sources, each an O(1) or O(log n) step
+if ARGV[10] == '1' and count > 0 then
+  for _ = 1, count do
+    local bid, bscore = best()
+    if bid and bscore < 100 * BAND then
+      take_ranked(bid)
+    else
+      local id = redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT')
+      while id == MARKER do
+        redis.call('LPOP', KEYS[2])
+        id = redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT')
+      end
+      if not id then
+        id = fair_take(prefix)
+        if id then redis.call('LPUSH', KEYS[2], id) end
+      end
+      if id then
+        ids[#ids + 1] = id
+      elseif bid then
+        take_ranked(bid)
+      else
+        break
+      end
+    end
+  end
+  count = 0
+end
 -- a queue of default priorities only (the common case) moves its next `count` ids in three commands,
 -- not an LMOVE each: the same ids, in the same order, to the same places as LMOVE RIGHT LEFT one by one
 -- (the tail first; each pushed onto the processing list's head). Markers there (the LIST then holds
@@ -152,7 +183,7 @@ for _, id in ipairs(ids) do
   local tkey = prefix .. 't:' .. id
   local skey = prefix .. 'status:' .. id
   local f = redis.pcall('HMGET', tkey, 'msg', 'state', 'deliveries', 'failures', 'workers', 'enqueued_at', 'started_at', 'task', 'idem', 'metadata',
-    'maxr', 'rate', 'rl', 'slot')
+    'maxr', 'rate', 'rl', 'slot', 'lk', 'fk', 'dk')
   -- every key of this id is checked before any write to it, so a bad one cannot abort the script: the
   -- hash by HMGET's reply here; the guard by SET NX's (it writes nothing to a key that exists, whatever
   -- its type) and, when that key exists, by GET's reply (below), not by a TYPE first
@@ -169,7 +200,7 @@ for _, id in ipairs(ids) do
     local guard = not claimed and redis.pcall('GET', skey)
     if guard and type(guard) == 'table' and guard.err then
       skip(id, 5)  -- the guard is not a string: written by another program
-    elseif claimed and admit(prefix, q, now, id, tkey, f[8] or '', f[11], f[12], f[13], ARGV[8], ARGV[9]) then
+    elseif claimed and admit(prefix, q, now, id, tkey, limit_path(f[8] or '', f[15]), f[11], f[12], f[13], ARGV[8], ARGV[9]) then
       redis.call('DEL', skey)  -- over a limit: it waits in Redis, not in this worker
       redis.call('LREM', KEYS[2], 1, id)
       skip(id, 6)
@@ -186,8 +217,10 @@ for _, id in ipairs(ids) do
       out[#out + 1] = id; out[#out + 1] = 1; out[#out + 1] = f[1]; out[#out + 1] = d
       out[#out + 1] = tonumber(f[4]) or 0; out[#out + 1] = workers; out[#out + 1] = f[6] or ''; out[#out + 1] = started
       out[#out + 1] = f[8] or ''; out[#out + 1] = f[10] or ''
-      -- plain: no idempotency key, no slot held before, none taken now (admit takes one only for a max_running)
+      -- plain: no idempotency key, no slot held before, none taken now (admit takes one only for a max_running),
+      -- no limit, fairness, debounce or throttle key
       local plain = (f[9] or '') == '' and not f[14] and not max_of(f[11]) and not max_of(ARGV[8])
+        and not f[15] and not f[16] and not f[17]
       if plain then out[#out + 1] = '1' else out[#out + 1] = '' end
     elseif guard == 'success' then
       -- a copy that already ran (a late ack of a reaped worker): finish it without running

@@ -18,7 +18,31 @@
 -- that comes too early is scheduled for the next free slot, which it reserves (the
 -- hash's 'rl'): once due it starts without asking again, so a backlog is spread over
 -- the future in one pass, with no retrying.
+--
+-- Per key: a task with a limit key (@task(limit_key=...) / using(limit_key=...), the
+-- hash's 'lk') counts its own max_running and rate_limit per key: its slots, blocked
+-- list and rate key are those of '<task path>#<key>' (limit_path), all derived from
+-- the queue's prefix, so in its slot. P:keyload (ZSET, member '<path>#<key>', score
+-- running + waiting) names the keys that hold a slot or wait for one, kept exact at
+-- every change (touch), so `redisq stats` and the admin read the busiest with one
+-- ZREVRANGE; a key with neither leaves it.
 --! include ready.lua
+
+-- limit_path(path, lk): the name a task's own limits count under: its path, or '<path>#<key>'
+local function limit_path(path, lk)
+  if lk and lk ~= '' then return path .. '#' .. lk end
+  return path
+end
+
+-- touch(prefix, lpath): P:keyload's score of a per-key limit is its running + waiting again
+local function touch(prefix, lpath)
+  if not lpath or not string.find(lpath, '#', 1, true) then return end
+  local load = prefix .. 'keyload'
+  local n = redis.call('ZCARD', prefix .. 'slots:' .. lpath)
+  if redis.call('TYPE', prefix .. 'blocked:' .. lpath)['ok'] == 'list' then n = n + redis.call('LLEN', prefix .. 'blocked:' .. lpath) end
+  if redis.call('TYPE', load)['ok'] ~= 'zset' then redis.call('DEL', load) end
+  if n > 0 then redis.call('ZADD', load, n, lpath) else redis.call('ZREM', load, lpath) end
+end
 
 -- limiter(spec): count, period in ms of a 'count|period' spec, or nil ('' or bad: no limit)
 local function limiter(spec)
@@ -38,10 +62,11 @@ end
 
 -- wake(q, blocked): one task waiting for a slot (the longest waiting) is ready again,
 -- at the front of its priority
-local function wake(prefix, q, blocked)
+local function wake(prefix, q, blocked, lpath)
   if redis.call('TYPE', blocked)['ok'] ~= 'list' then return end
   local id = redis.call('RPOP', blocked)
   if not id then return end
+  touch(prefix, lpath)
   local tkey = prefix .. 't:' .. id
   ready(q.pending, q.prioritized, q.seq, id, stored_prio(tkey), true)
   if redis.call('TYPE', tkey)['ok'] == 'hash' then redis.call('HSET', tkey, 'state', 'pending') end
@@ -51,10 +76,13 @@ end
 -- value `held`) and wake one waiter of each; q also names q.slots and q.blocked
 local function free_slots(prefix, q, id, path, held)
   if not held or held == '' then return end
+  local tkey = prefix .. 't:' .. id
   if string.find(held, 't', 1, true) and path and path ~= '' then
+    if redis.call('TYPE', tkey)['ok'] == 'hash' then path = limit_path(path, redis.call('HGET', tkey, 'lk')) end
     local skey = prefix .. 'slots:' .. path
     if redis.call('TYPE', skey)['ok'] == 'zset' and redis.call('ZREM', skey, id) == 1 then
-      wake(prefix, q, prefix .. 'blocked:' .. path)
+      touch(prefix, path)
+      wake(prefix, q, prefix .. 'blocked:' .. path, path)
     end
   end
   if string.find(held, 'q', 1, true) then
@@ -62,13 +90,12 @@ local function free_slots(prefix, q, id, path, held)
       wake(prefix, q, q.blocked)
     end
   end
-  local tkey = prefix .. 't:' .. id
   if redis.call('TYPE', tkey)['ok'] == 'hash' then redis.call('HDEL', tkey, 'slot') end
 end
 
 -- full(prefix, skey, limit): whether limit slots are taken, after sweeping holders that
 -- no longer run (their guard is not 'running:<worker>')
-local function full(prefix, skey, limit)
+local function full(prefix, skey, limit, lpath)
   local kind = redis.call('TYPE', skey)['ok']
   if kind ~= 'zset' then
     if kind ~= 'none' then redis.call('DEL', skey) end  -- not ours: nothing holds a slot through it
@@ -78,7 +105,7 @@ local function full(prefix, skey, limit)
   for _, holder in ipairs(redis.call('ZRANGE', skey, 0, -1)) do
     local g = prefix .. 'status:' .. holder
     local ok = redis.call('TYPE', g)['ok'] == 'string' and string.sub(redis.call('GET', g), 1, 8) == 'running:'
-    if not ok then redis.call('ZREM', skey, holder) end
+    if not ok then redis.call('ZREM', skey, holder); touch(prefix, lpath) end
   end
   return redis.call('ZCARD', skey) >= limit
 end
@@ -97,6 +124,7 @@ local function take_rate(key, at, count, period, now)
 end
 
 -- admit(prefix, q, now, id, tkey, path, maxr, rate, reserved, qmax, qrate): whether task id
+-- (path: limit_path's name, per key when the task has a limit key)
 -- may start now. If not, it has been moved (to q.scheduled for its reserved rate slot,
 -- or to a blocked list) and the reason is returned: 'rate' or 'slot'; nil: admitted,
 -- its slots taken and its rate slots used. The caller took it out of processing.
@@ -121,7 +149,7 @@ local function admit(prefix, q, now, id, tkey, path, maxr, rate, reserved, qmax,
   end
   local tslots = prefix .. 'slots:' .. path
   local wait
-  if tm and full(prefix, tslots, tm) then wait = prefix .. 'blocked:' .. path
+  if tm and full(prefix, tslots, tm, path) then wait = prefix .. 'blocked:' .. path
   elseif qm and full(prefix, q.slots, qm) then wait = q.blocked end
   if wait then
     local kind = redis.call('TYPE', wait)['ok']
@@ -129,6 +157,7 @@ local function admit(prefix, q, now, id, tkey, path, maxr, rate, reserved, qmax,
     redis.call('LPUSH', wait, id)
     redis.call('HSET', tkey, 'state', 'pending')
     redis.call('HDEL', tkey, 'rl')  -- it asks the rate limit again once a slot frees
+    if wait ~= q.blocked then touch(prefix, path) end
     return 'slot'
   end
   if not booked or booked > now + 1 then  -- a start now uses a rate slot (a booked one was used when booked)
@@ -138,9 +167,10 @@ local function admit(prefix, q, now, id, tkey, path, maxr, rate, reserved, qmax,
   local held = ''
   if tm then
     redis.call('ZADD', tslots, now, id)
-    redis.call('HSET', q.limits, path, tm)
+    redis.call('HSET', q.limits, string.match(path, '^[^#]*'), tm)  -- per task, not per key: bounded by the tasks
     held = 't'
-    if redis.call('ZCARD', tslots) < tm then wake(prefix, q, prefix .. 'blocked:' .. path) end  -- a raised limit fills up
+    touch(prefix, path)
+    if redis.call('ZCARD', tslots) < tm then wake(prefix, q, prefix .. 'blocked:' .. path, path) end  -- a raised limit fills up
   end
   if qm then
     redis.call('ZADD', q.slots, now, id)
