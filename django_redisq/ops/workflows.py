@@ -28,6 +28,16 @@ __all__ = ["MAX_PAGE", "PAGE", "StepView", "WorkflowList", "WorkflowNotFound", "
            "families", "newest", "repair", "resume_replayed", "totals", "workflow_of"]
 
 
+def previous_page(offset: int, limit: int) -> int | None:
+    """The offset of the page before the one at ``offset`` (pages of ``limit``), None on the first."""
+    return max(0, offset - limit) if offset > 0 else None
+
+
+def next_page(offset: int, limit: int, total: int) -> int | None:
+    """The offset of the page after the one at ``offset``, None on the last of ``total`` rows."""
+    return offset + limit if offset + limit < total else None
+
+
 @dataclass(frozen=True, slots=True)
 class StepView:
     index: int
@@ -81,11 +91,11 @@ class WorkflowView:
 
     @property
     def previous_offset(self) -> int | None:
-        return max(0, self.offset - self.limit) if self.offset > 0 else None
+        return previous_page(self.offset, self.limit)
 
     @property
     def next_offset(self) -> int | None:
-        return self.offset + self.limit if self.offset + self.limit < self.total else None
+        return next_page(self.offset, self.limit, self.total)
 
     def as_json(self) -> dict[str, Any]:
         def when(d: datetime | None) -> str | None:
@@ -157,11 +167,11 @@ class WorkflowList:
 
     @property
     def previous_offset(self) -> int | None:
-        return max(0, self.offset - self.limit) if self.offset > 0 else None
+        return previous_page(self.offset, self.limit)
 
     @property
     def next_offset(self) -> int | None:
-        return self.offset + self.limit if self.offset + self.limit < self.total else None
+        return next_page(self.offset, self.limit, self.total)
 
 
 def newest(alias: str = "default", offset: int = 0, limit: int = PAGE) -> WorkflowList:

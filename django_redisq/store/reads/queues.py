@@ -165,6 +165,19 @@ class _First:
                    replies[7:7 + _ASKED], replies[7 + _ASKED:FIRST_HEAD], durations, slowest(durations))
 
 
+def _ask_figures(pipe: Any, k: QueueKeys) -> None:
+    """A queue's part of ``figures``' first round trip: 8 replies, then ``_ask``'s."""
+    pipe.llen(k.pending)
+    pipe.zcard(k.scheduled)
+    pipe.zcard(k.dead)
+    pipe.lrange(k.pending, TAIL, -1)  # the oldest, markers skipped: a bounded read from the tail
+    pipe.zrange(k.workers, 0, -1, withscores=True)
+    pipe.execute_command("MGET", *[k.counter(name) for name in TOTALS])  # not pipe.mget: a cluster pipeline refuses it (the keys share a slot)
+    pipe.zcard(k.prioritized)
+    pipe.zrange(k.prioritized, 0, 0)  # with no plain task pending, the next prioritized one is the oldest shown
+    _ask(pipe, k)
+
+
 class QueueReads(TaskReads):
     """The bounded reads of one backend alias's queues: their figures here, the tasks in them in ``TaskReads``."""
 
@@ -267,16 +280,7 @@ class QueueReads(TaskReads):
         pipe = self.client.pipeline(transaction=False)
         pipe.execute_command("TIME")  # not pipe.time() nor pipe.echo(): a cluster pipeline refuses those methods
         for q in qs:
-            k = self.keys(q)
-            pipe.llen(k.pending)
-            pipe.zcard(k.scheduled)
-            pipe.zcard(k.dead)
-            pipe.lrange(k.pending, TAIL, -1)  # the oldest, markers skipped: a bounded read from the tail
-            pipe.zrange(k.workers, 0, -1, withscores=True)
-            pipe.execute_command("MGET", *[k.counter(name) for name in TOTALS])  # not pipe.mget: a cluster pipeline refuses it (the keys share a slot)
-            pipe.zcard(k.prioritized)
-            pipe.zrange(k.prioritized, 0, 0)  # with no plain task pending, the next prioritized one is the oldest shown
-            _ask(pipe, k)
+            _ask_figures(pipe, self.keys(q))
         self._pipe_paused(pipe, qs)
         first = pipe.execute(raise_on_error=False)
         pauses = self._paused_from(first, qs)

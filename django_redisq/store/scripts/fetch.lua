@@ -104,30 +104,37 @@ elseif ARGV[6] ~= '' and redis.call('LPOS', KEYS[2], ARGV[6]) then
     ids[1] = ARGV[6]
   end
 end
--- a FAIR queue: one id at a time, from the best of the four sources, each an O(1) or O(log n) step
+-- take_one(fair): the next id by priority, one at a time: a prioritized one above 0, else the LIST's next
+-- (markers dropped), else (fair) the next key's in the ring (lib/fair.lua), else a prioritized one below 0;
+-- each an O(1) or O(log n) step. false when none is left.
+local function take_one(fair)
+  local bid, bscore = best()
+  if bid and bscore < 100 * BAND then
+    take_ranked(bid)
+    return true
+  end
+  local id = redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT')
+  while id == MARKER do  -- a wake-up, not a task
+    redis.call('LPOP', KEYS[2])
+    id = redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT')
+  end
+  if not id and fair then
+    id = fair_take(prefix)
+    if id then redis.call('LPUSH', KEYS[2], id) end
+  end
+  if id then
+    ids[#ids + 1] = id
+  elseif bid then
+    take_ranked(bid)
+  else
+    return false
+  end
+  return true
+end
+-- a FAIR queue: one id at a time (take_one), the ring of keys after the shared LIST
 if ARGV[10] == '1' and count > 0 then
   for _ = 1, count do
-    local bid, bscore = best()
-    if bid and bscore < 100 * BAND then
-      take_ranked(bid)
-    else
-      local id = redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT')
-      while id == MARKER do
-        redis.call('LPOP', KEYS[2])
-        id = redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT')
-      end
-      if not id then
-        id = fair_take(prefix)
-        if id then redis.call('LPUSH', KEYS[2], id) end
-      end
-      if id then
-        ids[#ids + 1] = id
-      elseif bid then
-        take_ranked(bid)
-      else
-        break
-      end
-    end
+    if not take_one(true) then break end
   end
   count = 0
 end
@@ -152,23 +159,7 @@ if not ranked and count > 0 then
   if #got < bulk then count = 0 end  -- the LIST is empty
 end
 for _ = 1, count do
-  local bid, bscore = best()
-  if bid and bscore < 100 * BAND then
-    take_ranked(bid)
-  else
-    local id = redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT')
-    while id == MARKER do  -- a wake-up, not a task
-      redis.call('LPOP', KEYS[2])
-      id = redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT')
-    end
-    if id then
-      ids[#ids + 1] = id
-    elseif bid then
-      take_ranked(bid)
-    else
-      break
-    end
-  end
+  if not take_one(false) then break end
 end
 local out = {}
 local function done(id)  -- a task that will not run needs no cancel request (one BLMOVE moved before it finished)
