@@ -81,6 +81,19 @@ def families(figures: Sequence[QueueFigures], up: dict[str, bool]) -> Iterator[A
     paused = GaugeMetricFamily("redisq_queue_paused", "1 while the queue is paused (workers start none of its tasks), else 0.",
                                labels=labels)
     counters = [CounterMetricFamily(name, text, labels=labels) for name, text, _ in COUNTERS]
+    limited = GaugeMetricFamily("redisq_limit_tasks", "Tasks of a fleet-wide max_running now, by limit: the queue's "
+                                "(limit=\"~queue\"), a task's (its path), its busiest keys' (path#key, at most 10) and the "
+                                "rest of its keys summed (limit=\"~other\", state running: their running and waiting).",
+                                labels=[*labels, "limit", "state"])
+    ceiling = GaugeMetricFamily("redisq_limit_max", "The max_running of each limit redisq_limit_tasks shows (0: unknown).",
+                                labels=[*labels, "limit"])
+    for f in figures:
+        for lim in f.limits:
+            name = "~other" if lim.summed else (lim.name or "~queue")
+            limited.add_metric([f.alias, f.queue, name, "running"], float(lim.running))
+            limited.add_metric([f.alias, f.queue, name, "waiting"], float(lim.waiting))
+            if not lim.summed:
+                ceiling.add_metric([f.alias, f.queue, name], float(lim.limit))
     for f in figures:
         key = [f.alias, f.queue]
         for state in STATES:
@@ -90,7 +103,7 @@ def families(figures: Sequence[QueueFigures], up: dict[str, bool]) -> Iterator[A
         paused.add_metric(key, 1.0 if f.paused else 0.0)
         for family, (_, _, parts) in zip(counters, COUNTERS, strict=True):
             family.add_metric(key, float(sum(f.totals[p] for p in parts)))
-    yield from (tasks, latency, workers, paused, *counters)
+    yield from (tasks, latency, workers, paused, limited, ceiling, *counters)
 
 
 class FleetCollector:

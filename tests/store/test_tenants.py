@@ -164,3 +164,14 @@ def test_stats_and_the_admin_show_the_busiest_keys_and_sum_the_rest(r, admin_cli
     assert "limit default: 2 more keys (running + waiting) running 6/0, waiting 0" in out.getvalue()
     page = admin_client.get(reverse("admin:django_redisq_deadletter_queues")).content.decode()
     assert "per_account#acct11" in page and "2 / 2" in page and "2 more keys" in page
+    from django_redisq.ops.metrics import exposition
+
+    body = exposition(["default"])[0].decode()  # the same rows as Prometheus series: bounded, the long tail summed
+    series = [line for line in body.splitlines() if line.startswith("redisq_limit_tasks{") and 'queue="default"' in line]
+    keyed = [line for line in series if "per_account#" in line]
+    assert len(keyed) == 20, series  # 10 keys x running / waiting
+    assert all(line.endswith(" 2.0") for line in keyed if 'state="running"' in line)
+    assert all(line.endswith(" 1.0") for line in keyed if 'state="waiting"' in line)
+    assert any('limit="~other"' in line and 'state="running"' in line and line.endswith(" 6.0") for line in series), series
+    assert sum(1 for line in body.splitlines() if line.startswith("redisq_limit_max{") and "per_account#" in line
+               and line.endswith(" 2.0")) == 10

@@ -24,7 +24,7 @@ from django_redisq.store.keys import QueueKeys
 from django_redisq.store.reads.durations import TaskTimes, slowest
 from django_redisq.store.reads.partitions import merged_figures, merged_stats
 from django_redisq.store.reads.priority import TAIL, list_length, next_in_list
-from django_redisq.store.reads.records import TOTALS, QueueFigures, QueueStats, WorkerInfo, pause_state
+from django_redisq.store.reads.records import TOTALS, LimitState, QueueFigures, QueueStats, WorkerInfo, pause_state
 from django_redisq.store.reads.tasks import TaskReads
 from django_redisq.store.server import describe
 from django_redisq.store.steps.running import marked
@@ -33,14 +33,6 @@ MINUTES = 60
 """The per-minute series ``stats`` reads: the last hour."""
 
 
-@dataclass(slots=True)
-class LimitState:
-    """One fleet-wide concurrency limit of a queue, as the admin and ``redisq stats`` show it."""
-
-    name: str  # the task's dotted path, or '' for the queue's own MAX_RUNNING
-    limit: int
-    running: int  # slots taken
-    waiting: int  # tasks in its blocked list
 
 
 _ASKED = 5
@@ -98,7 +90,8 @@ def _limit_states(queue_max: int, asked: list[Any], named_replies: list[Any]) ->
         out.append(LimitState(name, limit, int(named_replies[2 * i]), int(named_replies[2 * i + 1])))
     rest = load[TOP_KEYS:]
     if rest:  # running and waiting summed: a key's score is both
-        out.append(LimitState(f"{len(rest)} more keys (running + waiting)", 0, int(sum(score for _, score in rest)), 0))
+        out.append(LimitState(f"{len(rest)} more keys (running + waiting)", 0, int(sum(score for _, score in rest)), 0,
+                              summed=len(rest)))
     waiting = sum(s.waiting for s in out) + (int(fair) if str(fair or "").isdigit() else 0)
     return waiting, out
 
@@ -309,17 +302,17 @@ class QueueReads(TaskReads):
                 n, mark = int(next(second)), next(second)
                 holding += n
                 running += min(n, len(marked(mark)))
-            asked = row[8:8 + _ASKED]
-            waiting, _ = _limit_states(0, asked, [next(second) for _ in range(_named_replies(asked))])
+            asked, limits = row[8:8 + _ASKED], self.options.for_queue(q)
+            waiting, limit_rows = _limit_states(limits.max_running, asked, [next(second) for _ in range(_named_replies(asked))])
             queued = list_length(length, tail) + int(ranked)
-            pending, limits = queued + waiting, self.options.for_queue(q)
+            pending = queued + waiting
             age = (now - int(enq)) / 1000 if enq and str(enq).isdigit() else 0.0
             out.append(QueueFigures(
                 alias=self.options.alias, queue=q, pending=int(pending), scheduled=int(scheduled), running=running, dead=int(dead),
                 held=holding - running, ready=ready_now(queued, bool(pauses[q]["paused"]), row[9], limits.max_running, limits.rate_limit),
                 oldest_pending_age=max(0.0, age), workers=sum(1 for _, score in workers if now - score <= self.options.worker_timeout * 1000),
                 totals={name: int(v) if v and str(v).isdigit() else 0 for name, v in zip(TOTALS, totals, strict=True)},
-                **pauses[q],
+                limits=limit_rows, **pauses[q],
             ))
         return out if len(out) == len(self.queues) else merged_figures(self.queues, out)
 

@@ -60,6 +60,17 @@ def stored_errors(text: str | None, dropped: Any = None) -> list[dict[str, Any]]
 
 
 @dataclass(slots=True)
+class LimitState:
+    """One fleet-wide concurrency limit of a queue, as the admin and ``redisq stats`` show it."""
+
+    name: str  # the task's dotted path, or '' for the queue's own MAX_RUNNING
+    limit: int
+    running: int  # slots taken
+    waiting: int  # tasks in its blocked list
+    summed: int = 0  # not one limit: the running and waiting of this many more keys (a per-key limit's long tail)
+
+
+@dataclass(slots=True)
 class TaskRow:
     """One line of a task list, from one HMGET."""
 
@@ -218,7 +229,7 @@ class QueueStats:
     series: list[tuple[datetime, int, int, int]]  # minute, processed, failed, dead (oldest first)
     workers: list[WorkerInfo]
     slowest: list[TaskTimes] = field(default_factory=list)  # by p95 run time over the hour, slowest first
-    limits: list[Any] = field(default_factory=list)  # fleet-wide concurrency limits (queue_reads.LimitState)
+    limits: list[LimitState] = field(default_factory=list)  # fleet-wide concurrency limits
     rate_limit: str = ""  # the queue's RATE_LIMIT, as configured
     paused: bool = False  # the queue is paused (redisq queue pause, the admin): workers start none of its tasks
     paused_at: datetime | None = None
@@ -255,3 +266,4 @@ class QueueFigures:
     paused_by: str = ""
     held: int = 0  # the rest of the workers' processing lists: fetched and not started, or waiting for their ack
     ready: int = 0  # of pending, what a worker could start now: not waiting for a limit, not paused (queues.ready_now)
+    limits: list[LimitState] = field(default_factory=list)  # the queue's, its tasks' and its busiest keys', the rest summed
