@@ -74,12 +74,19 @@ class Topics:
         argv: list[Any] = [payload_json, trace_json, len(groups)]
         for name, start in groups:
             argv += [name, start]
-        return [k.stream, k.gen, k.meta], argv
+        return [k.stream, k.gen, k.meta, k.waiters], argv
+
+    def publish_counted(self, topic: str, payload_json: str, groups: Sequence[tuple[str, str]] = (),
+                        trace_json: str = "") -> tuple[str, int]:
+        """``publish``, and how many durable tasks wait on the topic (store/topics/waiters.py): matched only if any."""
+        keys, argv = self.publish_call(topic, payload_json, groups, trace_json)
+        reply = self.broker.scripts.run("topic_publish", keys=keys, args=argv)
+        return self.published(topic, reply), int(reply[1])
 
     @staticmethod
     def published(topic: str, reply: Any) -> str:
-        """The entry id in topic_publish.lua's reply; the groups it recreated are logged."""
-        warn_regrouped(topic, _regrouped(reply[1:]))
+        """The entry id in topic_publish.lua's reply (then the topic's waiters, then the groups it recreated: logged)."""
+        warn_regrouped(topic, _regrouped(reply[2:]))
         return _text(reply[0])
 
     def ensure_groups(self, topic: str, groups: list[tuple[str, str]]) -> list[Regrouped]:

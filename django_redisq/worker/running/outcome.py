@@ -27,12 +27,13 @@ from django_redisq.store.steps.replies import Delivery
 from django_redisq.task import RedisTask
 
 MAX_TRACEBACK = 32 * 1024
-SUCCESS, RETRY, DEAD = "success", "retry", "dead"
+SUCCESS, RETRY, DEAD, SUSPEND = "success", "retry", "dead", "suspend"
+"""``SUSPEND``: a durable task's sleep or wait ended the attempt (django_redisq/durable/): not a failure."""
 
 
 @dataclass(slots=True)
 class Outcome:
-    kind: str  # SUCCESS, RETRY or DEAD
+    kind: str  # SUCCESS, RETRY, DEAD or SUSPEND
     result_json: str = "null"
     error: dict[str, Any] = field(default_factory=dict)
     delay_ms: int = 0
@@ -41,6 +42,7 @@ class Outcome:
     task_name: str = ""
     duration: float = 0.0
     metadata: str | None = None  # the task's metadata as JSON, to save before settling; None: unchanged (core/metadata.py)
+    step: str = ""  # SUSPEND: the sleep's or wait's step name, whose record says until when (suspend.lua)
     trace_from: str = ""  # the attempt's span as a traceparent (core/tracing.py): what the workflow steps it releases link to
 
 
