@@ -44,21 +44,28 @@ if kind ~= 'hash' then
   bury_corrupt(prefix, KEYS[5], id, now, ARGV[5])
   return 4
 end
-local f = redis.call('HMGET', KEYS[3], 'slot', 'task', 'deliveries', ARGV[4])
+local f = redis.call('HMGET', KEYS[3], 'slot', 'task', 'deliveries', ARGV[4], 'workers')
 if f[1] then
   free_slots(prefix, {pending = KEYS[7], prioritized = KEYS[8], seq = KEYS[9], slots = KEYS[10], blocked = KEYS[11]}, id, f[2], f[1])
 end
 redis.call('HSET', KEYS[3], 'deliveries', math.max(0, (tonumber(f[3]) or 1) - 1))
+-- fetch.lua appended this worker to 'workers'; a worker named there already is not named again, so the
+-- field stays as long as the list of distinct workers however often the task sleeps
+local workers, me = f[5] or '', ',' .. ARGV[3]
+local head = string.sub(workers, 1, #workers - #me)
+if #workers > #me and string.sub(workers, -#me) == me and string.find(',' .. head .. ',', me .. ',', 1, true) then
+  redis.call('HSET', KEYS[3], 'workers', head)
+end
 if request then
   bury_cancelled(prefix, KEYS[5], id, now, cancel_who(request))
   return 3
 end
-local due, state = now, 'done'
+local due, woken = now, false
 if f[4] then
   local ok, rec = pcall(cjson.decode, f[4])
-  if ok and type(rec) == 'table' then due, state = tonumber(rec.due) or now, rec.st end
+  if ok and type(rec) == 'table' then due, woken = tonumber(rec.due) or now, rec.k == 'wait' and rec.st ~= 'waiting' end
 end
-if state ~= 'waiting' or due <= now then
+if woken or due <= now then
   ready(KEYS[7], KEYS[8], KEYS[9], id, stored_prio(KEYS[3]), false)
   redis.call('HSET', KEYS[3], 'state', 'pending')
   return 2
