@@ -24,6 +24,7 @@ from django_redisq.compat import TaskContext
 from django_redisq.core.options import NAME_RE
 from django_redisq.durable.journal import SLEEP, STEP, WAIT, Journal
 from django_redisq.exceptions import StepError
+from django_redisq.store.broker import Broker
 from django_redisq.store.steps.durable import StepRecord
 
 R = TypeVar("R")
@@ -131,4 +132,10 @@ def _wait_args(topic: str, match: dict[str, Any] | None, timeout: float | timede
     return topic, dict(match or {}), _ms(timeout)
 
 
-__all__ = ["DurableContext"]
+def attach_journal(context: object, broker: Broker, queue: str, task_id: str, max_bytes: int) -> None:
+    """Give a ``DurableContext`` its attempt's journal (the worker does, per attempt); any other context is left alone."""
+    if isinstance(context, DurableContext):
+        object.__setattr__(context, "journal", Journal(broker, queue, task_id, max_bytes))
+
+
+__all__ = ["DurableContext", "attach_journal"]

@@ -35,7 +35,7 @@ def test_sigkills_between_and_during_steps_never_rerun_a_recorded_step(r, run_wo
     for offset in (0.5, 1.5, 0.5, 1.5):  # x pause after a step began: during that step / between it and the next
         wp = run_worker_process("default", "--concurrency", "4", env=ENV)
         before = runs()
-        assert wait_for(lambda: runs() > before, timeout=30, step=0.005)
+        assert wait_for(lambda before=before: runs() > before, timeout=30, step=0.005)
         time.sleep(pause * offset)
         wp.proc.send_signal(signal.SIGKILL)
         wp.proc.wait(10)

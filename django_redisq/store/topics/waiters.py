@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from django_redisq.store.topics.steps import Topics, _text
+from django_redisq.store.topics.steps import Topics
 
 SWEEP = 100
 """Expired waiters ``wait_register.lua`` drops per call, at most."""
@@ -39,6 +39,10 @@ class Waiter:
     def matches(self, payload: Any) -> bool:
         """Every key of ``match`` is in the payload with an equal value (compared as JSON values)."""
         return isinstance(payload, dict) and all(k in payload and payload[k] == v for k, v in self.match.items())
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else str(value)
 
 
 def _parse(field: Any, raw: Any) -> Waiter | None:

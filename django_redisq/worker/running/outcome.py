@@ -19,10 +19,10 @@ from typing import Any
 
 import asgiref
 
-from django_redisq.compat import Task
+from django_redisq.compat import Task, TaskResultStatus
 from django_redisq.core.backoff import call_backoff, compute_backoff
 from django_redisq.core.options import Options
-from django_redisq.exceptions import InvalidBackoff, RedisQError, Retry, TaskCancelled, TaskTimeout, WorkerLost
+from django_redisq.exceptions import InvalidBackoff, RedisQError, Retry, Suspended, TaskCancelled, TaskTimeout, WorkerLost
 from django_redisq.store.steps.replies import Delivery
 from django_redisq.task import RedisTask
 
@@ -137,3 +137,9 @@ def failure(task: Task, exc: BaseException, d: Delivery, max_retries: int, opts:
     else:
         reason = "failed" if retryable or failures > max_retries else "not_retryable"
     return Outcome(DEAD, error=error, reason=reason, failed=True)
+
+
+def suspension(exc: Suspended, result: Any, task_name: str, duration: float, metadata: str | None) -> Outcome:
+    """The outcome of an attempt a durable sleep or wait ended: not failed; the task is READY again (suspend.lua)."""
+    object.__setattr__(result, "status", TaskResultStatus.READY)
+    return Outcome(SUSPEND, reason=exc.kind, step=exc.step, task_name=task_name, duration=duration, metadata=metadata)

@@ -46,15 +46,14 @@ from django_redisq.core.message import Message, decode
 from django_redisq.core.metadata import attach, stored
 from django_redisq.core.options import Options
 from django_redisq.core.partitions import logical
-from django_redisq.durable.context import DurableContext
-from django_redisq.durable.journal import Journal
+from django_redisq.durable.context import attach_journal
 from django_redisq.events import lifecycle
 from django_redisq.exceptions import BadMessage, Suspended, TaskCancelled, TaskTimeout, UnknownSchema
 from django_redisq.store.broker import Broker
 from django_redisq.store.steps.replies import Delivery
 from django_redisq.task import RedisTask, get_registered
 from django_redisq.worker.running.attempt import Attempt, Prepared
-from django_redisq.worker.running.outcome import DEAD, RETRY, SUSPEND, Outcome, error_dict, failure
+from django_redisq.worker.running.outcome import DEAD, RETRY, Outcome, error_dict, failure, suspension
 from django_redisq.worker.running.progress import ProgressWriter
 from django_redisq.worker.running.reporting import ErrorReporter
 from django_redisq.worker.running.timelimit import Handle, arm, disarm, interrupt
@@ -169,8 +168,8 @@ class Runner:
         )
         attach(result, stored(d.metadata, message.metadata))  # where Django has metadata: the last saved, else the enqueued
         context = prep.context_class(task_result=result) if prep.task.takes_context else None
-        if isinstance(context, DurableContext):  # its steps, sleeps and waits are recorded in the task (durable/journal.py)
-            object.__setattr__(context, "journal", Journal(self.broker(), d.queue, d.id, opts.result_max_bytes))
+        self._broker = self._broker or Broker(self.options)  # built where tasks run (progress, durable steps)
+        attach_journal(context, self._broker, d.queue, d.id, opts.result_max_bytes)  # durable steps, sleeps, waits
         args = [context, *message.args] if context is not None else message.args
         return Attempt(d, message, prep, result, args, _limit(message, prep, opts), max_retries, opts, context=context,
                        worker_id=worker_id)
@@ -301,16 +300,11 @@ class Runner:
         """The attempt's consumer span, continuing the trace its message carries (core/tracing.py)."""
         return tracing.process(a.message.task, a.message.queue, a.d.id, a.d.deliveries, a.message.metadata)
 
-    def broker(self) -> Broker:
-        """The broker of progress reports and durable steps, built on first use in the process that runs tasks."""
-        if self._broker is None:
-            self._broker = Broker(self.options)
-        return self._broker
-
     @contextmanager
     def _progress(self, a: Attempt) -> Iterator[None]:
         """``report_progress`` of the attempt's task goes to a writer of its own, flushed when the call ends."""
-        writer = ProgressWriter(partial(self._save_progress, self.broker(), a), a.d.deliveries)
+        self._broker = self._broker or Broker(self.options)
+        writer = ProgressWriter(partial(self._save_progress, self._broker, a), a.d.deliveries)
         token = progress.current.set(writer)
         try:
             yield
@@ -360,9 +354,7 @@ class Runner:
 
     def _failed(self, a: Attempt, exc: BaseException, duration: float) -> Outcome:
         if isinstance(exc, Suspended):  # a durable sleep or wait: the attempt ends, not failed (suspend.lua)
-            object.__setattr__(a.result, "status", TaskResultStatus.READY)
-            return Outcome(SUSPEND, reason=exc.kind, step=exc.step, task_name=a.message.task, duration=duration,
-                           metadata=a.metadata)
+            return suspension(exc, a.result, a.message.task, duration, a.metadata)
         if isinstance(exc, TaskTimeout) and exc.limit is None and exc.args == TaskTimeout().args and a.limit:
             exc.limit = a.limit
             exc.args = (f"{a.message.task} exceeded its time limit of {a.limit:g} s (ran {duration:.3g} s)",)
