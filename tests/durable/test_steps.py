@@ -68,3 +68,19 @@ def test_steps_that_change_order_between_attempts_fail_the_attempt(r):
     assert res.status == TaskResultStatus.FAILED
     assert "keep their order" in res.errors[-1].traceback
     assert (int(r.hget(EFFECTS, "ord:a")), int(r.hget(EFFECTS, "ord:b"))) == (1, 1)  # neither ran again out of order
+
+
+def test_redisq_task_lists_the_steps_and_an_operator_clears_one_to_run_it_again(r):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    res = tasks.three_steps.enqueue("cli", 0)
+    with serving("threads"):
+        assert wait_for(lambda: _finished(res), timeout=30)
+    shown = StringIO()
+    call_command("redisq", "task", res.id, stdout=shown)
+    lines = [line for line in shown.getvalue().splitlines() if line.startswith("step:")]
+    assert len(lines) == 3 and "#0 one" in lines[0] and "took" in lines[0] and "1 bytes" in lines[0]
+    call_command("redisq", "task", res.id, "--clear-step", "two", stdout=StringIO())
+    assert [x.name for x in Broker(get_options("default")).durable.load("default", res.id)[1].values()] == ["one", "three"]
