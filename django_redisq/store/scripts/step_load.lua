@@ -3,6 +3,7 @@
 -- live and die with the task (its RESULT_TTL, its dead letter, a purge) and stay in its slot.
 --
 -- KEYS[1] -> P:t:<id>  (HASH) the task
+-- ARGV[1] -> none: the script takes no arguments
 --
 -- Returns: {Redis ms now, exists (1/0), field_1, record_1, ...}: each 'step:<name>' field and its
 --   record (JSON written by step_record.lua); exists 0 when the task hash is missing or not a hash

@@ -2,7 +2,7 @@
 -- the topic's waiters (events/publish.py; django_redisq/durable/).
 --
 -- KEYS[1] -> T:waiters  (HASH)
--- ARGV[1..n] -> the waiters' fields
+-- ARGV[1] .. ARGV[n] -> the waiters' fields
 --
 -- Returns: how many were dropped
 if redis.call('TYPE', KEYS[1])['ok'] ~= 'hash' then return 0 end
