@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.db import transaction
 
 from django_redisq.core import tracing
@@ -86,7 +87,9 @@ async def apublish(topic: str, payload: dict[str, Any], *, backend: str = "defau
     be = _backend(backend)
     text, groups = _checked(be.conf, topic, payload)
     with tracing.publish(topic) as span, reaching(be.conf):
-        entry_id = await Topics(be.broker).apublish(topic, text, groups, tracing.carrier_json(span.carrier))
+        entry_id, waiting = await Topics(be.broker).apublish_counted(topic, text, groups, tracing.carrier_json(span.carrier))
+        if waiting:  # durable tasks wait on this topic: woken as publish does, on a thread (a few round trips)
+            await sync_to_async(wake_waiters, thread_sensitive=False)(be.broker, topic, entry_id, text)
         span.identify([entry_id])
         return entry_id
 
