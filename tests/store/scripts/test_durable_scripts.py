@@ -81,17 +81,3 @@ def test_an_event_before_the_settle_makes_the_suspension_ready_at_once(r, broker
     assert broker.durable.suspend("default", "w1", "t5", "wait#0", 0) == READY
     assert r.lrange(keys().pending, 0, -1) == ["t5"]
 
-
-def test_an_async_publish_wakes_a_waiter_too(r, broker):
-    import asyncio
-
-    from django_redisq.events.publish import apublish
-    from tests.conftest import topology_settings
-
-    seed_processing(r, "t6", "w1")
-    rec = broker.durable.record("default", "t6", "wait#0", 0, "wait", due=("in", 60_000)).record
-    Waiters(Topics(broker)).register("orders", Waiter("default", "t6", "wait#0", {"id": 9}, rec.due))
-    assert broker.durable.suspend("default", "w1", "t6", "wait#0", 0) == SCHEDULED
-    with topology_settings(TOPICS={"orders": {}}):
-        entry = asyncio.run(apublish("orders", {"id": 9}))
-    assert broker.durable.load("default", "t6")[1]["wait#0"].event == entry and r.zscore(keys().scheduled, "t6") is None
