@@ -151,6 +151,30 @@ class WorkerLost(RedisQError):
     """
 
 
+class StepError(RedisQError):
+    """A durable task's steps broke a rule: a name used twice in one run, or steps in another order than recorded.
+
+    It fails the attempt, never retried (another attempt would meet the same code), so the task is
+    dead-lettered with this message; fix the code, then replay it (django_redisq/durable/).
+    """
+
+
+class WaitTimeout(RedisQError, TimeoutError):
+    """``context.wait_for`` saw no matching event within its timeout (raised in the task; not retried)."""
+
+
+class Suspended(BaseException):
+    """Raised by a durable task's sleep or wait to end its attempt without failing it (caught by the worker).
+
+    A ``BaseException``, so a task's ``except Exception`` does not swallow it; the worker settles the
+    attempt with suspend.lua, scheduling the task at the step's due time (or until its event comes).
+    """
+
+    def __init__(self, step: str, kind: str) -> None:
+        super().__init__(f"suspended in {kind} {step!r}")
+        self.step, self.kind = step, kind
+
+
 class UnknownQueue(RedisQError, LookupError):
     """A queue (or backend) the settings do not name, perhaps removed since its tasks were stored."""
 

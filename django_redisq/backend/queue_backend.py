@@ -23,6 +23,7 @@ from django_redisq.core import tracing
 from django_redisq.core.fit import Fit
 from django_redisq.core.metadata import encode as encode_metadata
 from django_redisq.core.options import Options
+from django_redisq.durable.context import DurableContext
 from django_redisq.exceptions import InvalidArguments, TaskNotFound
 from django_redisq.progress import Progress
 from django_redisq.settings import discovery
@@ -73,8 +74,8 @@ class RedisQueueBackend(BaseTaskBackend):
     supports_metadata = True  # Task.metadata and save_metadata(), where the running Django has them
     result_class: type[TaskResult] = TaskResult
     """The results this backend and its workers build (a subclass may give others; the tests' stand-ins do)."""
-    context_class: type[TaskContext] = TaskContext
-    """The ``TaskContext`` a worker gives a task that takes one."""
+    context_class: type[TaskContext] = DurableContext
+    """The ``TaskContext`` a worker gives a task that takes one: with durable steps, sleeps and waits (durable/)."""
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)

@@ -24,11 +24,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.db import transaction
 
 from django_redisq.core import tracing
 from django_redisq.core.message import encode_arguments
 from django_redisq.core.options import NAME_RE, Options
+from django_redisq.durable.wake import wake_waiters
 from django_redisq.events.subscriptions import publish_plan
 from django_redisq.exceptions import InvalidArguments, RedisQError
 from django_redisq.store.server import reaching
@@ -85,14 +87,18 @@ async def apublish(topic: str, payload: dict[str, Any], *, backend: str = "defau
     be = _backend(backend)
     text, groups = _checked(be.conf, topic, payload)
     with tracing.publish(topic) as span, reaching(be.conf):
-        entry_id = await Topics(be.broker).apublish(topic, text, groups, tracing.carrier_json(span.carrier))
+        entry_id, waiting = await Topics(be.broker).apublish_counted(topic, text, groups, tracing.carrier_json(span.carrier))
+        if waiting:  # durable tasks wait on this topic: woken as publish does, on a thread (a few round trips)
+            await sync_to_async(wake_waiters, thread_sensitive=False)(be.broker, topic, entry_id, text)
         span.identify([entry_id])
         return entry_id
 
 
 def _send(be: Backend, topic: str, text: str, groups: list[tuple[str, str]], parent: Any = None) -> str:
     with tracing.publish(topic, parent) as span, reaching(be.conf):  # reaching: Redis out of reach is one clear error
-        entry_id = Topics(be.broker).publish(topic, text, groups, tracing.carrier_json(span.carrier))
+        entry_id, waiting = Topics(be.broker).publish_counted(topic, text, groups, tracing.carrier_json(span.carrier))
+        if waiting:  # durable tasks wait on this topic (context.wait_for): wake the ones it matches
+            wake_waiters(be.broker, topic, entry_id, text)
         span.identify([entry_id])
         return entry_id
 

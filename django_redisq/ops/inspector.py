@@ -18,13 +18,15 @@ from django.utils.module_loading import import_string
 
 from django_redisq.backend import RedisQueueBackend
 from django_redisq.core.clock import ms_to_datetime
-from django_redisq.exceptions import RedisQError, UnknownQueue
+from django_redisq.exceptions import RedisQError, TaskNotFound, UnknownQueue
 from django_redisq.schedules.registry import Schedule, load
 from django_redisq.settings.read import get_options
+from django_redisq.store.broker import Broker
 from django_redisq.store.reads.dead_scan import DeadFilter
 from django_redisq.store.reads.queues import QueueReads
 from django_redisq.store.reads.records import Attempt, Pagination, QueueFigures, QueueStats, Scan, TaskDetail, TaskRow, WorkerInfo
 from django_redisq.store.server import EmbeddedServer, embedded_server
+from django_redisq.store.steps.durable import StepRecord
 
 __all__ = [
     "Attempt",
@@ -35,6 +37,7 @@ __all__ = [
     "QueueStats",
     "Scan",
     "ScheduleRow",
+    "StepRecord",
     "TaskDetail",
     "TaskRow",
     "UnknownQueue",
@@ -66,6 +69,13 @@ class Inspector(QueueReads):
         if alias not in backend_aliases():
             raise UnknownQueue(f"TASKS has no django_redisq backend {alias!r}")
         return cls(get_options(alias))
+
+    def steps(self, queue: str, task_id: str) -> list[StepRecord]:
+        """A durable task's recorded steps, sleeps and waits, in the order they ran (none: an empty list)."""
+        try:
+            return sorted(Broker(self.options, self.client).durable.load(queue, task_id)[1].values(), key=lambda x: x.index)
+        except TaskNotFound:
+            return []
 
     def embedded(self) -> EmbeddedServer:
         """The backend's embedded server (``EMBEDDED``), to report on or stop; it is not started by asking."""

@@ -61,6 +61,10 @@ class Operations:
         self.inspector = inspector
         self.broker = broker or Broker(inspector.options, inspector.client)
 
+    def clear_step(self, queue: str, task_id: str, name: str) -> bool:
+        """Forget a durable task's recorded step so its next run calls it again (not while it runs: ``ValueError``)."""
+        return self.broker.durable.clear(queue, task_id, name)
+
     def check(self, action: str, queue: str, to: str | None = None) -> None:
         """Refuse an unknown action, or a queue the settings do not name, before anything changes."""
         if action not in ACTIONS:

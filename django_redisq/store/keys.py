@@ -73,6 +73,8 @@ Events (store/topics/steps.py): a topic's keys share the hash tag ``{topic:<name
 ``T:gen``                          HASH    subscription -> its generation: bumped by a rewind, part of the task ids
 ``T:meta``                         HASH    ``dropped`` / ``dropped:<subscription>``: entries the hard cap
                                            trimmed before (every / that) subscription turned them into tasks
+``T:waiters``                      HASH    ``<queue>|<id>|<step>`` -> JSON ``{"match", "due"}``: durable tasks waiting
+                                           for an event (store/topics/waiters.py); dropped when woken or past due
 =================================  ======  =================================================
 
 ``T`` is ``<KEY_PREFIX>:{topic:<name>}``.
@@ -92,7 +94,9 @@ not 0), ``maxr`` / ``rate`` (its own fleet-wide limits, when it has them), ``slo
 ``idem`` (the user idempotency key), ``reason`` (why it was dead-lettered:
 ``failed``, ``timeout``, ``cancelled``, ``bad_message``, ...),
 ``errors_len`` / ``errors_dropped`` (see store/scripts/lib/errors.lua), ``replayed``,
-``edited`` (replays with arguments edited in the admin), ``replayed_from``, ``moving_to`` (a dead letter being replayed into that queue).
+``edited`` (replays with arguments edited in the admin), ``replayed_from``, ``moving_to`` (a dead letter being replayed into that queue),
+``step:<name>`` (a durable task's recorded step, sleep or wait: store/steps/durable.py; kept with the task, its
+dead letter included, so a replay resumes after the last one).
 
 A workflow (workflows/canvas.py, workflows.py) keeps its bookkeeping in a hash-tag slot of its own,
 ``W`` = ``<KEY_PREFIX>:{wf:<id>}``; its steps are ordinary tasks in their queues' slots:
@@ -237,7 +241,7 @@ class WorkflowKeys:
 class TopicKeys:
     """Key names of one topic (events), in the topic's own slot: ``<prefix>:{topic:<name>}:...``."""
 
-    __slots__ = ("gen", "meta", "prefix", "stream", "topic")
+    __slots__ = ("gen", "meta", "prefix", "stream", "topic", "waiters")
 
     def __init__(self, topic: str, key_prefix: str = DEFAULT_PREFIX) -> None:
         self.topic = topic
@@ -245,3 +249,4 @@ class TopicKeys:
         self.stream = self.prefix + "stream"
         self.gen = self.prefix + "gen"
         self.meta = self.prefix + "meta"
+        self.waiters = self.prefix + "waiters"

@@ -512,3 +512,70 @@ def windowed(n: int) -> int:
     """Records each run: debounced or throttled with ``using(idempotency_key=..., debounce=... / throttle=...)``."""
     _effects().rpush(WINDOW_RUNS, f"{n}|{time.time():.6f}")
     return n
+
+
+# -- durable tasks (django_redisq/durable/; tests/durable/) ---------------------------------------------
+
+
+def _effect(key: str, pause: float = 0.0) -> int:
+    """A step's effect: counted at once (so a kill during ``pause`` shows as a run that was not recorded)."""
+    n = record(key)
+    time.sleep(pause)
+    return n
+
+
+def _flaky_effect(key: str, fail_times: int) -> int:
+    n = record(key)
+    if n <= fail_times:
+        raise ValueError(f"step failure {n} of {fail_times}")
+    return n
+
+
+@task(takes_context=True, max_retries=5, backoff_base=0.01, backoff_max=0.02)
+def three_steps(context: Any, key: str, fail_third: int, pause: float = 0.0) -> list[int]:
+    """Three steps, the third failing ``fail_third`` times; ``pause`` seconds inside each step and between them."""
+    one = context.step("one", _effect, f"{key}:one", pause)
+    time.sleep(pause)
+    two = context.step("two", _effect, f"{key}:two", pause)
+    time.sleep(pause)
+    three = context.step("three", _flaky_effect, f"{key}:three", fail_third)
+    return [one, two, three]
+
+
+@task(takes_context=True)
+async def three_steps_async(context: Any, key: str, fail_third: int) -> list[int]:
+    one = await context.astep("one", _effect, f"{key}:one")
+    two = await context.astep("two", _effect, f"{key}:two")
+    three = await context.astep("three", _flaky_effect, f"{key}:three", fail_third)
+    return [one, two, three]
+
+
+@task(takes_context=True, max_retries=0)
+def durable_sleeper(context: Any, key: str, seconds: float) -> int:
+    context.step("before", _effect, f"{key}:before")
+    context.sleep(seconds)
+    return cast("int", context.step("after", _effect, f"{key}:after"))
+
+
+@task(takes_context=True, max_retries=0)
+def durable_waiter(context: Any, key: str, topic: str, timeout: float) -> Any:
+    context.step("before", _effect, f"{key}:before")
+    event = context.wait_for(topic, match={"key": key}, timeout=timeout)
+    context.step("after", _effect, f"{key}:after")
+    return event
+
+
+@task(takes_context=True, max_retries=0)
+def reuses_a_step_name(context: Any, key: str) -> None:
+    context.step("same", _effect, f"{key}:a")
+    context.step("same", _effect, f"{key}:b")
+
+
+@task(takes_context=True, max_retries=2, backoff_base=0.01, backoff_max=0.02)
+def reorders_its_steps(context: Any, key: str) -> None:
+    """The first attempt runs a then fails; the second runs b first: the order changed."""
+    first = record(f"{key}:attempt") == 1
+    for name in ("a", "b") if first else ("b", "a"):
+        context.step(name, _effect, f"{key}:{name}")
+    if first:
+        raise ValueError("fail once")

@@ -1,6 +1,9 @@
 """``manage.py redisq task ID``: one task in any state, with its progress as a bar.
 
-    redisq task ID [--queue Q] [--json]
+    redisq task ID [--queue Q] [--clear-step NAME] [--json]
+
+A durable task's recorded steps, sleeps and waits are listed (name, when, how long, result
+size); ``--clear-step`` forgets one (not while the task runs) so its next run calls it again.
 
 A subcommand family of redisq.py (its ``FAMILIES``). Exit 0 with the task shown,
 1 when there is no such task, 2 for an id that cannot be one, 3 when Redis is
@@ -14,11 +17,12 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from django_redisq.core.clock import ms_to_datetime
 from django_redisq.core.partitions import logical
 from django_redisq.management.cli import out
 from django_redisq.management.cli.text import printable
-from django_redisq.ops.inspector import Inspector
-from django_redisq.ops.operations import TASK_ID_RE
+from django_redisq.ops.inspector import Inspector, StepRecord
+from django_redisq.ops.operations import TASK_ID_RE, Operations
 from django_redisq.progress import Progress
 
 BAR_WIDTH = 30
@@ -28,6 +32,8 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("task", help="one task in any state: its state, attempts, progress (as a bar) and result")
     p.add_argument("task_id", metavar="ID", help="the task's id (result.id)")
     p.add_argument("--queue", dest="task_queue", metavar="Q", help="look only in this queue (default: every configured queue)")
+    p.add_argument("--clear-step", dest="clear_step", metavar="NAME",
+                   help="forget this recorded step of a durable task, so its next run calls it again")
 
 
 def bar(progress: Progress, width: int = BAR_WIDTH) -> str:
@@ -62,6 +68,29 @@ def run(command: BaseCommand, ins: Inspector, opts: dict[str, Any]) -> None:
     if detail.attempts:
         last = detail.attempts[-1]
         lines.append(f"error:     {printable(last.exc)}: {printable(last.message[:200])}")
+    held_in = where or ""  # found: the queue (a partition's name) that holds it
+    steps = ins.steps(held_in, task_id)
+    if opts.get("clear_step"):
+        _clear(ins, held_in, task_id, opts["clear_step"], steps)
+        steps = ins.steps(held_in, task_id)
+    lines += [step_line(x) for x in steps]
     data = asdict(detail)
+    data["steps"] = [asdict(x) for x in steps]
     data["progress"] = detail.progress.as_dict() if detail.progress is not None else None
     out.emit(command, opts, data, "\n".join(lines))
+
+
+def step_line(x: StepRecord) -> str:
+    """``step:     #0 charge  2026-01-01 10:00:00+00:00  took 12 ms  34 bytes`` (a sleep or wait: its due time)."""
+    what = {"step": f"took {x.took} ms  {x.size} bytes", "sleep": f"until {ms_to_datetime(x.due)}",
+            "wait": f"{x.state}{f' (event {x.event}, {x.took} ms)' if x.event else ''} until {ms_to_datetime(x.due)}"}
+    return f"{x.kind + ':':<10} #{x.index} {printable(x.name)}  {ms_to_datetime(x.at)}  {what.get(x.kind, '')}"
+
+
+def _clear(ins: Inspector, queue: str, task_id: str, name: str, steps: list[StepRecord]) -> None:
+    if name not in {x.name for x in steps}:
+        raise CommandError(f"task {task_id!r} has no recorded step {name!r}", returncode=out.FAILED)
+    try:
+        Operations(ins).clear_step(queue, task_id, name)
+    except ValueError as exc:
+        raise CommandError(str(exc), returncode=out.FAILED) from None

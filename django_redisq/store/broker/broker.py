@@ -10,7 +10,8 @@ each built with the same ``ScriptRunner`` (store/scripts/runner.py):
 ``broker.operator`` (replay, purge, cancel, moves, pausing a queue:
 store/steps/operator.py), ``broker.schedules`` (store/steps/schedules.py),
 ``broker.presence`` (store/steps/presence.py), ``broker.running``
-(store/steps/running.py) and ``broker.progress`` (store/steps/progress.py).
+(store/steps/running.py), ``broker.progress`` (store/steps/progress.py) and ``broker.durable``
+(store/steps/durable.py).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from django_redisq.store.reads.durations import MAX_NAMES, TTL_MS, triples
 from django_redisq.store.scripts.durable import settled
 from django_redisq.store.scripts.runner import ScriptRunner, ms
 from django_redisq.store.steps import reaping
+from django_redisq.store.steps.durable import DurableSteps
 from django_redisq.store.steps.operator import OperatorSteps
 from django_redisq.store.steps.presence import PresenceSteps
 from django_redisq.store.steps.progress import ProgressSteps
@@ -65,6 +67,7 @@ class Broker:
         self.presence = PresenceSteps(self.scripts)
         self.running = RunningMarks(self.scripts)
         self.progress = ProgressSteps(self.scripts)
+        self.durable = DurableSteps(self.scripts)
         self._plain: PlainEnqueue | Literal[False] | None = None  # made on the first plain enqueue (False: none for this client)
 
     @classmethod

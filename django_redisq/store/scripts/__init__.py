@@ -57,6 +57,14 @@ NAMES = (
     "topic_rewind",
     "topic_prune",
     "bury_event",
+    # durable tasks (store/steps/durable.py, store/topics/waiters.py)
+    "step_load",
+    "step_record",
+    "step_clear",
+    "suspend",
+    "wait_register",
+    "wait_wake",
+    "wait_drop",
 )
 
 INCLUDE = re.compile(r"^--! include ([A-Za-z0-9_]+\.lua)[ \t]*$", re.MULTILINE)

@@ -6,16 +6,18 @@
 -- KEYS[1] -> T:stream  (STREAM; created by the first publish or group)
 -- KEYS[2] -> T:gen     (HASH subscription -> generation; 0 for a group made here)
 -- KEYS[3] -> T:meta    (HASH: 'acked:<group>' read; 'regrouped:<group>', 'regrouped' incremented)
+-- KEYS[4] -> T:waiters (HASH, durable tasks waiting for an event: wait_register.lua): counted only
 -- ARGV[1] -> the payload JSON (a JSON object, checked by the caller): the entry's field p
 -- ARGV[2] -> the publisher's trace context (JSON object of W3C fields, core/tracing.py): the entry's
 --            field tc; '' -> no field (tracing off: nothing more is written)
 -- ARGV[3] -> n: the consumer groups that follow, 2 ARGV each: group name, start id ('$' or '0')
 --            (an existing group is left as it is)
 --
--- Returns: {the new entry's id ('<ms>-<seq>', Redis time), group_1, at_1, ...}: then each
---   recreated group with the id it was recreated at
+-- Returns: {the new entry's id ('<ms>-<seq>', Redis time), waiters (HLEN of KEYS[4]: the caller
+--   matches them only when there are any), group_1, at_1, ...}: then each recreated group with the
+--   id it was recreated at
 --! include topic_group.lua
-local out = {''}
+local out = {'', 0}
 for i = 0, tonumber(ARGV[3]) - 1 do
   local got = ensure_group(KEYS[1], KEYS[2], KEYS[3], ARGV[4 + 2 * i], ARGV[5 + 2 * i])
   if type(got) == 'string' then
@@ -28,4 +30,5 @@ if ARGV[2] ~= '' then
 else
   out[1] = redis.call('XADD', KEYS[1], '*', 'p', ARGV[1])
 end
+if redis.call('TYPE', KEYS[4])['ok'] == 'hash' then out[2] = redis.call('HLEN', KEYS[4]) end
 return out

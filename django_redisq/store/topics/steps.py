@@ -65,8 +65,18 @@ class Topics:
         reply, so the two paths cannot drift."""
         from django_redisq.store.scripts.async_runner import AsyncScriptRunner  # a sync process never loads the async steps
 
+        return (await self.apublish_counted(topic, payload_json, groups, trace_json, AsyncScriptRunner(self.broker.options)))[0]
+
+    async def apublish_counted(self, topic: str, payload_json: str, groups: Sequence[tuple[str, str]] = (),
+                               trace_json: str = "", runner: Any = None) -> tuple[str, int]:
+        """``apublish``, and how many durable tasks wait on the topic (as ``publish_counted``)."""
+        if runner is None:
+            from django_redisq.store.scripts.async_runner import AsyncScriptRunner  # as in apublish
+
+            runner = AsyncScriptRunner(self.broker.options)
         keys, argv = self.publish_call(topic, payload_json, groups, trace_json)
-        return self.published(topic, await AsyncScriptRunner(self.broker.options).run("topic_publish", keys, argv))
+        reply = await runner.run("topic_publish", keys, argv)
+        return self.published(topic, reply), int(reply[1])
 
     def publish_call(self, topic: str, payload_json: str, groups: Sequence[tuple[str, str]], trace_json: str) -> tuple[list[str], list[Any]]:
         """The KEYS and ARGV of topic_publish.lua for one event."""
@@ -74,12 +84,19 @@ class Topics:
         argv: list[Any] = [payload_json, trace_json, len(groups)]
         for name, start in groups:
             argv += [name, start]
-        return [k.stream, k.gen, k.meta], argv
+        return [k.stream, k.gen, k.meta, k.waiters], argv
+
+    def publish_counted(self, topic: str, payload_json: str, groups: Sequence[tuple[str, str]] = (),
+                        trace_json: str = "") -> tuple[str, int]:
+        """``publish``, and how many durable tasks wait on the topic (store/topics/waiters.py): matched only if any."""
+        keys, argv = self.publish_call(topic, payload_json, groups, trace_json)
+        reply = self.broker.scripts.run("topic_publish", keys=keys, args=argv)
+        return self.published(topic, reply), int(reply[1])
 
     @staticmethod
     def published(topic: str, reply: Any) -> str:
-        """The entry id in topic_publish.lua's reply; the groups it recreated are logged."""
-        warn_regrouped(topic, _regrouped(reply[1:]))
+        """The entry id in topic_publish.lua's reply (then the topic's waiters, then the groups it recreated: logged)."""
+        warn_regrouped(topic, _regrouped(reply[2:]))
         return _text(reply[0])
 
     def ensure_groups(self, topic: str, groups: list[tuple[str, str]]) -> list[Regrouped]:

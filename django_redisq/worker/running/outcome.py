@@ -19,20 +19,21 @@ from typing import Any
 
 import asgiref
 
-from django_redisq.compat import Task
+from django_redisq.compat import Task, TaskResultStatus
 from django_redisq.core.backoff import call_backoff, compute_backoff
 from django_redisq.core.options import Options
-from django_redisq.exceptions import InvalidBackoff, RedisQError, Retry, TaskCancelled, TaskTimeout, WorkerLost
+from django_redisq.exceptions import InvalidBackoff, RedisQError, Retry, Suspended, TaskCancelled, TaskTimeout, WorkerLost
 from django_redisq.store.steps.replies import Delivery
 from django_redisq.task import RedisTask
 
 MAX_TRACEBACK = 32 * 1024
-SUCCESS, RETRY, DEAD = "success", "retry", "dead"
+SUCCESS, RETRY, DEAD, SUSPEND = "success", "retry", "dead", "suspend"
+"""``SUSPEND``: a durable task's sleep or wait ended the attempt (django_redisq/durable/): not a failure."""
 
 
 @dataclass(slots=True)
 class Outcome:
-    kind: str  # SUCCESS, RETRY or DEAD
+    kind: str  # SUCCESS, RETRY, DEAD or SUSPEND
     result_json: str = "null"
     error: dict[str, Any] = field(default_factory=dict)
     delay_ms: int = 0
@@ -41,6 +42,7 @@ class Outcome:
     task_name: str = ""
     duration: float = 0.0
     metadata: str | None = None  # the task's metadata as JSON, to save before settling; None: unchanged (core/metadata.py)
+    step: str = ""  # SUSPEND: the sleep's or wait's step name, whose record says until when (suspend.lua)
     trace_from: str = ""  # the attempt's span as a traceparent (core/tracing.py): what the workflow steps it releases link to
 
 
@@ -135,3 +137,9 @@ def failure(task: Task, exc: BaseException, d: Delivery, max_retries: int, opts:
     else:
         reason = "failed" if retryable or failures > max_retries else "not_retryable"
     return Outcome(DEAD, error=error, reason=reason, failed=True)
+
+
+def suspension(exc: Suspended, result: Any, task_name: str, duration: float, metadata: str | None) -> Outcome:
+    """The outcome of an attempt a durable sleep or wait ended: not failed; the task is READY again (suspend.lua)."""
+    object.__setattr__(result, "status", TaskResultStatus.READY)
+    return Outcome(SUSPEND, reason=exc.kind, step=exc.step, task_name=task_name, duration=duration, metadata=metadata)

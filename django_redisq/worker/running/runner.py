@@ -46,13 +46,14 @@ from django_redisq.core.message import Message, decode
 from django_redisq.core.metadata import attach, stored
 from django_redisq.core.options import Options
 from django_redisq.core.partitions import logical
+from django_redisq.durable.context import attach_journal
 from django_redisq.events import lifecycle
-from django_redisq.exceptions import BadMessage, TaskCancelled, TaskTimeout, UnknownSchema
+from django_redisq.exceptions import BadMessage, Suspended, TaskCancelled, TaskTimeout, UnknownSchema
 from django_redisq.store.broker import Broker
 from django_redisq.store.steps.replies import Delivery
 from django_redisq.task import RedisTask, get_registered
 from django_redisq.worker.running.attempt import Attempt, Prepared
-from django_redisq.worker.running.outcome import DEAD, RETRY, Outcome, error_dict, failure
+from django_redisq.worker.running.outcome import DEAD, RETRY, Outcome, error_dict, failure, suspension
 from django_redisq.worker.running.progress import ProgressWriter
 from django_redisq.worker.running.reporting import ErrorReporter
 from django_redisq.worker.running.timelimit import Handle, arm, disarm, interrupt
@@ -167,6 +168,8 @@ class Runner:
         )
         attach(result, stored(d.metadata, message.metadata))  # where Django has metadata: the last saved, else the enqueued
         context = prep.context_class(task_result=result) if prep.task.takes_context else None
+        self._broker = self._broker or Broker(self.options)  # built where tasks run (progress, durable steps)
+        attach_journal(context, self._broker, d.queue, d.id, opts.result_max_bytes)  # durable steps, sleeps, waits
         args = [context, *message.args] if context is not None else message.args
         return Attempt(d, message, prep, result, args, _limit(message, prep, opts), max_retries, opts, context=context,
                        worker_id=worker_id)
@@ -300,8 +303,7 @@ class Runner:
     @contextmanager
     def _progress(self, a: Attempt) -> Iterator[None]:
         """``report_progress`` of the attempt's task goes to a writer of its own, flushed when the call ends."""
-        if self._broker is None:
-            self._broker = Broker(self.options)
+        self._broker = self._broker or Broker(self.options)
         writer = ProgressWriter(partial(self._save_progress, self._broker, a), a.d.deliveries)
         token = progress.current.set(writer)
         try:
@@ -351,6 +353,8 @@ class Runner:
         return Outcome("success", result_json=result_json, task_name=a.message.task, duration=duration, metadata=a.metadata)
 
     def _failed(self, a: Attempt, exc: BaseException, duration: float) -> Outcome:
+        if isinstance(exc, Suspended):  # a durable sleep or wait: the attempt ends, not failed (suspend.lua)
+            return suspension(exc, a.result, a.message.task, duration, a.metadata)
         if isinstance(exc, TaskTimeout) and exc.limit is None and exc.args == TaskTimeout().args and a.limit:
             exc.limit = a.limit
             exc.args = (f"{a.message.task} exceeded its time limit of {a.limit:g} s (ran {duration:.3g} s)",)

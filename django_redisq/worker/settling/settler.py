@@ -30,7 +30,7 @@ from typing import Any
 
 from django_redisq.store.broker import Broker
 from django_redisq.store.steps.replies import Delivery
-from django_redisq.worker.running.outcome import DEAD, RETRY, SUCCESS, Outcome, error_dict
+from django_redisq.worker.running.outcome import DEAD, RETRY, SUCCESS, SUSPEND, Outcome, error_dict
 from django_redisq.worker.settling.hooks import DEAD_LETTERED, LEASE_LOST, RETRIED, Batch, SettleHook
 from django_redisq.worker.settling.steps import SETTLE_TRIES, Landing, SettleFailed, StepResult, StepRunner
 
@@ -120,7 +120,7 @@ class Settler:
             self._ack(batch, hold | broken.keys(), broken)
             for d, o in batch:
                 if o.kind != SUCCESS and (d.queue, d.id) not in broken:
-                    failed = self._retry(d, o) if o.kind == RETRY else self._bury(d, o)
+                    failed = self._retry(d, o) if o.kind == RETRY else self._suspend(d, o) if o.kind == SUSPEND else self._bury(d, o)
                     if failed is not None:
                         broken[(d.queue, d.id)] = failed
             for i, (d, o) in enumerate(batch):
@@ -219,6 +219,15 @@ class Settler:
         done = self.steps.run(partial(self.broker.retry, d.queue, self.worker_id, d.id, o.delay_ms, o.error), f"retrying {d.id}")
         # False: dead-lettered instead (a cancel request came while it ran)
         self._tell(done, RETRIED if done.value else DEAD_LETTERED, d, o)
+        return done.failure
+
+    def _suspend(self, d: Delivery, o: Outcome) -> SettleFailed | None:
+        """A durable task's sleep or wait: scheduled at its step's due time, holding nothing (suspend.lua)."""
+        aside = int(self.broker.options.for_queue(d.queue).dead_letter_ttl * 1000)
+        done = self.steps.run(partial(self.broker.durable.suspend, d.queue, self.worker_id, d.id, o.step, aside),
+                              f"suspending {d.id}")
+        if done.landing is Landing.LOST:
+            self._after_step(LEASE_LOST, d, o)
         return done.failure
 
     def _bury(self, d: Delivery, o: Outcome) -> SettleFailed | None:
