@@ -40,7 +40,8 @@ key                                type    meaning
 ``P:reaper``                       STRING  the worker that polls the queue's presence, for a short lease
 ``P:worker:<worker>``              STRING  JSON about a live worker (host, pid, queues)
 ``P:t:<id>``                       HASH    the task: message, state, attempts, errors, result
-``P:status:<id>``                  STRING  idempotency guard: ``running:<worker>`` or ``success``
+``P:status:<id>``                  STRING  idempotency guard: ``running:<worker>`` (the claim; left to lapse
+                                           after the ack) or ``success`` (the late ack of a lost lease)
 ``P:idem:<key>``                   STRING  user idempotency key -> id of the task holding it
 ``P:cancels``                      HASH    task id -> ``<Redis ms>|<who>``: cancel requests for running
                                            tasks (store/scripts/cancel.lua), polled by their workers; deleted
