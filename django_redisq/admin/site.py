@@ -33,6 +33,7 @@ from django_redisq.admin.display import chart, duration, percentile_time
 from django_redisq.admin.edit import edit_form, edit_view
 from django_redisq.admin.pause import queue_action_view
 from django_redisq.admin.schedules import schedule_action_view, schedules_view
+from django_redisq.admin.steps import clear_step_view, steps_shown
 from django_redisq.admin.topics import topic_rewind_view, topics_view
 from django_redisq.admin.workflow import workflow_view, workflows_view
 from django_redisq.exceptions import RedisError, RedisUnavailable
@@ -67,6 +68,7 @@ class DeadLetterAdmin(admin.ModelAdmin):
             path("task/<str:alias>/<str:queue>/<str:task_id>/edit/", wrap(self.edit_view), name=f"{name}_edit"),
             path("action/", wrap(self.action_view), name=f"{name}_action"),
             path("cancel/", wrap(self.cancel_view), name=f"{name}_cancel"),
+            path("step/clear/", wrap(self.clear_step_view), name=f"{name}_clear_step"),  # durable steps (admin/steps.py)
             path("schedules/", wrap(self.schedules_view), name=f"{name}_schedules"),
             path("schedules/action/", wrap(self.schedule_action_view), name=f"{name}_schedule_action"),
             path("workflow/<str:alias>/<str:workflow_id>/", wrap(self.workflow_view), name=f"{name}_workflow"),
@@ -200,6 +202,7 @@ class DeadLetterAdmin(admin.ModelAdmin):
             targets=[q for q in ins.queues if q != queue],
             workers=list(Counter(detail.workers).items()),  # one per delivery: shown once each, with a count
             workflow=workflow_of(detail.row.id),  # a workflow step links to its workflow's page (admin/workflow.py)
+            steps=steps_shown(ins, queue, task_id),  # a durable task's recorded steps (admin/steps.py)
         )
         if detail.dead_score and not detail.message_error and self.has_edit_permission(request):
             context["edit_form"] = form or edit_form(detail, ins.options.max_message_bytes)
@@ -220,6 +223,10 @@ class DeadLetterAdmin(admin.ModelAdmin):
     def workflows_view(self, request: HttpRequest) -> TemplateResponse:
         """The newest workflows, a page at a time (admin/workflow.py)."""
         return workflows_view(self, request)
+
+    def clear_step_view(self, request: HttpRequest) -> HttpResponse:
+        """Forget a durable task's recorded step (admin/steps.py)."""
+        return clear_step_view(self, request)
 
     def cancel_view(self, request: HttpRequest) -> HttpResponse:
         """Cancel tasks selected on a pending, scheduled or running list (admin/cancel.py)."""

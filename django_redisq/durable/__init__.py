@@ -2,7 +2,7 @@
 
 ``RedisQueueBackend.context_class`` is ``DurableContext``: a task declared
 ``@task(takes_context=True)`` calls ``context.step(...)``, ``context.sleep(...)`` and
-``context.wait_for(...)`` (docs/how-to/durable-tasks.md). The journal (``journal.py``) keeps
+``context.wait_for(...)`` (docs/howto/durable.md). The journal (``journal.py``) keeps
 the rules; the records live in the task hash (store/steps/durable.py).
 """
 

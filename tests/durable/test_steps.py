@@ -84,3 +84,33 @@ def test_redisq_task_lists_the_steps_and_an_operator_clears_one_to_run_it_again(
     assert len(lines) == 3 and "#0 one" in lines[0] and "took" in lines[0] and "1 bytes" in lines[0]
     call_command("redisq", "task", res.id, "--clear-step", "two", stdout=StringIO())
     assert [x.name for x in Broker(get_options("default")).durable.load("default", res.id)[1].values()] == ["one", "three"]
+
+
+def test_the_admin_task_page_lists_the_steps_and_clears_one(r, admin_client, client, django_user_model):
+    """The task's page shows each recorded step; "Clear" (change permission, POST) forgets one and logs it; a
+    user with "view" only sees the steps and no button, and a POST of theirs is refused."""
+    from django.contrib.admin.models import LogEntry
+    from django.contrib.auth.models import Permission
+    from django.urls import reverse
+
+    res = tasks.three_steps.enqueue("admin", 0)
+    with serving("threads"):
+        assert wait_for(lambda: _finished(res), timeout=30)
+    page_url = reverse("admin:django_redisq_deadletter_detail", args=["default", "default", res.id])
+    page = admin_client.get(page_url).content.decode()
+    assert "Durable steps (3)" in page and page.count('class="redisq-step"') == 3 and "took" in page
+    assert page.count('class="redisq-clear-step"') == 3
+    clear = reverse("admin:django_redisq_deadletter_clear_step")
+    form = {"backend": "default", "queue": "default", "task_id": res.id, "step": "two"}
+    viewer = django_user_model.objects.create_user("viewer", password="pw", is_staff=True)
+    viewer.user_permissions.add(Permission.objects.get(codename="view_deadletter"))
+    client.force_login(viewer)
+    assert 'class="redisq-clear-step"' not in client.get(page_url).content.decode()
+    assert client.post(clear, form).status_code == 403
+    assert admin_client.get(clear).status_code == 405
+    done = admin_client.post(clear, form)
+    assert done.status_code == 302 and done["Location"] == page_url
+    assert [x.name for x in Broker(get_options("default")).durable.load("default", res.id)[1].values()] == ["one", "three"]
+    assert LogEntry.objects.filter(change_message__contains="Cleared durable step 'two'").count() == 1
+    after = admin_client.get(page_url).content.decode()
+    assert "Durable steps (2)" in after and "Cleared step" in after
