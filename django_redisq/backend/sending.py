@@ -89,7 +89,7 @@ _direct: dict[type, bool] = {}
 
 def ready_result(cls: type[TaskResult], task: Task, task_id: str, args: list[Any], kwargs: dict[str, Any], alias: str) -> TaskResult:
     """A call's READY result. Built field by field where the class is Django's own shape: its ``__post_init__`` only runs
-    ``normalize_json`` over arguments ``encode_arguments`` has normalized already, and the dataclass's ``__init__`` and
+    ``normalize_json`` over arguments ``encode_call`` has normalized already, and the dataclass's ``__init__`` and
     that pass were 6 us of the 40 us of Python a ``.delay()`` costs. A class with other fields (a newer Django, a
     project's own subclass) or its own ``__init__`` or ``__post_init__`` is built the ordinary way."""
     direct = _direct.get(cls)
