@@ -63,7 +63,7 @@ XDIST := -n $(XDIST_WORKERS) --dist loadgroup
 test: $(STAMP)
 	$(PY) -m pytest $(XDIST) --durations=40 $(if $(TEST_MARK),-m "$(TEST_MARK)")
 
-# the browser tests alone (headless Chromium): .ci/run runs them in its checks lane, beside make test TEST_MARK="not browser"
+# the browser tests alone (headless Chromium), e.g. after make test TEST_MARK="not browser"
 test-browser: $(STAMP)
 	$(PY) -m pytest $(XDIST) -q --durations=10 -m browser
 

@@ -314,7 +314,9 @@ def test_the_asyncio_pool_runs_hundreds_of_io_bound_tasks_at_once(r):
         settled(*results)
         took = time.monotonic() - start
     assert all(res.return_value == 0.5 for res in results)
-    assert took < 5, took  # one after another: 150 s
+    # one after another: 150 s; at once, 0.5 s plus the worker's start and 300 settles (2-4 s quiet, 5.3 s seen in a
+    # loaded CI run): any bound far below the serial time proves the point
+    assert took < 15, took
 
 
 def test_an_idle_asyncio_pool_settles_a_finished_task_at_once(r):
