@@ -81,11 +81,12 @@ PRIORITIES = st.sampled_from([0, 0, 0, 0, 0, 0, 0, 1, 7, 7, -1, -7, 100, -100])
 BAND = 2**44  # lib/ready.lua: a prioritized task's score is (100 - priority) * BAND + n
 DEFAULT_SCORE = 100 * BAND  # scores below it are priorities above 0: they run before the LIST
 
-OOM_MAY_COMPLETE = frozenset({"retry", "bury", "release", "promote", "replay", "reap", "worker_reaps"})
+OOM_MAY_COMPLETE = frozenset({"ack", "retry", "bury", "release", "promote", "replay", "reap", "worker_reaps"})
 """Steps that may run to the end while Redis answers OOM. Redis refuses a script only at its
 first write that may grow memory (a "denyoom" command), and only if it has written nothing
-yet; these scripts' first write is LREM / RPOP / ZREM (reap: when the first dead worker's list
-is empty), so they may complete, atomically. A fetch may too when its first write is one of
+yet; these scripts' first write is LREM / LTRIM / RPOP / ZREM (ack: the owned ids leave the
+processing list first, when the batch carries no run times; reap: when the first dead worker's
+list is empty), so they may complete, atomically. A fetch may too when its first write is one of
 those (BrokerMachine.fetch_may_complete). Every other write step must be refused, having
 changed nothing."""
 
