@@ -13,8 +13,8 @@ from django_redisq.core.clock import ms_to_datetime
 from django_redisq.core.message import OVERRIDES
 from django_redisq.core.metadata import attach, stored
 from django_redisq.core.states import STATE_TO_STATUS
+from django_redisq.store.reads.errors import stored_errors
 from django_redisq.store.reads.priority import stored_priority
-from django_redisq.store.reads.records import stored_errors
 from django_redisq.task import RedisTask
 from django_redisq.workflows.enqueue import waiting_result
 from django_redisq.workflows.port import Backend

@@ -17,9 +17,10 @@ A threshold left out is not checked. System checks E030-E032 report bad values.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from django_redisq.store.reads.records import QueueFigures
+if TYPE_CHECKING:  # a type only: the settings are read at every worker's start, the figures' shapes are not needed there
+    from django_redisq.store.reads.records import QueueFigures
 
 ALL = "*"
 THRESHOLDS = {"MAX_PENDING": int, "MAX_AGE": float, "MAX_DEAD": int, "MIN_WORKERS": int}

@@ -18,7 +18,7 @@ from typing import Any
 from django_redisq.compat import InvalidTask, Task, TaskError, TaskResult, TaskResultStatus
 from django_redisq.core.clock import ms_to_datetime
 from django_redisq.core.states import STATE_TO_STATUS
-from django_redisq.store.reads.records import stored_errors
+from django_redisq.store.reads.errors import stored_errors
 from django_redisq.workflows.port import Backend
 
 STEP_NOT_RUN = "django_redisq.workflows.enqueue.StepNotRun"

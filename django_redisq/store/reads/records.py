@@ -6,7 +6,6 @@ No Redis here; store/reads/queues.py and store/reads/tasks.py fill them in, ``In
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -17,9 +16,6 @@ from django_redisq.core.clock import ms_to_datetime
 from django_redisq.progress import Progress
 from django_redisq.store.reads.durations import TaskTimes
 
-ERRORS_FIRST = 1
-"""Attempts kept at the start of a long error history (``ERRORS_FIRST`` in store/scripts/lib/errors.lua)."""
-
 
 def pause_state(value: str | None) -> tuple[bool, datetime | None, str]:
     """A queue's pause key ``<Redis ms>|<who>`` as (paused, since, who); None: not paused."""
@@ -27,36 +23,6 @@ def pause_state(value: str | None) -> tuple[bool, datetime | None, str]:
         return False, None, ""
     since, _, who = str(value).partition("|")
     return True, ms_to_datetime(since), who
-
-
-def stored_errors(text: str | None, dropped: Any = None) -> list[dict[str, Any]]:
-    """A task hash's error history as ``{"exc", "msg", "tb", "at"}`` dicts, whatever shape was stored.
-
-    The scripts keep ``errors`` a JSON list of objects (store/scripts/lib/errors.lua), but
-    another producer or an older version may have left anything: what does not decode
-    is shown as text, never raised. A marker entry stands for the attempts left out
-    (``errors_dropped``) after the first ``ERRORS_FIRST``.
-    """
-    try:
-        value: Any = json.loads(text or "[]")
-    except (ValueError, TypeError, RecursionError):
-        value = [{"msg": "the stored error history does not decode", "tb": text or ""}]
-    if not isinstance(value, list):
-        value = [value]
-    out: list[dict[str, Any]] = []
-    for e in value:
-        if not isinstance(e, dict):
-            e = {"msg": e if isinstance(e, str) else json.dumps(e)}
-        out.append({"exc": str(e.get("exc") or ""), "msg": str(e.get("msg") or ""), "tb": str(e.get("tb") or ""),
-                    "at": e.get("at")})
-    try:
-        omitted = int(dropped or 0)
-    except (TypeError, ValueError):
-        omitted = 0
-    if omitted > 0 and out:
-        note = f"({omitted} attempts omitted)"
-        out.insert(ERRORS_FIRST, {"exc": "", "msg": note, "tb": note, "at": None})
-    return out
 
 
 @dataclass(slots=True)

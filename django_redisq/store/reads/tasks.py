@@ -33,8 +33,9 @@ from django_redisq.exceptions import UnknownQueue
 from django_redisq.progress import decode as decode_progress
 from django_redisq.store.keys import QueueKeys
 from django_redisq.store.reads.dead_scan import SCAN_CHUNK, DeadFilter, MergedDeadScan
+from django_redisq.store.reads.errors import stored_errors
 from django_redisq.store.reads.priority import ready_page, stored_priority
-from django_redisq.store.reads.records import Attempt, Pagination, Scan, TaskDetail, TaskRow, stored_errors
+from django_redisq.store.reads.records import Attempt, Pagination, Scan, TaskDetail, TaskRow
 from django_redisq.store.scripts.runner import ScriptRunner
 from django_redisq.store.steps.running import marked
 
