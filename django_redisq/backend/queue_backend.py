@@ -234,7 +234,7 @@ class RedisQueueBackend(BaseTaskBackend):
             if isinstance(task, RedisTask) and task.depends_on:  # a small workflow, stored from a thread
                 return await asyncio.to_thread(self._dependents, task, list(arg_sets), span)
             ready = batch(self, task, arg_sets, span)
-            outcomes = ready.outcomes(await asyncio.gather(*(self.abroker.enqueue(queue, items) for queue, items in ready.sends)))
+            outcomes = ready.outcomes(await asyncio.gather(*(self.abroker.enqueue(queue, items, fresh=True) for queue, items in ready.sends)))
             held = {holder: await self.abroker.get_task(holder, [task.queue_name]) for holder in holders(outcomes)}
             results, new = ready.results(self, outcomes, held)
             from django_redisq.store.broker.async_broker import send_enqueued  # the async steps load on first await, never in a worker

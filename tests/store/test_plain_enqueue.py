@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 import pytest
 import redis
 
 from django_redisq.compat import TaskResultStatus
+from django_redisq.connection.async_wire import WireProtocol
 from django_redisq.connection.wire import Wire
 from django_redisq.store.broker import Broker
 from django_redisq.store.reads.priority import MARKER
@@ -118,3 +120,77 @@ def test_a_plain_task_behind_wake_up_markers_is_counted_listed_and_run(r, make_w
     drain(make_worker, [urgent, plain])
     assert r.get(keys().counter("processed")) == "2" and r.llen(keys().pending) == 0
 
+
+
+# -- the same on the event loop (store/broker/async_broker.py) ------------------------------------------------------
+
+
+def test_a_plain_aenqueue_is_one_hset_and_one_lpush_on_the_redis_clock(r):
+    asyncio.run(tasks.add.aenqueue(1, 2))  # the broker's Redis clock is read
+    before = calls(r)
+    result = asyncio.run(tasks.add.aenqueue(3, 4))
+    after = calls(r)
+    sent = {name: after[name] - before.get(name, 0) for name in after if after[name] != before.get(name, 0)}
+    for handshake in ("info", "hello", "select", "client|setname", "client|setinfo"):  # asyncio.run: a new loop, a new connection
+        sent.pop(handshake, None)
+    assert sent == {"hset": 1, "lpush": 1}
+    stored = r.hgetall(keys().task(result.id))
+    assert stored["state"] == "pending" and stored["deliveries"] == "0" and stored["task"] == "tests.testapp.tasks.add"
+    assert abs(int(stored["enqueued_at"]) - redis_ms(r)) < 1000
+    assert result.enqueued_at is not None and int(result.enqueued_at.timestamp() * 1000) == int(stored["enqueued_at"])
+    assert where_is(r, result.id) == ["pending"]
+
+
+def test_an_aenqueue_that_needs_a_check_still_goes_through_the_script(r):
+    async def send() -> None:
+        await tasks.noop.using(priority=1).aenqueue(0)  # the script is loaded
+        before = command_calls(r, "evalsha")
+        await tasks.add.using(priority=5).aenqueue(1, 2)
+        await tasks.add.using(run_after=timedelta(seconds=60)).aenqueue(1, 2)
+        await tasks.charge.aenqueue(7)  # an idempotency key
+        assert command_calls(r, "evalsha") - before == 3
+
+    asyncio.run(send())
+    assert [where_is(r, x) for x in r.zrange(keys().scheduled, 0, -1)] == [["scheduled"]]
+
+
+def test_a_pending_list_of_the_wrong_type_is_set_aside_and_the_aenqueued_task_queued(r):
+    r.set(keys().pending, "written by another program")
+    result = asyncio.run(tasks.add.aenqueue(1, 2))
+    assert where_is(r, result.id) == ["pending"]
+    assert r.get(keys().pending + ":corrupt") == "written by another program"
+
+
+def test_a_connection_lost_mid_aenqueue_runs_the_task_once(r, make_worker, monkeypatch):
+    """The two commands ran, then the loop's connection failed before their replies: the aenqueue still answers
+    (enqueue_again.lua on a new connection), and the task runs once."""
+    real = WireProtocol.call_many
+
+    async def lost(self: WireProtocol, commands):
+        await real(self, commands)
+        self._abort(redis.ConnectionError, "the connection was lost before the replies")
+        raise redis.ConnectionError("the connection was lost before the replies")
+
+    monkeypatch.setattr(WireProtocol, "call_many", lost)
+    result = asyncio.run(tasks.add.aenqueue(2, 3))
+    monkeypatch.undo()
+    assert r.lrange(keys().pending, 0, -1) == [result.id, result.id]
+    drain(make_worker, [result])
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == 5
+    assert r.get(keys().counter("processed")) == "1"
+
+
+def test_a_connection_lost_before_the_aenqueue_was_sent_stores_it_once(r, make_worker, monkeypatch):
+    """Nothing ran: enqueue_again.lua stores and queues it, once."""
+
+    async def refused(self: WireProtocol, commands):
+        raise redis.ConnectionError("the connection was lost before the write")
+
+    monkeypatch.setattr(WireProtocol, "call_many", refused)
+    result = asyncio.run(tasks.add.aenqueue(4, 5))
+    monkeypatch.undo()
+    assert r.lrange(keys().pending, 0, -1) == [result.id]
+    drain(make_worker, [result])
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == 9

@@ -10,6 +10,13 @@ replies are read by ``Broker.enqueued`` / ``Broker.found_task`` (and the result
 by ``backend.build_result``), so both paths give the same results, and an
 argument added to a script changes one place.
 
+The common enqueue without a script (store/broker/plain.py) goes the same way
+here: a fresh plain task's ``HSET`` and the ``LPUSH`` back to back on the
+loop's own socket (``AsyncWire.execute_pinned``: never sent again after a
+loss), enqueue_again.lua when their outcome is unknown, and the broker's
+``Clock`` for the enqueue time. A wire with no socket of its own (a Cluster's
+or Sentinel's routing client) and ``DURABLE_REPLICAS`` keep enqueue.lua.
+
 Group commit. enqueue.lua stores any number of tasks in one atomic call, item
 after item, as ``enqueue_many`` does. An ``aenqueue`` on a queue with no enqueue
 in flight on this loop is sent at once, so a lone call waits for nothing; the
@@ -26,10 +33,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import redis
+
 from django_redisq.compat import LOOP_SAFE_RECEIVERS, TaskResult, task_enqueued
 from django_redisq.connection.async_pools import LoopPools
 from django_redisq.connection.async_wire import AsyncWire
 from django_redisq.store.broker.broker import Broker
+from django_redisq.store.broker.plain import plain, plain_commands
 from django_redisq.store.scripts.async_runner import AsyncScriptRunner
 from django_redisq.store.scripts.durable import refused
 from django_redisq.store.scripts.runner import on_wire
@@ -41,12 +51,16 @@ BATCH_BYTES = 4 << 20
 """And at most about this many bytes of messages (a single call's own tasks are never split)."""
 
 
+_Waiting = tuple[Sequence[NewTask], "asyncio.Future[list[Enqueued]]", bool]
+"""A call waiting for the next round trip: its tasks, its caller's future, whether their ids are fresh (plain.py)."""
+
+
 @dataclass
 class _Batch:
     """The enqueues of one loop to one queue: whether one is in flight, and who waits to go next."""
 
     busy: bool = False
-    waiting: list[tuple[Sequence[NewTask], asyncio.Future[list[Enqueued]]]] = field(default_factory=list)
+    waiting: list[_Waiting] = field(default_factory=list)
     flushes: set[asyncio.Task[None]] = field(default_factory=set)  # the loop keeps only weak references
 
 
@@ -65,11 +79,35 @@ class AsyncBroker:
         self.scripts = AsyncScriptRunner(broker.options)
         self._batch_keys: dict[str, tuple[str, ...]] = {}
 
-    async def _enqueue_now(self, queue: str, items: Sequence[NewTask], wire: AsyncWire) -> list[Enqueued]:
+    async def _enqueue_now(self, queue: str, items: Sequence[NewTask], wire: AsyncWire, fresh: bool) -> list[Enqueued]:
+        if fresh and not self.options.durable_replicas and wire.takes_socket and all(plain(item) for item in items):
+            done = await self._enqueue_plain(queue, items, wire)
+            if done is not None:
+                return done
         keys, argv = self.broker.enqueue_call(queue, items)
         if self.options.durable_replicas:
             return await self._enqueue_durable(queue, items, keys, argv, wire)
         return self.broker.enqueued(items, await self.scripts.run("enqueue", keys, argv, wire))
+
+    async def _enqueue_plain(self, queue: str, items: Sequence[NewTask], wire: AsyncWire) -> list[Enqueued] | None:
+        """``PlainEnqueue.enqueue`` on the loop; None where the wire turned out to have no socket of its own."""
+        k = self.broker.keys(queue)
+        now = await self.broker.clock.anow_ms(lambda: self._redis_ms(wire))
+        try:
+            replies: list[Any] | None = await wire.execute_pinned(*plain_commands(k, items, now))
+        except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:  # sent or not: enqueue_again.lua finds out
+            replies = [exc]
+        if replies is None:
+            return None
+        if any(isinstance(reply, BaseException) for reply in replies):
+            keys, argv = self.broker.enqueue_call(queue, items)
+            now = int((await self.scripts.run("enqueue_again", keys, argv, wire))[0])
+        return [Enqueued(item.id, None, now) for item in items]
+
+    @staticmethod
+    async def _redis_ms(wire: AsyncWire) -> int:
+        seconds, micros = await wire.execute("TIME")
+        return int(seconds) * 1000 + int(micros) // 1000
 
     async def _enqueue_durable(self, queue: str, items: Sequence[NewTask], keys: Sequence[Any], argv: Sequence[Any], wire: AsyncWire) -> list[Enqueued]:
         """DURABLE_REPLICAS: enqueue.lua then WAIT back to back on the wire's socket (store/scripts/durable.py).
@@ -92,17 +130,18 @@ class AsyncBroker:
             raise refused(self.options, int(acked), what, ids)
         return self.broker.enqueued(items, reply)
 
-    async def enqueue(self, queue: str, items: Sequence[NewTask]) -> list[Enqueued]:
-        """``Broker.enqueue``, awaited: the same script, arguments and reading of its reply (see Group commit)."""
+    async def enqueue(self, queue: str, items: Sequence[NewTask], *, fresh: bool = False) -> list[Enqueued]:
+        """``Broker.enqueue``, awaited: the same script, arguments and reading of its reply (see Group commit);
+        ``fresh``: their ids were generated for this call, so plain ones go without a script (store/broker/plain.py)."""
         wire, pools = await self.scripts.wire()
         batch = self._batch(pools, queue)
         if batch.busy:
             waiter: asyncio.Future[list[Enqueued]] = asyncio.get_running_loop().create_future()
-            batch.waiting.append((items, waiter))
+            batch.waiting.append((items, waiter, fresh))
             return await waiter
         batch.busy = True
         try:
-            return await self._enqueue_now(queue, items, wire)
+            return await self._enqueue_now(queue, items, wire, fresh)
         finally:
             self._next(batch, queue, wire)
 
@@ -121,13 +160,13 @@ class AsyncBroker:
         if not batch.waiting:
             batch.busy = False
             return
-        live = [(items, w) for items, w in batch.waiting if not w.done()]  # a cancelled caller's tasks are not sent
+        live = [entry for entry in batch.waiting if not entry[1].done()]  # a cancelled caller's tasks are not sent
         if not live:
             batch.waiting.clear()
             batch.busy = False
             return
         take, count, size = 0, 0, 0
-        for items, _ in live:
+        for items, _, _ in live:
             if take and (count + len(items) > BATCH_ITEMS or size > BATCH_BYTES):
                 break
             take, count, size = take + 1, count + len(items), size + sum(len(i.message) for i in items)
@@ -136,20 +175,21 @@ class AsyncBroker:
         batch.flushes.add(flush)
         flush.add_done_callback(batch.flushes.discard)
 
-    async def _flush(self, batch: _Batch, queue: str, group: list[tuple[Sequence[NewTask], asyncio.Future[list[Enqueued]]]], wire: AsyncWire) -> None:
+    async def _flush(self, batch: _Batch, queue: str, group: list[_Waiting], wire: AsyncWire) -> None:
         try:
-            out = await self._enqueue_now(queue, [item for items, _ in group for item in items], wire)
+            out = await self._enqueue_now(queue, [item for items, _, _ in group for item in items], wire,
+                                          all(fresh for _, _, fresh in group))
         except asyncio.CancelledError:
-            for _, waiter in group:
+            for _, waiter, _ in group:
                 waiter.cancel()
             raise
         except Exception as exc:  # noqa: BLE001 - not swallowed: each call that went in the round trip raises it
-            for _, waiter in group:
+            for _, waiter, _ in group:
                 if not waiter.done():
                     waiter.set_exception(exc)
         else:
             at = 0
-            for items, waiter in group:
+            for items, waiter, _ in group:
                 if not waiter.done():
                     waiter.set_result(out[at : at + len(items)])
                 at += len(items)

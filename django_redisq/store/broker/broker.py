@@ -69,6 +69,7 @@ class Broker:
         self.progress = ProgressSteps(self.scripts)
         self.durable = DurableSteps(self.scripts)
         self._plain: PlainEnqueue | Literal[False] | None = None  # made on the first plain enqueue (False: none for this client)
+        self.clock = Clock(self.scripts.now_ms)  # the Redis clock of plain enqueues, blocking and awaited (store/broker/plain.py)
 
     @classmethod
     def for_heartbeat(cls, options: Options) -> Broker:
@@ -108,7 +109,7 @@ class Broker:
         wire = own_wire(self.client)
         if wire is None or self.options.durable_replicas:
             return False
-        return PlainEnqueue(wire, Clock(self.scripts.now_ms), self._enqueue_again)
+        return PlainEnqueue(wire, self.clock, self._enqueue_again)
 
     def _enqueue_again(self, k: QueueKeys, items: Sequence[NewTask]) -> int:
         """enqueue_again.lua on ``items`` (a plain enqueue's outcome unknown); the Redis time it stored them at."""

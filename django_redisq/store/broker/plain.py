@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import redis
@@ -60,7 +60,8 @@ class Clock:
     """The Redis server's clock, read with ``TIME`` every ``CLOCK_EVERY`` seconds and carried by the local one between.
 
     The offset is taken at the middle of the round trip, so it is off by at most half of it (well under a millisecond
-    on a LAN) plus the two clocks' drift over a minute."""
+    on a LAN) plus the two clocks' drift over a minute. One per broker, shared by its blocking and its awaited
+    enqueues (``now_ms`` reads with ``read``, ``anow_ms`` with the loop's own call)."""
 
     def __init__(self, read: Callable[[], int]) -> None:
         self._read = read
@@ -69,17 +70,33 @@ class Clock:
         self._lock = threading.Lock()
 
     def now_ms(self) -> int:
-        local = time.time()
-        if local >= self._next:
+        if time.time() >= self._next:
             with self._lock:
-                if local >= self._next:
+                if time.time() >= self._next:
                     before = time.time()
-                    redis_ms = self._read()
-                    after = time.time()
-                    self._offset = redis_ms - (before + after) * 500
-                    self._next = after + CLOCK_EVERY
-                    local = after
-        return int(local * 1000 + self._offset)
+                    self._learn(self._read(), before, time.time())
+        return int(time.time() * 1000 + self._offset)
+
+    async def anow_ms(self, read: Callable[[], Awaitable[int]]) -> int:
+        """``now_ms`` on the running loop: ``read`` awaits the server's ``TIME`` when it is due (no lock: one loop)."""
+        if time.time() >= self._next:
+            before = time.time()
+            self._learn(await read(), before, time.time())
+        return int(time.time() * 1000 + self._offset)
+
+    def _learn(self, redis_ms: int, before: float, after: float) -> None:
+        self._offset = redis_ms - (before + after) * 500
+        self._next = after + CLOCK_EVERY
+
+
+def plain_commands(k: QueueKeys, items: Sequence[NewTask], now: int) -> list[tuple[Any, ...]]:
+    """What a plain enqueue sends, in this order: each task's ``HSET``, then one ``LPUSH`` of their ids."""
+    commands: list[tuple[Any, ...]] = [
+        ("HSET", k.task(item.id), "msg", on_wire(item.message), "task", item.task, "state", "pending",
+         "enqueued_at", now, "deliveries", 0, "failures", 0, "idem", "")
+        for item in items]
+    commands.append(("LPUSH", k.pending, *[item.id for item in items]))
+    return commands
 
 
 class PlainEnqueue:
@@ -92,13 +109,8 @@ class PlainEnqueue:
 
     def enqueue(self, k: QueueKeys, items: Sequence[NewTask]) -> list[Enqueued]:
         now = self.clock.now_ms()
-        commands: list[tuple[Any, ...]] = [
-            ("HSET", k.task(item.id), "msg", on_wire(item.message), "task", item.task, "state", "pending",
-             "enqueued_at", now, "deliveries", 0, "failures", 0, "idem", "")
-            for item in items]
-        commands.append(("LPUSH", k.pending, *[item.id for item in items]))
         try:
-            replies = self.wire.send_all(commands)
+            replies = self.wire.send_all(plain_commands(k, items, now))
         except (redis.ConnectionError, redis.TimeoutError, OSError):
             replies = None
         if replies is None or any(isinstance(r, Exception) for r in replies):
