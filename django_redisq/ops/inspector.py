@@ -9,6 +9,7 @@ end of this module.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -19,7 +20,8 @@ from django.utils.module_loading import import_string
 from django_redisq.backend import RedisQueueBackend
 from django_redisq.core.clock import ms_to_datetime
 from django_redisq.exceptions import RedisQError, TaskNotFound, UnknownQueue
-from django_redisq.schedules.registry import Schedule, load
+from django_redisq.schedules.registry import Problem, Schedule, load
+from django_redisq.settings import discovery
 from django_redisq.settings.read import get_options
 from django_redisq.store.broker import Broker
 from django_redisq.store.reads.dead_scan import DeadFilter
@@ -27,6 +29,8 @@ from django_redisq.store.reads.queues import QueueReads
 from django_redisq.store.reads.records import Attempt, Pagination, QueueFigures, QueueStats, Scan, TaskDetail, TaskRow, WorkerInfo
 from django_redisq.store.server import EmbeddedServer, embedded_server
 from django_redisq.store.steps.durable import StepRecord
+
+logger = logging.getLogger("django_redisq")
 
 __all__ = [
     "Attempt",
@@ -89,9 +93,25 @@ class UnknownSchedule(RedisQError, LookupError):
     """A schedule the settings do not name, or one they name with errors (it is not run)."""
 
 
+def schedules(ins: Inspector) -> tuple[list[Schedule], dict[str, list[Problem]]]:
+    """The alias's valid schedules and the others' problems, with its tasks modules imported first.
+
+    ``@periodic`` adds a schedule when its module is imported. A worker imports the apps' ``tasks`` modules and
+    ``IMPORTS`` at its start, and the system checks do; ``manage.py redisq`` run with ``--skip-checks`` (or
+    ``call_command``, which skips them) and a web process serving the admin may not have yet, and saw no schedule
+    from code ("no schedules", "no schedule 'x'"). A module that fails to import is the checks' and the worker's to
+    report: the schedules from the settings are still shown."""
+    try:
+        discovery.load(discovery.imports_of(getattr(settings, "TASKS", {}).get(ins.options.alias)))
+    except Exception:
+        logger.warning("could not import the tasks modules of %r: schedules from @periodic may be missing", ins.options.alias,
+                       exc_info=True)
+    return load(ins.options.alias, ins.options.queues, ins.options.schedules)
+
+
 def find_schedule(ins: Inspector, name: str) -> Schedule:
     """The configured, valid schedule ``name`` of the alias; ``UnknownSchedule`` (saying why) otherwise."""
-    good, bad = load(ins.options.alias, ins.options.queues, ins.options.schedules)
+    good, bad = schedules(ins)
     for s in good:
         if s.name == name:
             return s
@@ -136,7 +156,7 @@ def _count(value: Any) -> int:
 
 def schedule_rows(ins: Inspector) -> list[ScheduleRow]:
     """Every schedule of the alias, valid or not, with its marker and its last task's state, in two round trips."""
-    good, bad = load(ins.options.alias, ins.options.queues, ins.options.schedules)
+    good, bad = schedules(ins)
     now = ins.now_ms()
     markers = ins.schedule_markers([(s.queue, s.name) for s in good])
     last: list[tuple[int, str, bool]] = []  # (ms, task id, run now) of each schedule's last run

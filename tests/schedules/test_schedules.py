@@ -220,3 +220,60 @@ def test_cron_in_words(cron, words):
 ])
 def test_every_in_words(every, words):
     assert sched(every=every).in_words == words
+
+
+@pytest.mark.slow
+def test_manage_py_redisq_sees_periodic_schedules_of_a_tasks_module_nothing_imported_yet(tmp_path, redis_url, r):
+    """``@periodic`` in an app's tasks.py, in a new process: ``redisq schedules`` lists it and ``run`` enqueues it with
+    the system checks skipped (they would have imported the module), and so does ``call_command``."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    from tests.conftest import ROOT
+
+    (tmp_path / "ticker").mkdir()
+    (tmp_path / "ticker" / "__init__.py").write_text("")
+    (tmp_path / "ticker" / "tasks.py").write_text(textwrap.dedent("""
+        from django_redisq import task
+        from django_redisq.schedules import periodic
+
+
+        @periodic("tick", every=60)
+        @task
+        def tick() -> None:
+            pass
+    """))
+    (tmp_path / "tick_settings.py").write_text(textwrap.dedent(f"""
+        SECRET_KEY = "only-for-this-test"
+        INSTALLED_APPS = ["django_redisq", "ticker"]
+        USE_TZ = True
+        TASKS = {{"default": {{"BACKEND": "django_redisq.backend.RedisQueueBackend", "OPTIONS": {{"REDIS_URL": {redis_url!r}}}}}}}
+    """))
+    (tmp_path / "in_process.py").write_text(textwrap.dedent("""
+        import io
+        import django
+        from django.core.management import call_command
+
+        django.setup()
+        out = io.StringIO()
+        call_command("redisq", "schedules", "--json", stdout=out)
+        print(out.getvalue())
+    """))
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tick_settings",
+           "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT), os.environ.get("PYTHONPATH", "")])}
+
+    def manage(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "django", "redisq", *args], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=60)
+
+    listed = manage("schedules", "--json", "--skip-checks")
+    assert listed.returncode == 0, listed.stderr
+    assert [s["name"] for s in json.loads(listed.stdout)] == ["tick"]
+    ran = manage("schedules", "run", "tick", "--skip-checks")
+    assert ran.returncode == 0 and "enqueued schedule tick's task now" in ran.stdout, ran.stdout + ran.stderr
+    assert r.llen("redisq:{default}:pending") == 1
+    in_process = subprocess.run([sys.executable, "in_process.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert [s["name"] for s in json.loads(in_process.stdout)] == ["tick"], in_process.stderr
