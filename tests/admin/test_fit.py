@@ -33,22 +33,29 @@ ACTIONS = """() => {
 }"""
 
 
-@pytest.mark.parametrize("sidebar", ["closed", "open"])
-@pytest.mark.parametrize("width", [1280, 1366])
-def test_row_actions_are_in_the_window_without_scrolling(r, busy, page, width, sidebar):  # noqa: F811
+VIEWPORTS = [(width, sidebar) for width in (1280, 1366) for sidebar in ("closed", "open")]
+
+
+def test_row_actions_are_in_the_window_without_scrolling(r, busy, page):  # noqa: F811
+    """Every width and sidebar state in one browser session (each a new viewport and fresh page loads): each
+    problem is named with its viewport."""
     ops = ScheduleOperations(Inspector(get_options("default")))
     ops.act(RUN_NOW, "nightly-report", "admin:operations-lead")  # a last run and its state
     ops.act(PAUSE, "nightly-report", "admin:operations-lead")  # the widest state: paused since, by whom
-    page.set_viewport_size({"width": width, "height": 800})
     login(page)
-    page.evaluate(f"localStorage.setItem('django.admin.navSidebarIsOpen', '{'true' if sidebar == 'open' else 'false'}')")
     problems = []
-    for name in ("schedules", "topics"):
-        page.goto(reverse(f"admin:django_redisq_{name[:-1]}_changelist"))
-        m = page.evaluate(ACTIONS)
-        shot(page, f"fit-{name}-{width}-{sidebar}")
-        if m["scroll"] > 0:
-            problems.append(f"{name}: the page scrolls sideways by {m['scroll']}px")
-        problems += [f"{name}: {cls} scrolls sideways ({need}px in {room}px)" for cls, need, room in m["scrolls"]]
-        problems += [f"{name}: {b['what']!r} spans {b['left']:.0f}-{b['right']:.0f}px, outside the window" for b in m["out"]]
+    for width, sidebar in VIEWPORTS:
+        page.set_viewport_size({"width": width, "height": 800})
+        page.evaluate(f"localStorage.setItem('django.admin.navSidebarIsOpen', '{'true' if sidebar == 'open' else 'false'}')")
+        at = f"{width}px, sidebar {sidebar}"
+        for name in ("schedules", "topics"):
+            page.goto(reverse(f"admin:django_redisq_{name[:-1]}_changelist"))
+            assert page.evaluate("[innerWidth, document.getElementById('main').classList.contains('shifted')]") == [
+                width, sidebar == "open"], f"{at}: the viewport or the sidebar state did not take"
+            m = page.evaluate(ACTIONS)
+            shot(page, f"fit-{name}-{width}-{sidebar}")
+            if m["scroll"] > 0:
+                problems.append(f"{at}: {name}: the page scrolls sideways by {m['scroll']}px")
+            problems += [f"{at}: {name}: {cls} scrolls sideways ({need}px in {room}px)" for cls, need, room in m["scrolls"]]
+            problems += [f"{at}: {name}: {b['what']!r} spans {b['left']:.0f}-{b['right']:.0f}px, outside the window" for b in m["out"]]
     assert not problems, "\n".join(problems)

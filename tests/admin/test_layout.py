@@ -134,10 +134,19 @@ PAGES = {  # name -> (URL name, query)
 DOCS_SHOTS = {("index", 1400), ("dead-letters", 800)}  # docs/howto/admin.md shows these
 
 
-@pytest.mark.parametrize("width", WIDTHS)
-def test_every_page_is_laid_out_at_this_width(r, busy, page, width):
-    page.set_viewport_size({"width": width, "height": 900})
+def test_every_page_is_laid_out_at_each_width_and_in_dark_mode(r, busy, page):
+    """Each width (a new viewport, fresh page loads), then dark mode, in one browser session: each problem is named
+    with its width or with dark mode."""
     login(page)
+    problems: list[str] = []
+    for width in WIDTHS:
+        page.set_viewport_size({"width": width, "height": 900})
+        problems += [f"{width}px: {p}" for p in laid_out(page, width, busy)]
+    problems += [f"dark mode: {p}" for p in dark_mode(page)]
+    assert not problems, "\n".join(problems)
+
+
+def laid_out(page, width: int, busy: list[str]) -> list[str]:
     problems: list[str] = []
     urls = [(name, reverse(url_name) + query) for name, (url_name, query) in PAGES.items()]
     urls.append(("detail", reverse("admin:django_redisq_deadletter_detail", args=["default", "default", busy[0]])))
@@ -145,6 +154,8 @@ def test_every_page_is_laid_out_at_this_width(r, busy, page, width):
         page.goto(url)
         m = page.evaluate(MEASURE)
         shot(page, f"layout-{name}-{width}", docs=(name, width) in DOCS_SHOTS)
+        if m["width"] != width:
+            problems.append(f"{name}: measured in a {m['width']}px window")
         if m["overflow"] > 0:
             problems.append(f"{name}: the page is {m['overflow']}px wider than the {width}px window")
         for t in m["tables"]:
@@ -174,20 +185,21 @@ def test_every_page_is_laid_out_at_this_width(r, busy, page, width):
             crumbs = m["breadcrumbs"] or ""
             if "queue default" not in crumbs.lower():
                 problems.append(f"{name}: the breadcrumb {crumbs!r} does not name the queue")
-    assert not problems, "\n".join(problems)
+    return problems
 
 
-def test_dark_mode_keeps_the_layout_and_uses_the_admin_colours(r, busy, page):
+def dark_mode(page) -> list[str]:
     """With the system in dark mode the admin's own dark theme applies to our pages too: their text is light on dark."""
     page.emulate_media(color_scheme="dark")
     page.set_viewport_size({"width": 1400, "height": 900})
-    login(page)
+    problems: list[str] = []
     for name in ("queues", "dead-letters", "schedules"):
         url_name, query = PAGES[name]
         page.goto(reverse(url_name) + query)
         m = page.evaluate(MEASURE)
         shot(page, f"layout-{name}-dark")
-        assert m["overflow"] <= 0 and not any(t["together"] for t in m["tables"]), (name, m["overflow"], m["tables"])
+        if not (m["overflow"] <= 0 and not any(t["together"] for t in m["tables"])):
+            problems.append(f"{name}: {m['overflow']}px wider than the window, or header texts run together: {m['tables']}")
         colours = page.evaluate("""() => [...document.querySelectorAll('#content-main td, #content-main th')].slice(0, 40).map(c => {
             const rgb = s => s.match(/[\\d.]+/g).slice(0, 3).map(Number);
             let e = c, bg = 'rgba(0, 0, 0, 0)';
@@ -196,4 +208,6 @@ def test_dark_mode_keeps_the_layout_and_uses_the_admin_colours(r, busy, page):
             return [c.innerText.slice(0, 30), lum(rgb(getComputedStyle(c).color)), lum(rgb(bg))];
         })""")
         dark_on_dark = [c for c in colours if c[0].strip() and c[1] < c[2] + 60]
-        assert not dark_on_dark, (name, dark_on_dark[:5])
+        if dark_on_dark:
+            problems.append(f"{name}: dark text on a dark background: {dark_on_dark[:5]}")
+    return problems

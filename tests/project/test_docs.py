@@ -74,6 +74,19 @@ def manage(project: Path, env: dict[str, str], *args: str, check: bool = True, t
     return out
 
 
+def in_one_shell(project: Path, env: dict[str, str], *commands: tuple[str, ...], then: str = "") -> list[str]:
+    """What each ``manage.py`` command printed, all run by call_command in one ``manage.py shell`` (a process
+    each costs Django's start), and then what the Python ``then`` printed, run after them. Each runs the system
+    checks first, as ``manage.py`` does (they import the apps' tasks modules, where ``@periodic`` registers)."""
+    code = ("import contextlib, io, json; from django.core.management import call_command\nouts = []\n"
+            f"for argv in {list(commands)!r}:\n    o = io.StringIO(); call_command(*argv, stdout=o, skip_checks=False); outs.append(o.getvalue())\n"
+            f"o = io.StringIO()\nwith contextlib.redirect_stdout(o):\n    exec({then!r})\nouts.append(o.getvalue())\n"
+            "print('OUTS', json.dumps(outs))")
+    out = manage(project, env, "shell", "-c", code)
+    outs: list[str] = json.loads(next(line[5:] for line in out.splitlines() if line.startswith("OUTS ")))
+    return outs
+
+
 @pytest.mark.slow
 def test_the_tutorial_builds_a_working_project(tmp_path: Path, redis_url: str, r: Any) -> None:
     text = TUTORIAL.read_text()
@@ -104,34 +117,34 @@ def test_the_tutorial_builds_a_working_project(tmp_path: Path, redis_url: str, r
     placed = json.loads(manage(project, env, "shell", "-c", client.format(url="/order/42/")).strip().splitlines()[-1])
     assert placed["status"] == "READY", placed
     manage(project, env, "runworker", "--burst")
-    status = json.loads(manage(project, env, "shell", "-c", client.format(url=f"/task/{placed['task_id']}/")).strip().splitlines()[-1])
-    assert status == {"status": "SUCCESSFUL", "attempts": 1, "return_value": "receipt for order 42 sent"}, status
-
-    # step 7: the failing task, exactly as the page enqueues it, ends in the dead letters after 3 attempts
+    # step 7's shell command (the failing task, exactly as the page enqueues it) runs in the same process, after
     enqueue = "from shop.tasks import restock; restock.enqueue('mug', 0)"
     assert f'python manage.py shell -c "{enqueue}"' in text
-    manage(project, env, "shell", "-c", enqueue)
-    dead: list[Any] = []
-    for _ in range(20):  # a burst worker leaves when nothing is pending; the retries are 0.5 s and 1 s away
-        manage(project, env, "runworker", "--burst", "-v", "0")
-        dead = json.loads(manage(project, env, "redisq", "dead", "list", "--json"))["items"]
-        if dead:
-            break
-        subprocess.run(["sleep", "0.3"], check=True)
+    asked = manage(project, env, "shell", "-c", client.format(url=f"/task/{placed['task_id']}/") + "\n" + enqueue)
+    status = json.loads(asked.strip().splitlines()[-1])
+    assert status == {"status": "SUCCESSFUL", "attempts": 1, "return_value": "receipt for order 42 sent"}, status
+
+    # step 7: that task ends in the dead letters after 3 attempts
+    # one worker through the retries (0.5 s and 1 s away, which a burst worker would leave before): it exits once
+    # it has settled the 3 attempts (without the scheduler, whose stock-report tick would count if a minute began)
+    manage(project, env, "runworker", "--max-tasks", "3", "--no-scheduler", "-v", "0")
+    dead = json.loads(manage(project, env, "redisq", "dead", "list", "--json"))["items"]
     assert [d["task"] for d in dead] == ["shop.tasks.restock"], dead
     assert dead[0]["failures"] == 3 and dead[0]["exc"] == "builtins.ZeroDivisionError", dead
-    manage(project, env, "createsuperuser", "--noinput", "--username", "admin", "--email", "admin@example.com")
+    # steps that need no process of their own share one (call_command parses the same command line)
     admin_page = ("from django.test import Client; from django.contrib.auth.models import User; c = Client(HTTP_HOST='127.0.0.1'); "
                   "c.force_login(User.objects.get(username='admin')); r = c.get('/admin/django_redisq/deadletter/'); "
                   "print(r.status_code, 'shop.tasks.restock' in r.content.decode())")
-    assert manage(project, env, "shell", "-c", admin_page).strip().splitlines()[-1] == "200 True"
-    manage(project, env, "redisq", "dead", "replay", "--all", "--queue", "default")
-    assert json.loads(manage(project, env, "redisq", "dead", "list", "--json"))["items"] == []
+    _, page = in_one_shell(project, env, ("createsuperuser", "--noinput", "--username", "admin", "--email", "admin@example.com"),
+                           then=admin_page)
+    assert page.strip().splitlines()[-1] == "200 True"
+    _, listed, _ = in_one_shell(project, env, ("redisq", "dead", "replay", "--all", "--queue", "default"), ("redisq", "dead", "list", "--json"))
+    assert json.loads(listed)["items"] == []
 
     # step 8: the periodic task is configured, listed, and runs when asked
-    schedules = json.loads(manage(project, env, "redisq", "schedules", "--json"))
+    listed, _, _ = in_one_shell(project, env, ("redisq", "schedules", "--json"), ("redisq", "schedules", "run", "stock-report"))
+    schedules = json.loads(listed)
     assert [s["name"] for s in schedules] == ["stock-report"], schedules
-    manage(project, env, "redisq", "schedules", "run", "stock-report")
     manage(project, env, "runworker", "--burst", "-v", "0")
     schedules = json.loads(manage(project, env, "redisq", "schedules", "--json"))
     assert schedules[0]["last_run"], schedules
@@ -142,11 +155,14 @@ def test_the_tutorial_builds_a_working_project(tmp_path: Path, redis_url: str, r
         if django.VERSION < (6,):  # the page's comment: Django 5.2 names the backport's module
             code = code.replace('"django.tasks.backends.', '"django_tasks.backends.')
         (project / title).write_text(code + "\n")
-    for settings_module, test_file, *extra in (("mysite.test_settings", "test_views.py"), ("mysite.settings", "test_shop.py"),
-                                               ("mysite.settings", "test_capture.py", "--redisq")):
-        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--ds", settings_module, *extra, test_file],
+    # test_shop.py and test_capture.py in one run: the plugin's fixtures (--redisq) are only names until a test asks
+    # for them (no autouse fixture), so test_shop.py runs there as it would without them
+    for settings_module, *args in (("mysite.test_settings", "test_views.py"), ("mysite.settings", "--redisq", "test_shop.py", "test_capture.py")):
+        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--ds", settings_module, *args],
                               cwd=project, env=env, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stdout + done.stderr
+        tests = sum(len(re.findall(r"^def test_", (project / a).read_text(), re.M)) for a in args if a.endswith(".py"))
+        assert re.search(rf"^{tests} passed", done.stdout, re.M), done.stdout
 
 
 @pytest.mark.slow
