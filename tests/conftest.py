@@ -26,8 +26,12 @@ from django_redisq.testing import RedisClusterServer, RedisServer, SentinelSetup
 
 # How fast inputs are generated depends on the machine's load (CI runs five test processes on two cores), and no
 # property test here judges speed: hypothesis's "too slow" health check and deadline are not verdicts on the code
-# (an oldest-corner run failed on "only generated 7 valid inputs after 1.25 seconds")
-hypothesis_settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# (an oldest-corner run failed on "only generated 7 valid inputs after 1.25 seconds"). Examples per property test:
+# hypothesis's 100 in make test, which searches; the oldest corner (make test-oldest) runs 25, enough to run each
+# property's code on its Python and Django versions (as it runs the state machine's 20 of 40, REDISQ_SM_EXAMPLES)
+PROPERTY_EXAMPLES = int(os.environ.get("REDISQ_PROPERTY_EXAMPLES", "100"))
+hypothesis_settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow],
+                                     max_examples=PROPERTY_EXAMPLES)
 hypothesis_settings.load_profile("suite")
 
 ROOT = Path(__file__).resolve().parent.parent

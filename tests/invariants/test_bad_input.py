@@ -51,7 +51,7 @@ from django_redisq.settings.read import build_options, get_options, validate
 from django_redisq.store import server as store_server
 from django_redisq.store.keys import QueueKeys
 from django_redisq.testing import RedisServer, free_port
-from tests.conftest import WorkerProcess
+from tests.conftest import PROPERTY_EXAMPLES, WorkerProcess
 from tests.helpers import run_burst
 from tests.testapp import chaos_tasks, tasks
 
@@ -459,7 +459,7 @@ def test_a_malformed_redis_url_is_reported_not_crashed():
     assert "E006" in [p[0] for p in validate("default", {"OPTIONS": {"REDIS_URL": "redis://[::1"}})]
 
 
-@hsettings(max_examples=300, deadline=None)
+@hsettings(max_examples=3 * PROPERTY_EXAMPLES, deadline=None)
 @given(params=st.dictionaries(
     st.sampled_from(["QUEUES", "OPTIONS", "BACKEND", "OTHER"]),
     st.one_of(json_values, st.dictionaries(
