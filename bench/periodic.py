@@ -230,7 +230,10 @@ def count(c: redis.Redis, start: int, end: int, faults: list[tuple[str, int, int
         # while redis-server restarts no one can enqueue: its ticks are the policy's, as the gap's (on an idle
         # machine the restart takes well under a second and misses none; under load it took 3 s)
         down = [t for t in expected if any(t0 < t <= t1 + 1000 for kind, t0, t1 in faults if kind in ("restart_redis", "redis_stall"))]
-        alive = [t for t in expected if t not in in_gap and t not in down and not gap[0] <= t <= gap[1] + 3000]
+        # a tick due in the second before the gap began may be fired late (as at the window's end, below) by a worker
+        # being stopped for the gap: no worker fires it then, as none does in the gap (seen under load: the tick just
+        # before the gap's start, on the latest and skip policies; "all" ran it after the gap)
+        alive = [t for t in expected if t not in in_gap and t not in down and not gap[0] - 1000 <= t <= gap[1] + 3000]
         got = set(enqueued)
         report["schedules"][policy] = row = {
             "ticks expected": len(expected),

@@ -64,7 +64,7 @@ def test_the_worker_endpoint_is_scraped_during_a_run(r, run_worker_process):
         return scraped[0].get(at("redisq_worker_queue_wait_seconds_count", queue="default")) == 7 and \
             scraped[0].get(at("redisq_worker_task_duration_seconds_bucket", le="+Inf", **slow)) == 1
 
-    assert wait_for(settled, timeout=10, step=0.05), scraped
+    assert wait_for(settled, timeout=30, step=0.05), scraped  # a deadline for the failure only: it returns once settled
     s = scraped[0]
     assert s[at("redisq_worker_tasks_total", outcome="success", **add)] == 5
     assert s[at("redisq_worker_tasks_total", outcome="dead_lettered", queue="default", task="tests.testapp.tasks.not_retryable")] == 1
