@@ -78,7 +78,8 @@ class Clock:
         return int(time.time() * 1000 + self._offset)
 
     async def anow_ms(self, read: Callable[[], Awaitable[int]]) -> int:
-        """``now_ms`` on the running loop: ``read`` awaits the server's ``TIME`` when it is due (no lock: one loop)."""
+        """``now_ms`` on the running loop: ``read`` awaits the server's ``TIME`` when it is due. No lock (it cannot be held
+        across an await): a thread and a loop that find it due together both read ``TIME``, and either reading is right."""
         if time.time() >= self._next:
             before = time.time()
             self._learn(await read(), before, time.time())
