@@ -346,9 +346,13 @@ def hoards_memory(key: str, mib: int) -> int:
 
 
 def _recorded_loop(key: str, seconds: float) -> None:
-    """Python code in small C calls for ``seconds``, recording its start and its clean-up (``finally``) in Redis."""
-    record(key + ":started")
+    """Python code in small C calls for ``seconds``, recording its start and its clean-up (``finally``) in Redis.
+
+    The start is recorded inside the ``try``: a test that cancels on seeing it may interrupt the return from
+    ``record``, and the clean-up must still run.
+    """
     try:
+        record(key + ":started")
         end = time.monotonic() + seconds
         while time.monotonic() < end:
             time.sleep(0.01)
@@ -370,8 +374,8 @@ async def async_waits(key: str, seconds: float) -> str:
 
     from asgiref.sync import sync_to_async
 
-    await sync_to_async(record)(key + ":started")
-    try:
+    try:  # the start inside: a cancel on seeing it may land before ``record``'s await returns
+        await sync_to_async(record)(key + ":started")
         await asyncio.sleep(seconds)
     finally:
         await sync_to_async(record)(key + ":finally")
