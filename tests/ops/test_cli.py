@@ -1,9 +1,10 @@
 """``manage.py redisq`` (and ``runworker``) speak with one voice: one-line errors, exit codes, headers, JSON everywhere.
 
 Exit codes (management/cli/out.py): 0 ok, 1 a failure reported, 2 a wrong
-command line, 3 Redis unreachable. The Redis-down cases run the real command in
-a subprocess against a port nothing listens on, so the exit code and stderr are
-what a shell sees.
+command line, 3 Redis unreachable. The Redis-down and usage-error cases run the
+real command line in a process of its own (forked from one set-up interpreter,
+tests/project/forked.py) against a port nothing listens on, so the exit code and
+stderr are what a shell sees.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import os
 import socket
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -22,6 +22,7 @@ from django.core.management import CommandError, call_command
 from django_redisq.management.cli.out import clip, table
 from tests import helpers
 from tests.conftest import ROOT
+from tests.project.forked import run_forked
 from tests.seed import seed_dead
 from tests.testapp import tasks
 from tests.worker.test_scheduler import every, with_schedules
@@ -64,9 +65,7 @@ def run(*args: str) -> str:
 def test_every_subcommand_with_redis_down_prints_one_line_and_exits_3():
     env = env_for(f"redis://:hunter2@127.0.0.1:{free_port()}/0")
     commands = [("redisq", *args) for args in SUBCOMMANDS] + [("redisq", *SUBCOMMANDS[0], "--json"), ("runworker", "--burst")]
-    with ThreadPoolExecutor(2) as pool:
-        done = list(pool.map(lambda args: (args, shell(env, *args)), commands))
-    for args, p in done:
+    for args, p in zip(commands, run_forked(commands, env, ROOT), strict=True):
         lines = p.stderr.splitlines()
         assert p.returncode == 3, (args, p.returncode, p.stderr)
         assert len(lines) == 1, (args, p.stderr)
@@ -94,9 +93,7 @@ def test_usage_errors_exit_2_in_one_line_and_never_share_the_code_of_redis_down(
         (("runworker", "nope"), "CommandError: queue 'nope' is not in TASKS['default']['QUEUES']"),
         (("runworker", "--backend", "nope"), "CommandError: TASKS has no backend 'nope'"),
     ]
-    with ThreadPoolExecutor(2) as pool:
-        done = list(pool.map(lambda case: (case, shell(env, *case[0])), cases))
-    for (args, line), p in done:
+    for (args, line), p in zip(cases, run_forked([args for args, _ in cases], env, ROOT), strict=True):
         assert p.returncode == 2, (args, p.returncode, p.stderr)
         assert len(p.stderr.splitlines()) == 1 and line in p.stderr, (args, p.stderr)
 
