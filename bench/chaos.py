@@ -194,6 +194,10 @@ class Config:
     priorities: tuple[int, ...] = PRIORITIES  # drawn for the quick, flaky and limited tasks
     recovery_limit: float = RECOVERY_LIMIT  # the checks' bound on a default-priority orphan's recovery (no fault in the window)
     reap_limit: float = REAP_LIMIT  # the checks' bound on a SIGKILLed worker's reap (no fault in the window)
+    # False (the test suite): the recovery and reap figures are printed, not held to the two limits above, which a
+    # machine loaded by other work can exceed; instead every kill with no fault in its window must have been reaped
+    # by its connection closing (the mechanism those figures time), not left to WORKER_TIMEOUT
+    timed: bool = True
     workdir: str = ""
     keep: bool = False  # keep the run directory (logs, AOF) after a passing run
     flows: int = 0  # workflows (chains and chords) and as many events to produce beside the tasks (bench/chaos_flows.py)
@@ -1237,6 +1241,13 @@ def account(main: RedisServer, effects: RedisServer, faults: list[Fault], procs:
     r["recovery_reaped"] = _spread([d for _, d in reaped])
     r["recovery_reaped_clean"] = _spread([d for f, d in reaped if not any(f.t - 1 <= g.end and g.t <= f.t + d for g in slowing)])
     r["reap_limit"] = cfg.reap_limit
+    r["timed"] = cfg.timed
+    # how each reaped kill with no fault in its window was first reaped ("their connection closed" or "silent past
+    # WORKER_TIMEOUT"); a same-name restart may take its tasks back itself, before any reap
+    r["reaped_how_clean"] = [
+        next(how for t, wid, _, _, how in reaps if wid in f.worker_ids and t >= f.t)  # reaps are sorted by time
+        for f, d in reaped if not any(f.t - 1 <= g.end and g.t <= f.t + d for g in slowing)
+    ]
     r["sigkills_with_tasks"] = sum(bool(f.ids) for f in kills)
     r["tasks_held_by_killed_workers"] = sum(len(f.ids) for f in kills)
     r["killed_tasks_not_rerun"] = never
@@ -1336,6 +1347,11 @@ def _spread(values: list[float]) -> dict[str, Any]:
             "max": round(v[-1], 2)}
 
 
+def _bound(r: dict[str, Any], name: str, default: float) -> str:
+    """The table's note on a figure's bound: held to it (a timed run), or printed only (the test suite's runs)."""
+    return f"max <= {r.get(name, default):g} s" if r.get("timed", True) else "printed; reaped by the closed connection"
+
+
 def _spread_text(d: dict[str, Any]) -> str:
     return f"p50 {d['p50']} s, p99 {d['p99']} s, max {d['max']} s (n={d['n']})" if d["n"] else "no samples"
 
@@ -1356,11 +1372,13 @@ def checks(r: dict[str, Any]) -> list[str]:
     if r["dead_designed"] != r["fail_tasks"]:
         bad.append(f"designed failures dead {r['dead_designed']} != always-fail tasks {r['fail_tasks']}")
     limit, first = r.get("recovery_limit", RECOVERY_LIMIT), r["recovery_first_clean"]["max"]
-    if first is not None and first > limit:
+    if r.get("timed", True) and first is not None and first > limit:
         bad.append(f"recovery (death -> its first task running elsewhere) {first} s > {limit} s")
     reap_limit, reaped = r.get("reap_limit", REAP_LIMIT), r.get("recovery_reaped_clean", {}).get("max")
-    if reaped is not None and reaped > reap_limit:
+    if r.get("timed", True) and reaped is not None and reaped > reap_limit:
         bad.append(f"detection (death -> the killed worker reaped) {reaped} s > {reap_limit} s")
+    if not r.get("timed", True) and any(how != "their connection closed" for how in r.get("reaped_how_clean", [])):
+        bad.append(f"killed workers not reaped by their closed connection: {r['reaped_how_clean']}")
     if r["worker_logs"].get("thread_crashes"):
         bad.append(f"worker threads crashed: {r['worker_logs']['thread_crashes']}")
     if "flows" in r:
@@ -1431,11 +1449,13 @@ def table(r: dict[str, Any]) -> str:
         *pool_rows,
         ("tasks held by SIGKILLed workers", f"{r['tasks_held_by_killed_workers']} (in {r['sigkills_with_tasks']} kills)"),
         (f"death -> its first task running elsewhere (target p99 <= {FIRST_TARGET:g} s)", _spread_text(r["recovery_first"])),
-        (f"  kills with no Redis fault or freeze in the window (max <= {r.get('recovery_limit', RECOVERY_LIMIT):g} s)",
+        (f"  kills with no Redis fault or freeze in the window ({_bound(r, 'recovery_limit', RECOVERY_LIMIT)})",
          _spread_text(r["recovery_first_clean"])),
         ("death -> the killed worker reaped (every kill)", _spread_text(r.get("recovery_reaped", {"n": 0}))),
-        (f"  kills with no Redis fault or freeze in the window (max <= {r.get('reap_limit', REAP_LIMIT):g} s)",
+        (f"  kills with no Redis fault or freeze in the window ({_bound(r, 'reap_limit', REAP_LIMIT)})",
          _spread_text(r.get("recovery_reaped_clean", {"n": 0}))),
+        ("    of them reaped by their closed connection", "{} of {}".format(
+            r.get("reaped_how_clean", []).count("their connection closed"), len(r.get("reaped_how_clean", [])))),
         ("death -> each default-priority task running elsewhere", _spread_text(r["recovery_tasks"])),
         ("  max, no Redis fault or freeze in the window", f"{r['recovery_max_without_redis_fault_s']} s"),
         ("  samples (tasks)", r["recovery_samples"]),

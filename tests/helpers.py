@@ -231,6 +231,16 @@ def wait_for(predicate: Callable[[], T], timeout: float = 15.0, step: float = 0.
     return answer
 
 
+def reaped_by_connection(log: str, queue: str) -> bool:
+    """Whether a worker's ``log`` says it reaped a worker of ``queue`` by its closed connection (not by the timeout).
+
+    The way a reap happened, read from the reaper's own line: a verdict that does not ride on how busy the machine
+    was, where the time since the kill (about 1 s, or WORKER_TIMEOUT's 10 s) does.
+    """
+    return any("(their connection closed)" in line and line.rstrip().endswith(f"of queue {queue} back to pending")
+               for line in log.splitlines() if "reaped worker(s)" in line)
+
+
 def blocked_in(r, command: str) -> int:
     """Clients blocked in ``command`` (e.g. ``blmove``) on one server, or on every master of a cluster, where each
     node answers CLIENT LIST for its own clients only."""

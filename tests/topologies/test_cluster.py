@@ -29,7 +29,7 @@ from django_redisq.ops.inspector import Inspector
 from django_redisq.settings.read import get_options
 from django_redisq.store.keys import QueueKeys
 from django_redisq.worker.worker import Worker
-from tests.helpers import wait_for
+from tests.helpers import reaped_by_connection, wait_for
 from tests.testapp.topology_tasks import always_fails, fails_once, mark, runs
 from tests.topologies.conftest import FAST
 
@@ -196,12 +196,12 @@ def test_a_sigkilled_worker_is_reaped_by_its_connection_on_every_master(cluster,
         return sum(cluster.llen(key) for key in cluster.scan_iter(match=QueueKeys(q).processing("*")))
 
     assert wait_for(lambda: all(held(q) == 1 for q in QUEUES), 30), victim.output()[-2000:]
-    run_worker_process(*QUEUES, "-c", "3", "--name", "rescuer", env=env)
+    rescuer = run_worker_process(*QUEUES, "-c", "3", "--name", "rescuer", env=env)
     assert wait_for(lambda: all(cluster.hlen(QueueKeys(q).presence) == 2 for q in QUEUES), 30)
     time.sleep(0.5)
-    killed = time.monotonic()
     victim.proc.send_signal(signal.SIGKILL)
     assert wait_for(lambda: all(cluster.zcard(QueueKeys(q).workers) == 1 for q in QUEUES), 15)
-    took = time.monotonic() - killed
-    assert took < 6.0, f"reaped {took:.1f} s after the kill: by the timeout, not by the connection"
+    # by the connection, not by the timeout (about 1 s after the kill, the timeout's 10 s; the log says which, however
+    # busy the machine)
+    assert wait_for(lambda: all(reaped_by_connection(rescuer.printed(), q) for q in QUEUES), 10), rescuer.printed()[-3000:]
     assert wait_for(lambda: all(held(q) == 1 for q in QUEUES), 10)  # each long task now in the rescuer's hands

@@ -23,7 +23,7 @@ from django_redisq.store.keys import QueueKeys
 from django_redisq.store.steps.presence import CONFIRM, POLL_EVERY
 from django_redisq.worker.worker import Worker
 from tests.conftest import topology_settings
-from tests.helpers import command_calls, failover_run, wait_for
+from tests.helpers import command_calls, failover_run, reaped_by_connection, wait_for
 from tests.testapp import topology_tasks
 from tests.testapp.topology_tasks import mark, runs
 
@@ -99,11 +99,11 @@ def test_a_sigkilled_worker_is_reaped_by_its_connection_through_the_sentinels(se
     rescuer = run_worker_process("default", "-c", "1", "--name", "rescuer", env=env)
     assert wait_for(lambda: master.hlen(k.presence) == 2, 30)
     time.sleep(0.5)
-    killed = time.monotonic()
     victim.proc.send_signal(signal.SIGKILL)
     assert wait_for(lambda: master.zcard(k.workers) == 1, 15)
-    took = time.monotonic() - killed
-    assert took < 6.0, f"reaped {took:.1f} s after the kill: by the timeout, not by the connection"
+    # by the connection, not by the timeout (about 1 s after the kill, the timeout's 10 s; the log says which, however
+    # busy the machine)
+    assert wait_for(lambda: reaped_by_connection(rescuer.printed(), "default"), 10), rescuer.printed()[-3000:]
     rescuer.proc.send_signal(signal.SIGKILL)
 
 
@@ -137,12 +137,9 @@ def test_a_failover_reaps_no_worker_and_the_presence_links_follow_the_new_master
     polls = command_calls(new, "client|list")
     assert wait_for(lambda: command_calls(new, "client|list") >= polls + round(CONFIRM / POLL_EVERY) + 4, timeout=15)
     assert new.zcard(k.workers) == 2
-    killed = time.monotonic()
     a.proc.send_signal(signal.SIGKILL)
     assert wait_for(lambda: new.zcard(k.workers) == 1, 15)
-    took = time.monotonic() - killed
     b.proc.send_signal(signal.SIGTERM)
     out = b.output()
-    assert took < 6.0, f"reaped {took:.1f} s after the kill: by the timeout, not by the connection\n{out[-3000:]}"
-    assert "reaped worker(s) a." in out and "their connection closed" in out, out[-3000:]
+    assert "reaped worker(s) a." in out and reaped_by_connection(out, "default"), out[-3000:]  # not by the timeout
     assert "reaped worker(s) b." not in a.output()

@@ -129,6 +129,7 @@ def test_worker_concurrency_caps_a_queue_in_one_worker_and_the_other_queues_use_
     assert overlap_max(emails) == 2  # the cap, reached
     assert overlap_max(emails + defaults) == 4  # the free lanes ran the other queue meanwhile
     assert held_most[0] <= 2  # not over-fetched
-    # the overlaps above prove the lanes ran side by side; the time only guards against a stall (1.3 s measured)
-    assert elapsed < 12 * 0.2 * 2 + 5, elapsed
+    # the overlaps above prove the lanes ran side by side; the time only guards against a stall (1.3 s measured;
+    # a bound for any load: the worker's own rounds stalling for seconds)
+    assert elapsed < 30, elapsed
     assert wait_for(lambda: r.llen(keys("emails").pending) == 0, timeout=1)

@@ -16,7 +16,7 @@ import redis
 from django_redisq.store.steps.presence import CONFIRM, POLL_EVERY
 from django_redisq.testing import RedisServer
 from tests.conftest import TOPOLOGY, WorkerProcess
-from tests.helpers import command_calls, keys, wait_for
+from tests.helpers import command_calls, keys, reaped_by_connection, wait_for
 from tests.testapp.tasks import SPANS, span
 
 pytestmark = [pytest.mark.fault_run, pytest.mark.skipif(TOPOLOGY != "single", reason="one server: its clients are listed")]
@@ -59,10 +59,9 @@ def test_a_killed_workers_task_starts_on_another_worker_within_seconds(r, run_wo
     a.proc.send_signal(signal.SIGKILL)
     assert wait_for(lambda: len(starts(r, "long")) == 2, timeout=15)
     took = starts(r, "long")[1] - killed
-    # 1.3-1.5 s measured (reaped by the connection, then a free slot): 8 s is five times that, and still short
-    # of the 10 s WORKER_TIMEOUT a reap by the timeout would need; the log line below names the way it was reaped
-    assert took < 8.0, f"the task started elsewhere {took:.2f}s after the kill (the timeout would take 10 s)"
-    assert "their connection closed" in log_of(b) or "their connection closed" in log_of(a)
+    # 1.3-1.5 s measured (reaped by the connection, then a free slot), where a reap by the timeout takes 10 s: the
+    # reaper's log line names the way, a verdict that does not ride on how busy the machine is
+    assert reaped_by_connection(log_of(b), "default"), f"started elsewhere {took:.2f} s after the kill\n{log_of(b)[-3000:]}"
     b.proc.send_signal(signal.SIGTERM)
 
 
