@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -229,6 +230,24 @@ def wait_for(predicate: Callable[[], T], timeout: float = 15.0, step: float = 0.
     while not (answer := predicate()) and time.monotonic() < deadline:
         time.sleep(step)
     return answer
+
+
+def frozen(pid: int) -> bool:
+    """Whether every thread of process ``pid`` has stopped (SIGSTOP takes effect after ``kill`` returns)."""
+    states = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(FileNotFoundError), open(f"/proc/{pid}/task/{tid}/stat") as f:
+            states.append(f.read().rsplit(")", 1)[1].split()[0])
+    return bool(states) and all(s in ("T", "t") for s in states)
+
+
+def freeze(r: Any, pid: int) -> None:
+    """SIGSTOP ``pid``, then wait until it has stopped and Redis has run what it sent before: a state read after
+    this is the frozen one (without the wait, an effect or an ack it sent just before could land after the read)."""
+    os.kill(pid, signal.SIGSTOP)
+    assert wait_for(lambda: frozen(pid), 10), f"process {pid} did not stop"
+    for _ in range(2):  # Redis serves every socket readable in a round before answering a later round's PING
+        r.ping()
 
 
 def reaped_by_connection(log: str, queue: str) -> bool:

@@ -21,7 +21,7 @@ from django_redisq.compat import TaskResultStatus
 from django_redisq.settings.read import get_options, validate
 from django_redisq.store.broker import Broker
 from django_redisq.store.steps.replies import NewTask
-from tests.helpers import heartbeats, held_by, keys, reap, run_in_thread, seed_pending, wait_for, where_is
+from tests.helpers import freeze, heartbeats, held_by, keys, reap, run_in_thread, seed_pending, wait_for, where_is
 from tests.testapp import tasks
 from tests.testapp.tasks import EFFECTS, RUNS
 
@@ -130,7 +130,7 @@ def test_a_worker_frozen_past_the_timeout_reruns_only_what_was_running(r, run_wo
     tasks.work_slowly.enqueue_many([([f"f{i}", 0.02], {}) for i in range(n)])
     frozen = run_worker_process("emails", "-c", "4", "--prefetch", "64", "--name", "frozen", env=env)
     assert wait_for(lambda: r.hlen(EFFECTS) >= 20, timeout=30)
-    os.kill(frozen.proc.pid, signal.SIGSTOP)
+    freeze(r, frozen.proc.pid)  # stopped, and what it sent before has landed: the reads below see the frozen state
     held_ids = held_by(r, "frozen", "emails")
     held = len(held_ids)
     done = set(r.hkeys(EFFECTS))
