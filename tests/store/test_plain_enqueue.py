@@ -54,6 +54,27 @@ def test_a_plain_delay_is_one_hset_and_one_lpush_on_the_redis_clock(r):
     assert where_is(r, result.id) == ["pending"]
 
 
+@pytest.mark.parametrize("waits", ["sync", "async"])
+def test_the_carried_clock_is_never_ahead_of_the_server_whose_reply_was_slow(waits):
+    """A server that answered ``TIME`` at the end of a slow round trip (here the local clock, 50 ms late): the carried
+    time may lag the server's, never lead it, or a task's enqueued_at would come after a read that follows it (a
+    negative age in ``redisq stats``, seen in CI)."""
+    import time
+
+    from django_redisq.store.broker.plain import Clock
+
+    def server_ms() -> int:
+        time.sleep(0.05)  # the request's way there
+        return int(time.time() * 1000)  # read at the end: the reply is back at once
+
+    async def aserver_ms() -> int:
+        return server_ms()
+
+    clock = Clock(server_ms)
+    carried = clock.now_ms() if waits == "sync" else asyncio.run(clock.anow_ms(aserver_ms))
+    assert carried <= int(time.time() * 1000)  # the midpoint would have carried it 25 ms ahead
+
+
 def test_what_needs_a_check_still_goes_through_the_script(r):
     tasks.noop.using(priority=1).delay(0)  # the script is loaded (a first EVALSHA may meet NOSCRIPT)
     before = command_calls(r, "evalsha")

@@ -59,8 +59,10 @@ def plain(item: NewTask) -> bool:
 class Clock:
     """The Redis server's clock, read with ``TIME`` every ``CLOCK_EVERY`` seconds and carried by the local one between.
 
-    The offset is taken at the middle of the round trip, so it is off by at most half of it (well under a millisecond
-    on a LAN) plus the two clocks' drift over a minute. One per broker, shared by its blocking and its awaited
+    The offset is taken at the end of the round trip: the server read its clock before that, so the carried time is
+    never ahead of the server's (a task's ``enqueued_at`` is never after the ``TIME`` of a read or a fetch that follows
+    it: no negative age or wait), and behind it by at most the round trip (well under a millisecond on a LAN), plus
+    the two clocks' drift over a minute, which readers of ages bound at 0. One per broker, shared by its blocking and its awaited
     enqueues (``now_ms`` reads with ``read``, ``anow_ms`` with the loop's own call)."""
 
     def __init__(self, read: Callable[[], int]) -> None:
@@ -73,20 +75,18 @@ class Clock:
         if time.time() >= self._next:
             with self._lock:
                 if time.time() >= self._next:
-                    before = time.time()
-                    self._learn(self._read(), before, time.time())
+                    self._learn(self._read(), time.time())
         return int(time.time() * 1000 + self._offset)
 
     async def anow_ms(self, read: Callable[[], Awaitable[int]]) -> int:
         """``now_ms`` on the running loop: ``read`` awaits the server's ``TIME`` when it is due. No lock (it cannot be held
         across an await): a thread and a loop that find it due together both read ``TIME``, and either reading is right."""
         if time.time() >= self._next:
-            before = time.time()
-            self._learn(await read(), before, time.time())
+            self._learn(await read(), time.time())
         return int(time.time() * 1000 + self._offset)
 
-    def _learn(self, redis_ms: int, before: float, after: float) -> None:
-        self._offset = redis_ms - (before + after) * 500
+    def _learn(self, redis_ms: int, after: float) -> None:
+        self._offset = redis_ms - after * 1000
         self._next = after + CLOCK_EVERY
 
 

@@ -230,7 +230,8 @@ class QueueReads(TaskReads):
         return QueueStats(
             alias=self.options.alias, queue=q, pending=first.pending + waiting, scheduled=first.scheduled, dead=first.dead,
             running=sum(w.running for w in infos), held=sum(w.held for w in infos),
-            oldest_pending_age=(now - int(enq)) / 1000 if enq else None,
+            # never below 0: a plain enqueue stamps its time from the Redis clock carried by the producer's (plain.py)
+            oldest_pending_age=max(0.0, (now - int(enq)) / 1000) if enq else None,
             # a sliding last-60-seconds estimate from the current and previous minute buckets
             processed_minute=round(processed[-1] + processed[-2] * (1 - fraction)),
             failed_minute=round(failed[-1] + died[-1] + (failed[-2] + died[-2]) * (1 - fraction)),
