@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from typing import Any
 
 import pytest
 import redis
@@ -40,13 +41,14 @@ def pushed_twice_ran_once(r: redis.Redis, make_worker, result, value: int) -> No
 
 
 def test_a_plain_delay_is_one_hset_and_one_lpush_on_the_redis_clock(r):
-    tasks.add.delay(1, 2)  # the first call reads the Redis clock (TIME) once
+    tasks.add.delay(1, 2)  # the process reads the Redis clock (TIME), then once a minute
     before = calls(r)
-    result = tasks.add.delay(3, 4)
+    result = [tasks.add.delay(3, i) for i in range(20)][-1]
     after = calls(r)
     sent = {name: after[name] - before.get(name, 0) for name in after if after[name] != before.get(name, 0)}
     sent.pop("info", None)
-    assert sent == {"hset": 1, "lpush": 1}
+    assert sent.pop("time", 0) <= 1  # one of these calls may fall at the minute (the clock read by an earlier test)
+    assert sent == {"hset": 20, "lpush": 20}
     stored = r.hgetall(keys().task(result.id))
     assert stored["state"] == "pending" and stored["deliveries"] == "0" and stored["task"] == "tests.testapp.tasks.add"
     assert abs(int(stored["enqueued_at"]) - redis_ms(r)) < 1000  # the Redis clock, as this process last read it
@@ -153,14 +155,19 @@ def test_a_plain_task_behind_wake_up_markers_is_counted_listed_and_run(r, make_w
 
 
 def test_a_plain_aenqueue_is_one_hset_and_one_lpush_on_the_redis_clock(r):
-    asyncio.run(tasks.add.aenqueue(1, 2))  # the broker's Redis clock is read
+    asyncio.run(tasks.add.aenqueue(1, 2))  # the broker's Redis clock is read, then once a minute
+
+    async def twenty() -> list[Any]:
+        return [await tasks.add.aenqueue(3, i) for i in range(20)]
+
     before = calls(r)
-    result = asyncio.run(tasks.add.aenqueue(3, 4))
+    result = asyncio.run(twenty())[-1]
     after = calls(r)
     sent = {name: after[name] - before.get(name, 0) for name in after if after[name] != before.get(name, 0)}
     # asyncio.run: a new loop, so a new connection and its handshake (Redis 6.2 counts CLIENT SETNAME as "client")
     handshake = {"info", "hello", "select", "auth", "ping", "client", "client|setname", "client|setinfo"}
-    assert {name: n for name, n in sent.items() if name not in handshake} == {"hset": 1, "lpush": 1}
+    assert sent.pop("time", 0) <= 1  # one of these calls may fall at the minute (the clock read by an earlier test)
+    assert {name: n for name, n in sent.items() if name not in handshake} == {"hset": 20, "lpush": 20}
     stored = r.hgetall(keys().task(result.id))
     assert stored["state"] == "pending" and stored["deliveries"] == "0" and stored["task"] == "tests.testapp.tasks.add"
     assert abs(int(stored["enqueued_at"]) - redis_ms(r)) < 1000
