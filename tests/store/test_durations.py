@@ -35,11 +35,14 @@ def test_a_worker_run_records_durations_that_read_back_as_sane_percentiles(r, ma
     [stats] = [s for s in Inspector.for_alias().stats() if s.queue == "default"]
     by_name = {t.task: t for t in stats.slowest}
     slow, sleeper = by_name["tests.testapp.tasks.slow"], by_name["tests.testapp.tasks.sleeper"]
-    assert [t.task for t in stats.slowest][:2] == ["tests.testapp.tasks.slow", "tests.testapp.tasks.sleeper"]
+    assert {t.task for t in stats.slowest[:2]} == {"tests.testapp.tasks.slow", "tests.testapp.tasks.sleeper"}
     assert (slow.runs, sleeper.runs, by_name["tests.testapp.tasks.add"].runs) == (4, 8, 1)
-    assert 0.21 <= slow.p50 <= slow.p95 <= 0.35, slow
-    assert 0.017 <= sleeper.p50 <= sleeper.p95 <= 0.04, sleeper
-    assert by_name["tests.testapp.tasks.add"].p95 < 0.02
+    # a sleep lasts at least its time (less the bucket's ~19 %): the lower bounds and the medians' order hold however
+    # busy the machine; the upper bounds only catch a wrong unit or scale (a loaded CI run stretched one of the
+    # 0.02 s sleeps to 0.28 s: about 0.021 / 0.3 s quiet)
+    assert 0.21 <= slow.p50 <= slow.p95 < 5, slow
+    assert 0.017 <= sleeper.p50 <= sleeper.p95 < 5, sleeper
+    assert max(by_name["tests.testapp.tasks.add"].p50, sleeper.p50) < slow.p50
 
 
 def test_the_minute_hash_expires_and_keeps_a_bounded_number_of_task_names(r, broker):

@@ -432,8 +432,9 @@ def test_a_template_that_dies_is_started_again_and_the_pool_goes_on(r):
 
 
 def test_a_child_is_ready_long_before_a_fresh_interpreter_could_set_up_django(r):
-    """The template sets up Django once; each child after it is a fork, ready in milliseconds (bound: 0.5 s each,
-    generous for a shared machine; a fresh interpreter importing Django takes about a second)."""
+    """The template sets up Django once; each child after it is a fork of it, ready in milliseconds (a fresh
+    interpreter importing Django takes about a second). The verdict is the fork (each child's parent is the
+    template); the time is bounded only against a stall, however busy the machine."""
     from django_redisq.worker.pools.children import Children, config_for
 
     spawn = Children(config_for("default", "w-ready"))
@@ -445,8 +446,11 @@ def test_a_child_is_ready_long_before_a_fresh_interpreter_could_set_up_django(r)
         t2 = time.monotonic()
         third = spawn.take()
         t3 = time.monotonic()
-        assert t2 - t1 < 0.5 and t3 - t2 < 0.5, (t1 - t0, t2 - t1, t3 - t2)
+        assert t2 - t1 < 5 and t3 - t2 < 5, (t1 - t0, t2 - t1, t3 - t2)  # about 10 ms each, quiet
         assert len({first.pid, second.pid, third.pid, spawn.template.pid}) == 4
+        for child in (first, second, third):  # forked from the set-up template, not started afresh
+            with open(f"/proc/{child.pid}/stat") as f:
+                assert int(f.read().rsplit(")", 1)[1].split()[1]) == spawn.template.pid
         assert all(c.alive() for c in (first, second, third))
     finally:
         for c in (first, second, third):

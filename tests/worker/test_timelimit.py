@@ -175,7 +175,8 @@ def test_a_task_past_its_limit_is_stopped_retried_then_dead_with_reason_timeout(
     drain(make_worker, [res], concurrency=1)
     assert res.status == TaskResultStatus.FAILED and where_is(r, res.id) == ["dead"]
     assert len(STOPS["past"]) == 3  # max_retries=2: three attempts
-    assert all(0.3 - EARLY <= s < 0.6 for s in STOPS["past"]), STOPS["past"]
+    # at its limit, not before; the upper bound only says it was the limit (unlimited: 5 s), however busy the machine
+    assert all(0.3 - EARLY <= s < 2.5 for s in STOPS["past"]), STOPS["past"]
     assert r.hget(keys().task(res.id), "reason") == "timeout"
     assert len(res.errors) == 3
     for error in res.errors:
@@ -199,17 +200,18 @@ def test_the_worker_keeps_serving_after_a_timeout_on_a_single_thread(r, make_wor
 
 
 def test_precedence_is_task_then_queue_then_options(r, make_worker, settings):
-    with_options(settings, TIMEOUT=0.6, queue_options={"low": {"TIMEOUT": 0.3}})
+    with_options(settings, TIMEOUT=2.0, queue_options={"low": {"TIMEOUT": 0.6}})
     results = [
-        tasks.loops.delay("options", 5),                                        # OPTIONS: 0.6
-        tasks.loops.using(queue_name="low").enqueue("queue", 5),                # the queue's: 0.3
+        tasks.loops.delay("options", 5),                                        # OPTIONS: 2.0
+        tasks.loops.using(queue_name="low").enqueue("queue", 5),                # the queue's: 0.6
         tasks.loops_with_own_limit.using(queue_name="low").enqueue("task", 5),  # the task's: 0.15
         tasks.loops_without_limit.using(queue_name="low").enqueue("none", 0.5),  # the task's 0: none
     ]
     run_in_thread(make_worker("default", "low", concurrency=4))
     [(s_opts,), (s_queue,), (s_task,), (s_none,)] = (STOPS[k] for k in ("options", "queue", "task", "none"))
-    assert 0.6 - EARLY <= s_opts < 0.9 and 0.3 - EARLY <= s_queue < 0.6 and 0.15 - EARLY <= s_task < 0.45, STOPS
-    assert s_task < s_queue < s_opts, STOPS
+    # each stopped at its own limit: not before it, and before the next one up would have fired (the limits are
+    # spread so that a stop late by a loaded machine's 0.4 s is still told from the next limit)
+    assert 2.0 - EARLY <= s_opts < 5 and 0.6 - EARLY <= s_queue < 2.0 - EARLY and 0.15 - EARLY <= s_task < 0.6 - EARLY, STOPS
     assert s_none >= 0.5
     for x in results:
         x.refresh()
@@ -263,7 +265,7 @@ def test_an_async_task_is_cancelled_at_its_limit(r, make_worker):
     assert res.status == TaskResultStatus.FAILED and res.errors[0].exception_class_path == TIMEOUT_PATH
     assert "exceeded its time limit of 0.2 s" in res.errors[0].traceback
     # measured in the task, from a little after the loop armed the limit's timer: 0.19996 s was seen once
-    assert 0.195 <= STOPS["aio"][0] < 0.5
+    assert 0.195 <= STOPS["aio"][0] < 2.5  # the upper bound: the limit, not the task's own 5 s, however busy the machine
     assert r.hget(keys().task(res.id), "reason") == "timeout"
 
 
