@@ -161,6 +161,8 @@ BURST_QUICK = 40  # quick tasks a burst asks for (freeze, same_name_restart), be
 REAP_RE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) \w+ reaped worker\(s\) (.+?)(?: \(([^)]*)\))?: (\d+) task\(s\) of queue (\S+)",
                      re.M)
 """A reap in a worker's log: time, ms, worker ids, how (their connection closed / silent past WORKER_TIMEOUT), tasks, queue."""
+FENCE_RE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) \w+ worker \S+ was reaped on queue ", re.M)
+"""A worker's own line on finding it was reaped (the fence): its time, ms."""
 
 
 @dataclass
@@ -1014,6 +1016,16 @@ def worker_tz() -> ZoneInfo:
     return ZoneInfo(getattr(settings, "TIME_ZONE", global_settings.TIME_ZONE))
 
 
+def fence_times(workdir: Path, label: str) -> list[float]:
+    """When the worker ``label`` found it had been reaped (its "was reaped on queue" lines), wall-clock seconds."""
+    path = workdir / f"{label}.log"
+    if not path.exists():
+        return []
+    tz = worker_tz()
+    return [datetime.strptime(m[1], "%Y-%m-%d %H:%M:%S").replace(tzinfo=tz).timestamp() + int(m[2]) / 1000
+            for m in FENCE_RE.finditer(path.read_text(errors="replace"))]
+
+
 def read_reaps(procs: list[Proc], workdir: Path) -> list[tuple[float, str, str, int, str]]:
     """``reaped worker(s)`` lines of every worker log: (time, reaped worker id, reaper's label, tasks)."""
     out = []
@@ -1114,6 +1126,14 @@ def account(main: RedisServer, effects: RedisServer, faults: list[Fault], procs:
         running[id(f)] = {tid for tid, rs in runs.items() for run in rs
                           if run.pid == f.pid and (run.t <= f.t + slack or (run.child and run.t <= f.end))
                           and (run.end is None or run.end >= f.t - cfg.settle_slack)}
+        # begun before the stop, its body not yet at its first line: the lanes caught between the two start their
+        # bodies after the SIGCONT, before the worker's first beat fences it (until then its lease, which ran out
+        # while frozen, lets no lane begin a task), so at most one per lane not running at the stop
+        fenced = min((t for t in fence_times(workdir, f.target) if t >= f.end), default=f.end)
+        resumed = {tid for tid in set(f.ids) - running[id(f)] for run in runs.get(tid, [])
+                   if run.pid == f.pid and f.end - slack <= run.t <= fenced + 0.001}  # the log has whole ms
+        if len(running[id(f)]) + len(resumed) <= cfg.concurrency:
+            running[id(f)] |= resumed
         unsettled[id(f)] = set()
         for tid in set(f.ids) - running[id(f)]:  # still held: its last run before the stop, if by it, was not settled
             before = [run for run in runs.get(tid, []) if run.t <= f.t]
