@@ -232,12 +232,23 @@ def wait_for(predicate: Callable[[], T], timeout: float = 15.0, step: float = 0.
     return answer
 
 
+def proc_stat(path: str) -> list[str]:
+    """The fields of a ``/proc/.../stat`` file after the command's name (which may hold spaces and parentheses):
+    ``[0]`` the state, ``[1]`` the parent's pid, ``[11]`` and ``[12]`` user and system CPU in clock ticks."""
+    with open(path) as f:
+        return f.read().rsplit(")", 1)[1].split()
+
+
+def parent_pid(pid: int) -> int:
+    return int(proc_stat(f"/proc/{pid}/stat")[1])
+
+
 def frozen(pid: int) -> bool:
     """Whether every thread of process ``pid`` has stopped (SIGSTOP takes effect after ``kill`` returns)."""
     states = []
     for tid in os.listdir(f"/proc/{pid}/task"):
-        with contextlib.suppress(FileNotFoundError), open(f"/proc/{pid}/task/{tid}/stat") as f:
-            states.append(f.read().rsplit(")", 1)[1].split()[0])
+        with contextlib.suppress(FileNotFoundError):
+            states.append(proc_stat(f"/proc/{pid}/task/{tid}/stat")[0])
     return bool(states) and all(s in ("T", "t") for s in states)
 
 

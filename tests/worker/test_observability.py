@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from django_redisq import signals
 from django_redisq.worker.observability.metrics_server import PAUSE
-from tests.helpers import keys, message, seed_pending, wait_for
+from tests.helpers import keys, message, proc_stat, seed_pending, wait_for
 from tests.testapp import tasks
 from tests.testapp.tasks import EFFECTS
 
@@ -144,8 +144,7 @@ class SlowClients:
 
 
 def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
+    fields = proc_stat(f"/proc/{pid}/stat")
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from django_redisq.compat import TaskResultStatus
 from django_redisq.worker.worker import Worker
-from tests.helpers import keys, wait_for, where_is
+from tests.helpers import keys, parent_pid, wait_for, where_is
 from tests.testapp import tasks
 from tests.testapp.tasks import EFFECTS, STOPS
 
@@ -394,7 +394,7 @@ def test_children_are_forked_from_one_template_and_hold_only_their_own_pipe(r):
         template = spawn.template
         assert template is not None and template.alive() and spawn.templates_started == 1
         children = {c.pid for c in worker.pool.children if c is not None}
-        ppids = {int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1]) for pid in children}
+        ppids = {parent_pid(pid) for pid in children}
         cmdline = open(f"/proc/{template.pid}/cmdline").read()
     assert ppids == {template.pid} and template.pid != os.getpid()
     if template.forked:  # this process had no other thread when the pool was built: a fork of it, made then
@@ -448,9 +448,8 @@ def test_a_child_is_ready_long_before_a_fresh_interpreter_could_set_up_django(r)
         t3 = time.monotonic()
         assert t2 - t1 < 5 and t3 - t2 < 5, (t1 - t0, t2 - t1, t3 - t2)  # about 10 ms each, quiet
         assert len({first.pid, second.pid, third.pid, spawn.template.pid}) == 4
-        for child in (first, second, third):  # forked from the set-up template, not started afresh
-            with open(f"/proc/{child.pid}/stat") as f:
-                assert int(f.read().rsplit(")", 1)[1].split()[1]) == spawn.template.pid
+        # forked from the set-up template, not started afresh
+        assert {parent_pid(c.pid) for c in (first, second, third)} == {spawn.template.pid}
         assert all(c.alive() for c in (first, second, third))
     finally:
         for c in (first, second, third):
