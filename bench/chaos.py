@@ -1016,14 +1016,18 @@ def worker_tz() -> ZoneInfo:
     return ZoneInfo(getattr(settings, "TIME_ZONE", global_settings.TIME_ZONE))
 
 
+def log_time(m: re.Match[str], tz: ZoneInfo) -> float:
+    """A worker log line's time (groups 1 and 2: date and time, milliseconds), wall-clock seconds."""
+    return datetime.strptime(m[1], "%Y-%m-%d %H:%M:%S").replace(tzinfo=tz).timestamp() + int(m[2]) / 1000
+
+
 def fence_times(workdir: Path, label: str) -> list[float]:
     """When the worker ``label`` found it had been reaped (its "was reaped on queue" lines), wall-clock seconds."""
     path = workdir / f"{label}.log"
     if not path.exists():
         return []
     tz = worker_tz()
-    return [datetime.strptime(m[1], "%Y-%m-%d %H:%M:%S").replace(tzinfo=tz).timestamp() + int(m[2]) / 1000
-            for m in FENCE_RE.finditer(path.read_text(errors="replace"))]
+    return [log_time(m, tz) for m in FENCE_RE.finditer(path.read_text(errors="replace"))]
 
 
 def read_reaps(procs: list[Proc], workdir: Path) -> list[tuple[float, str, str, int, str]]:
@@ -1035,7 +1039,7 @@ def read_reaps(procs: list[Proc], workdir: Path) -> list[tuple[float, str, str, 
         if not path.exists():
             continue
         for m in REAP_RE.finditer(path.read_text(errors="replace")):
-            t = datetime.strptime(m[1], "%Y-%m-%d %H:%M:%S").replace(tzinfo=tz).timestamp() + int(m[2]) / 1000
+            t = log_time(m, tz)
             for wid in m[3].split(", "):
                 out.append((t, wid, proc.label, int(m[5]), m[4] or ""))
     return sorted(out)
