@@ -9,9 +9,10 @@ imported its module fails here.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
+import os
+
+from tests.conftest import ROOT
+from tests.project.forked import run_forked
 
 PATHS = [
     ("django_redisq", "task"),
@@ -57,39 +58,20 @@ PATHS = [
 ]
 
 
-CHECK = """
-import importlib, json, os, sys, traceback
-import django
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
-django.setup()
-for module, names in json.loads(sys.argv[1]):
-    pid = os.fork()
-    if pid == 0:  # a child per module: it imports the module first, as a fresh interpreter after setup would
-        try:
-            loaded = importlib.import_module(module)
-            [getattr(loaded, name) for name in names]
-        except BaseException:
-            print(module, names, traceback.format_exc().strip().splitlines()[-1], file=sys.stderr)
-            os._exit(1)
-        os._exit(0)
-    _, status = os.waitpid(pid, 0)
-    if status == 0:
-        print(module)
-"""
-
-
 def test_every_documented_path_imports_in_a_fresh_interpreter() -> None:
-    """Each module imported first in a process of its own, its documented names read from it.
+    """Each module imported first in a process of its own (``manage.py shell -c``), its documented names read from it.
 
-    One interpreter sets Django up and forks a child per module: the same start as an interpreter per module
-    (``django.setup()`` then the import), for one start-up instead of one per module (15 CPU-s -> a few).
+    The processes are forked from one interpreter that set Django up (tests/project/forked.py): the same start as an
+    interpreter per module (``django.setup()`` then the import), for one start-up instead of one per module.
     """
     by_module: dict[str, list[str]] = {}
     for module, name in PATHS:
         by_module.setdefault(module, []).append(name)
     checks = list(by_module.items())
-    proc = subprocess.run(
-        [sys.executable, "-c", CHECK, json.dumps(checks)], capture_output=True, text=True, timeout=120, check=False
-    )
-    imported = proc.stdout.split()
-    assert proc.returncode == 0 and imported == [module for module, _ in checks], proc.stderr
+    env = {"DJANGO_SETTINGS_MODULE": "tests.settings", **os.environ}
+    done = run_forked([("shell", "-c", f"import importlib; loaded = importlib.import_module({module!r}); "
+                                       f"[getattr(loaded, name) for name in {names!r}]") for module, names in checks],
+                      env, ROOT)
+    failed = [f"{module} {names}: {p.stderr.strip().splitlines()[-1:]}"
+              for (module, names), p in zip(checks, done, strict=True) if p.returncode != 0]
+    assert not failed, failed
