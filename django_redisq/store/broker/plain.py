@@ -62,8 +62,8 @@ class Clock:
     The offset is taken at the end of the round trip: the server read its clock before that, so the carried time is
     never ahead of the server's (a task's ``enqueued_at`` is never after the ``TIME`` of a read or a fetch that follows
     it: no negative age or wait), and behind it by at most the round trip (well under a millisecond on a LAN), plus
-    the two clocks' drift over a minute, which readers of ages bound at 0. One per broker, shared by its blocking and its awaited
-    enqueues (``now_ms`` reads with ``read``, ``anow_ms`` with the loop's own call)."""
+    the two clocks' drift over a minute, which readers of ages bound at 0. One per broker, shared by its blocking and
+    its awaited enqueues (``now_ms`` reads with ``read``, ``anow_ms`` with the loop's own call)."""
 
     def __init__(self, read: Callable[[], int]) -> None:
         self._read = read
